@@ -1,0 +1,119 @@
+// ftllmctl status [NAME]: the daemon, its devices and its models.
+#include <simdjson.h>
+
+#include <cstdio>
+#include <string_view>
+
+#include "commands.h"
+#include "table.h"
+
+namespace ftllm::client {
+
+namespace {
+
+// Prints an error reply from the daemon (OpenAI's error envelope) or the raw body.
+// A field of the status reply, or `fallback` when absent or of another type.
+template <typename T>
+T field(simdjson::dom::element e, const char* key, T fallback = {}) {
+  T value;
+  return e[key].get(value) == simdjson::SUCCESS ? value : fallback;
+}
+
+void print_daemon_error(const AdminReply& reply) {
+  simdjson::dom::parser parser;
+  std::string_view message;
+  simdjson::padded_string body(reply.body);
+  if (parser.parse(body)["error"]["message"].get(message) == simdjson::SUCCESS)
+    std::fprintf(stderr, "ftllmctl: ftllmd answered %d: %.*s\n", reply.status, int(message.size()), message.data());
+  else
+    std::fprintf(stderr, "ftllmctl: ftllmd answered %d: %s\n", reply.status, reply.body.c_str());
+}
+
+}  // namespace
+
+int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) {
+  if (args.size() > 1) {
+    std::fprintf(stderr, "ftllmctl: status takes at most one model name\n");
+    return 2;
+  }
+  AdminReply reply;
+  AdminFailure failure;
+  if (!ctx.client.call("GET", "/admin/v1/status", "", reply, failure)) {
+    std::fprintf(stderr, "ftllmctl: %s\n", failure.message.c_str());
+    return failure.not_running ? 3 : 1;
+  }
+  if (reply.status != 200) {
+    print_daemon_error(reply);
+    return 1;
+  }
+
+  simdjson::dom::parser parser;
+  simdjson::padded_string body(reply.body);
+  simdjson::dom::element doc;
+  if (parser.parse(body).get(doc) != simdjson::SUCCESS) {
+    std::fprintf(stderr, "ftllmctl: ftllmd sent a status that is not JSON\n");
+    return 1;
+  }
+  simdjson::dom::array models;
+  if (doc["models"].get_array().get(models) != simdjson::SUCCESS) {
+    std::fprintf(stderr, "ftllmctl: ftllmd's status has no models list\n");
+    return 1;
+  }
+  if (args.size() == 1) {
+    bool found = false;
+    for (auto m : models) found |= field<std::string_view>(m, "name") == args[0];
+    if (!found) {
+      std::fprintf(stderr, "ftllmctl: no model named \"%s\" is loaded (loaded: %zu)\n", args[0].c_str(),
+                   models.size());
+      return 1;
+    }
+  }
+  if (ctx.json) {
+    std::printf("%s\n", reply.body.c_str());
+    return 0;
+  }
+
+  auto version = field<std::string_view>(doc, "version");
+  auto listen = field<std::string_view>(doc, "listen");
+  auto socket = field<std::string_view>(doc, "admin_socket");
+  auto pid = field<int64_t>(doc, "pid");
+  auto uptime = field<double>(doc, "uptime_seconds");
+  std::printf("ftllmd %.*s, pid %lld, up %s\n", int(version.size()), version.data(), (long long)pid,
+              format_duration(uptime).c_str());
+  std::printf("OpenAI API: http://%.*s\nadmin API:  %.*s\n\n", int(listen.size()), listen.data(), int(socket.size()),
+              socket.data());
+
+  Table devices({"DEVICE", "NAME", "TOTAL", "FREE"});
+  simdjson::dom::array device_list;
+  if (doc["devices"].get_array().get(device_list) == simdjson::SUCCESS) {
+    for (auto d : device_list) {
+      devices.add({std::string(field<std::string_view>(d, "id")), std::string(field<std::string_view>(d, "name")),
+                   format_bytes(double(field<uint64_t>(d, "total_bytes"))),
+                   format_bytes(double(field<uint64_t>(d, "free_bytes")))});
+    }
+  }
+  std::fputs(devices.render().c_str(), stdout);
+  simdjson::dom::array notes;
+  if (doc["notes"].get_array().get(notes) == simdjson::SUCCESS)
+    for (auto n : notes) {
+      std::string_view text;
+      if (n.get(text) == simdjson::SUCCESS) std::printf("note: %.*s\n", int(text.size()), text.data());
+    }
+
+  std::printf("\n");
+  if (models.size() == 0) {
+    std::printf("models: none loaded\n");
+    return 0;
+  }
+  Table model_table({"MODEL", "ARCHITECTURE", "SOURCE"});
+  for (auto m : models) {
+    auto name = field<std::string_view>(m, "name");
+    auto arch = field<std::string_view>(m, "architecture");
+    auto source = field<std::string_view>(m, "source");
+    if (args.empty() || name == args[0]) model_table.add({std::string(name), std::string(arch), std::string(source)});
+  }
+  std::fputs(model_table.render().c_str(), stdout);
+  return 0;
+}
+
+}  // namespace ftllm::client

@@ -1,0 +1,216 @@
+#include "config.h"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace ftllm::daemon {
+
+std::string ListenAddress::to_string() const {
+  bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::string ConfigError::to_string() const {
+  std::string out = source;
+  if (line) {
+    out += ':';
+    out += std::to_string(line);
+    out += ':';
+    out += std::to_string(column);
+  }
+  out += ": ";
+  out += reason;
+  return out;
+}
+
+std::optional<ListenAddress> parse_listen_address(std::string_view text, std::string& why) {
+  std::string_view host, port;
+  if (text.starts_with('[')) {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      why = "expected \"[IPV6]:PORT\", for example \"[::1]:8080\"";
+      return std::nullopt;
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos || text.find(':') != colon) {
+      why = "expected \"HOST:PORT\", for example \"127.0.0.1:8080\"";
+      return std::nullopt;
+    }
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  unsigned value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value > 65535) {
+    why = "port \"" + std::string(port) + "\" is not a number from 0 to 65535";
+    return std::nullopt;
+  }
+  std::string host_str(host);
+  if (host_str == "localhost") host_str = "127.0.0.1";
+  unsigned char buf[sizeof(in6_addr)];
+  if (inet_pton(AF_INET, host_str.c_str(), buf) != 1 && inet_pton(AF_INET6, host_str.c_str(), buf) != 1) {
+    why = "host \"" + host_str + "\" is not an IPv4 or IPv6 address (use 0.0.0.0 or :: for all interfaces)";
+    return std::nullopt;
+  }
+  return ListenAddress{host_str, uint16_t(value)};
+}
+
+std::optional<LogLevel> parse_log_level(std::string_view text) {
+  if (text == "error") return LogLevel::Error;
+  if (text == "warn") return LogLevel::Warn;
+  if (text == "info") return LogLevel::Info;
+  if (text == "debug") return LogLevel::Debug;
+  return std::nullopt;
+}
+
+namespace {
+
+// A key's handler returns an empty string when the value is accepted, else the reason.
+using KeyHandler = std::function<std::string(const toml::node&, Config&)>;
+using Section = std::map<std::string, KeyHandler, std::less<>>;
+
+KeyHandler string_key(std::function<std::string(std::string_view, Config&)> apply) {
+  return [apply](const toml::node& node, Config& cfg) -> std::string {
+    auto value = node.value<std::string_view>();
+    if (!node.is_string() || !value) return "must be a string";
+    return apply(*value, cfg);
+  };
+}
+
+KeyHandler size_key(size_t Config::*field, int64_t min, int64_t max) {
+  return [=](const toml::node& node, Config& cfg) -> std::string {
+    if (!node.is_integer()) return "must be an integer";
+    int64_t v = *node.value<int64_t>();
+    if (v < min || v > max)
+      return "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", not " +
+             std::to_string(v);
+    cfg.*field = size_t(v);
+    return {};
+  };
+}
+
+const std::map<std::string, Section, std::less<>>& schema() {
+  static const std::map<std::string, Section, std::less<>> sections = {
+      {"server",
+       {
+           {"listen", string_key([](std::string_view v, Config& c) {
+              std::string why;
+              auto addr = parse_listen_address(v, why);
+              if (addr) c.listen = *addr;
+              return why;
+            })},
+           {"api_key", string_key([](std::string_view v, Config& c) {
+              c.api_key = v;
+              return std::string();
+            })},
+           {"max_header_bytes", size_key(&Config::max_header_bytes, 1024, 1 << 24)},
+           {"max_body_bytes", size_key(&Config::max_body_bytes, 1024, int64_t(1) << 34)},
+           {"max_connections", size_key(&Config::max_connections, 1, 1 << 20)},
+       }},
+      {"admin",
+       {
+           {"socket", string_key([](std::string_view v, Config& c) -> std::string {
+              if (v.empty() || v[0] != '/') return "must be an absolute path";
+              if (v.size() >= 108) return "is longer than a Unix socket path may be (107 bytes)";
+              c.admin_socket = v;
+              return {};
+            })},
+           {"socket_group", string_key([](std::string_view v, Config& c) {
+              c.admin_socket_group = v;
+              return std::string();
+            })},
+           {"socket_mode", string_key([](std::string_view v, Config& c) -> std::string {
+              unsigned mode = 0;
+              auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), mode, 8);
+              if (v.empty() || ec != std::errc() || end != v.data() + v.size() || mode > 0777)
+                return "must be an octal permission string such as \"0660\"";
+              c.admin_socket_mode = mode;
+              return {};
+            })},
+       }},
+      {"log",
+       {
+           {"level", string_key([](std::string_view v, Config& c) -> std::string {
+              auto level = parse_log_level(v);
+              if (!level) return "must be one of error, warn, info, debug";
+              c.log_level = *level;
+              return {};
+            })},
+       }},
+  };
+  return sections;
+}
+
+ConfigError error_at(const std::string& source, const toml::source_region& where, std::string reason) {
+  return {source, where.begin.line, where.begin.column, std::move(reason)};
+}
+
+std::string known_keys(const Section& section) {
+  std::string list;
+  for (auto& [k, _] : section) list += (list.empty() ? "" : ", ") + k;
+  return list;
+}
+
+}  // namespace
+
+ConfigResult parse_config(std::string_view toml_text, std::string source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    return {std::nullopt, error_at(source_name, e.source(), std::string(e.description()))};
+  }
+
+  Config cfg;
+  const auto& sections = schema();
+  for (auto&& [section_name, section_node] : root) {
+    auto section = sections.find(section_name.str());
+    if (section == sections.end()) {
+      std::string names;
+      for (auto& [k, _] : sections) names += (names.empty() ? "[" : ", [") + k + "]";
+      return {std::nullopt, error_at(source_name, section_node.source(),
+                                     "unknown section [" + std::string(section_name.str()) +
+                                         "]; known sections: " + names)};
+    }
+    const toml::table* table = section_node.as_table();
+    if (!table)
+      return {std::nullopt, error_at(source_name, section_node.source(),
+                                     "\"" + std::string(section_name.str()) + "\" must be a [section]")};
+    for (auto&& [key, value] : *table) {
+      auto handler = section->second.find(key.str());
+      if (handler == section->second.end())
+        return {std::nullopt,
+                error_at(source_name, key.source(),
+                         "unknown key \"" + std::string(key.str()) + "\" in [" + section->first +
+                             "]; known keys: " + known_keys(section->second))};
+      std::string why = handler->second(value, cfg);
+      if (!why.empty())
+        return {std::nullopt, error_at(source_name, value.source(),
+                                       section->first + "." + std::string(key.str()) + " " + why)};
+    }
+  }
+  return {cfg, std::nullopt};
+}
+
+ConfigResult load_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return {std::nullopt, ConfigError{path, 0, 0, std::string("cannot read the file: ") + std::strerror(errno)}};
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path);
+}
+
+}  // namespace ftllm::daemon

@@ -1,0 +1,56 @@
+// ftllmd's configuration: the TOML file (config/ftllmd.conf documents every key) and its validation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ftllm::daemon {
+
+enum class LogLevel { Error, Warn, Info, Debug };
+
+struct ListenAddress {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  std::string to_string() const;  // "127.0.0.1:8080", "[::1]:8080"
+};
+
+struct Config {
+  ListenAddress listen;
+  std::string api_key;
+  size_t max_header_bytes = 64 * 1024;
+  size_t max_body_bytes = 16 * 1024 * 1024;
+  size_t max_connections = 1024;
+
+  std::string admin_socket = "/run/ftllmd/admin.sock";
+  std::string admin_socket_group = "ftllm";
+  uint32_t admin_socket_mode = 0660;
+
+  LogLevel log_level = LogLevel::Info;
+};
+
+// Where and why a configuration is wrong. line/column are 1-based; 0 when the error has no position
+// (an unreadable file).
+struct ConfigError {
+  std::string source;
+  uint32_t line = 0;
+  uint32_t column = 0;
+  std::string reason;
+  std::string to_string() const;  // "FILE:LINE:COL: reason", the form editors jump to
+};
+
+struct ConfigResult {
+  std::optional<Config> config;
+  std::optional<ConfigError> error;
+};
+
+ConfigResult parse_config(std::string_view toml_text, std::string source_name);
+ConfigResult load_config_file(const std::string& path);
+
+// "HOST:PORT" or "[IPV6]:PORT"; nullopt with `why` set when malformed.
+std::optional<ListenAddress> parse_listen_address(std::string_view text, std::string& why);
+std::optional<LogLevel> parse_log_level(std::string_view text);
+
+}  // namespace ftllm::daemon

@@ -1,0 +1,134 @@
+#include "daemon.h"
+
+#include <systemd/sd-daemon.h>
+#include <uv.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include "../engine/engine.h"
+#include "ftllm_version.h"
+#include "http/server.h"
+#include "log.h"
+#include "routes.h"
+
+namespace ftllm::daemon {
+
+bool resolve_config(const Options& options, Config& config, std::string& error) {
+  std::string path = options.config_path.value_or(FTLLM_DEFAULT_CONFIG);
+  if (options.config_path || std::filesystem::exists(path)) {
+    ConfigResult r = load_config_file(path);
+    if (!r.config) {
+      error = r.error->to_string();
+      return false;
+    }
+    config = *r.config;
+  }
+  error = apply_overrides(options, config);
+  return error.empty();
+}
+
+namespace {
+
+struct Daemon {
+  Options options;
+  Config config;
+  uv_loop_t loop{};
+  Engine engine;
+  DaemonInfo info;
+  http::Router public_router, admin_router;
+  std::unique_ptr<http::Server> public_server, admin_server;
+  uv_signal_t sigterm{}, sigint{}, sighup{};
+  bool stopping = false;
+
+  void stop(const char* why) {
+    if (stopping) return;
+    stopping = true;
+    log_info(std::string("stopping (") + why + ")");
+    sd_notify(0, "STOPPING=1\nSTATUS=stopping");
+    public_server->close();
+    admin_server->close();
+    for (uv_signal_t* s : {&sigterm, &sigint, &sighup}) uv_close(reinterpret_cast<uv_handle_t*>(s), nullptr);
+  }
+
+  // SIGHUP: re-read what can change without touching listeners or models (API key, log level).
+  void reload() {
+    Config fresh;
+    std::string error;
+    if (!resolve_config(options, fresh, error)) {
+      log_error("reload refused, keeping the running configuration: " + error);
+      return;
+    }
+    config.api_key = fresh.api_key;
+    config.log_level = fresh.log_level;
+    set_log_level(config.log_level);
+    if (fresh.listen.to_string() != config.listen.to_string() || fresh.admin_socket != config.admin_socket)
+      log_warn("listen address and admin socket changes take effect after a restart");
+    log_info("configuration reloaded");
+  }
+};
+
+}  // namespace
+
+int run_daemon(const Options& options, Config config) {
+  std::signal(SIGPIPE, SIG_IGN);  // a peer that vanishes is a failed write, not a dead daemon
+  set_log_level(config.log_level);
+
+  Daemon d;
+  d.options = options;
+  d.config = std::move(config);
+  uv_loop_init(&d.loop);
+  d.info.started = std::chrono::steady_clock::now();
+  d.info.admin_socket = d.config.admin_socket;
+
+  add_public_routes(d.public_router, d.engine, d.config);
+  add_admin_routes(d.admin_router, d.engine, d.info);
+
+  http::ServerLimits limits;
+  limits.parse = {d.config.max_header_bytes, d.config.max_body_bytes};
+  limits.max_connections = d.config.max_connections;
+  d.public_server = std::make_unique<http::Server>(&d.loop, d.public_router, limits);
+  http::ServerLimits admin_limits = limits;
+  admin_limits.max_connections = 64;
+  d.admin_server = std::make_unique<http::Server>(&d.loop, d.admin_router, admin_limits);
+
+  std::string error = d.public_server->listen_tcp(d.config.listen.host, d.config.listen.port);
+  if (error.empty())
+    error = d.admin_server->listen_unix(d.config.admin_socket, d.config.admin_socket_mode,
+                                        d.config.admin_socket_group);
+  if (!error.empty()) {
+    log_error(error);
+    d.public_server->close();
+    d.admin_server->close();
+    uv_run(&d.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&d.loop);
+    return 1;
+  }
+  d.info.listen_address = d.public_server->address();
+
+  auto on_signal = [](uv_signal_t* s, int signum) {
+    auto* self = static_cast<Daemon*>(s->data);
+    if (signum == SIGHUP)
+      self->reload();
+    else
+      self->stop(signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  };
+  for (auto [handle, signum] : {std::pair{&d.sigterm, SIGTERM}, {&d.sigint, SIGINT}, {&d.sighup, SIGHUP}}) {
+    uv_signal_init(&d.loop, handle);
+    handle->data = &d;
+    uv_signal_start(handle, on_signal, signum);
+  }
+
+  std::string where = "OpenAI API on http://" + d.public_server->address() + ", admin API on " +
+                      d.admin_server->address();
+  log_info("ftllmd " FTLLM_VERSION " serving the " + where);
+  sd_notifyf(0, "READY=1\nSTATUS=serving the %s\nMAINPID=%lu", where.c_str(), (unsigned long)getpid());
+
+  uv_run(&d.loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(&d.loop);
+  if (rc != 0) log_warn(std::string("event loop closed with handles left: ") + uv_strerror(rc));
+  log_info("stopped");
+  return 0;
+}
+
+}  // namespace ftllm::daemon

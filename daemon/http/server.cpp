@@ -1,0 +1,309 @@
+#include "server.h"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "../log.h"
+
+namespace ftllm::http {
+
+namespace {
+std::string uv_error(int code) { return std::string(uv_strerror(code)); }
+}  // namespace
+
+// One client connection. Owned by the Server's list; deleted in its close callback.
+class Connection {
+ public:
+  Connection(Server& server, bool is_tcp) : server_(server), parser_(server.limits_.parse), is_tcp_(is_tcp) {
+    if (is_tcp)
+      uv_tcp_init(server.loop_, &handle_.tcp);
+    else
+      uv_pipe_init(server.loop_, &handle_.pipe, 0);
+    stream()->data = this;
+    touch();
+  }
+
+  uv_stream_t* stream() { return reinterpret_cast<uv_stream_t*>(&handle_); }
+  uv_handle_t* handle() { return reinterpret_cast<uv_handle_t*>(&handle_); }
+
+  void start() {
+    if (is_tcp_) uv_tcp_nodelay(&handle_.tcp, 1);
+    uv_read_start(stream(), &Connection::on_alloc, &Connection::on_read);
+  }
+
+  // Sends a response that refuses the connection and closes it (used above max_connections).
+  void refuse(const Response& r) { finish_with(r); }
+
+  // Closes now, dropping anything unsent.
+  void close() {
+    if (closing_) return;
+    closing_ = true;
+    uv_close(handle(), &Connection::on_closed);
+  }
+
+  // For the sweep timer: closes a connection that idled or dawdled past its limit.
+  void expire_if_stale(uint64_t now) {
+    uint64_t age = now - last_activity_;
+    if (draining_) {
+      if (age > 2000) close();
+    } else if (parser_.mid_request()) {
+      if (age > server_.limits_.request_timeout_ms) finish_with(json_error(408, "request not completed in time", "invalid_request_error", "request_timeout"));
+    } else if (pending_writes_ == 0 && age > server_.limits_.idle_timeout_ms) {
+      close();
+    }
+  }
+
+  std::list<Connection*>::iterator position;
+
+ private:
+  struct Write {
+    uv_write_t req;
+    std::string data;
+    Connection* conn;
+    bool then_close;
+  };
+
+  void touch() { last_activity_ = uv_now(server_.loop_); }
+
+  static void on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
+    auto* c = static_cast<Connection*>(h->data);
+    auto& b = c->server_.read_buffer_;
+    *buf = uv_buf_init(b.data(), unsigned(b.size()));
+  }
+
+  static void on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
+    auto* c = static_cast<Connection*>(s->data);
+    if (nread < 0) {
+      c->close();  // EOF or reset: nothing more will come
+      return;
+    }
+    if (nread == 0 || c->closing_) return;
+    c->touch();
+    if (c->draining_) return;  // discard what arrives after the final response
+    c->handle_bytes(buf->base, size_t(nread));
+  }
+
+  void handle_bytes(const char* data, size_t len) {
+    std::vector<Request> requests;
+    bool ok = parser_.feed(data, len, requests);
+    for (const Request& req : requests) {
+      Response resp = server_.router_.dispatch(req);
+      bool keep = req.keep_alive && !server_.closed_;
+      if (!keep) {
+        finish_with(resp, req.method == "HEAD");
+        return;
+      }
+      send(resp.serialize(true, req.method == "HEAD"), false);
+    }
+    if (!ok) {
+      const ParseError& e = parser_.error();
+      const char* code = e.status == 413 ? "body_too_large" : e.status == 431 ? "headers_too_large" : "bad_request";
+      finish_with(json_error(e.status, e.message, "invalid_request_error", code));
+    }
+  }
+
+  // The last response on this connection: send it, half-close, and drain until the peer closes, so the
+  // peer reads the response instead of a reset.
+  void finish_with(const Response& r, bool head = false) {
+    draining_ = true;
+    send(r.serialize(false, head), true);
+  }
+
+  void send(std::string bytes, bool then_close) {
+    auto* w = new Write{{}, std::move(bytes), this, then_close};
+    uv_buf_t buf = uv_buf_init(w->data.data(), unsigned(w->data.size()));
+    ++pending_writes_;
+    int rc = uv_write(&w->req, stream(), &buf, 1, &Connection::on_written);
+    if (rc < 0) {
+      --pending_writes_;
+      delete w;
+      close();
+    }
+  }
+
+  static void on_written(uv_write_t* req, int status) {
+    auto* w = reinterpret_cast<Write*>(req);
+    Connection* c = w->conn;
+    bool then_close = w->then_close;
+    delete w;
+    --c->pending_writes_;
+    if (c->closing_) return;
+    if (status < 0) {
+      c->close();
+      return;
+    }
+    c->touch();
+    if (then_close) {
+      auto* sd = new uv_shutdown_t;
+      sd->data = c;
+      if (uv_shutdown(sd, c->stream(), [](uv_shutdown_t* r, int) { delete r; }) < 0) {
+        delete sd;
+        c->close();
+      }
+    }
+  }
+
+  static void on_closed(uv_handle_t* h) {
+    auto* c = static_cast<Connection*>(h->data);
+    c->server_.forget(c);
+    delete c;
+  }
+
+  Server& server_;
+  union {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } handle_{};
+  RequestParser parser_;
+  bool is_tcp_;
+  bool closing_ = false;
+  bool draining_ = false;
+  int pending_writes_ = 0;
+  uint64_t last_activity_ = 0;
+};
+
+Server::Server(uv_loop_t* loop, const Router& router, ServerLimits limits)
+    : loop_(loop), router_(router), limits_(limits), read_buffer_(64 * 1024) {
+  uv_timer_init(loop_, &sweep_);
+  sweep_.data = this;
+}
+
+Server::~Server() = default;
+
+std::string Server::listen_tcp(const std::string& host, uint16_t port) {
+  sockaddr_storage addr{};
+  bool v6 = host.find(':') != std::string::npos;
+  int rc = v6 ? uv_ip6_addr(host.c_str(), port, reinterpret_cast<sockaddr_in6*>(&addr))
+              : uv_ip4_addr(host.c_str(), port, reinterpret_cast<sockaddr_in*>(&addr));
+  if (rc < 0) return "invalid listen address " + host + ": " + uv_error(rc);
+  tcp_ = std::make_unique<uv_tcp_t>();
+  uv_tcp_init(loop_, tcp_.get());
+  tcp_->data = this;
+  rc = uv_tcp_bind(tcp_.get(), reinterpret_cast<sockaddr*>(&addr), 0);
+  if (rc == 0) rc = uv_listen(reinterpret_cast<uv_stream_t*>(tcp_.get()), 511, &Server::on_connection);
+  std::string shown = (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  if (rc < 0) {
+    std::string hint = rc == UV_EADDRINUSE ? " (another process is using that port; pick another with --listen)"
+                       : rc == UV_EACCES   ? " (ports below 1024 need privileges; pick another with --listen)"
+                                           : "";
+    return "cannot listen on " + shown + ": " + uv_error(rc) + hint;
+  }
+  sockaddr_storage bound{};
+  int len = sizeof bound;
+  uv_tcp_getsockname(tcp_.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+  uint16_t real_port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  address_ = (v6 ? "[" + host + "]" : host) + ":" + std::to_string(real_port);
+  if (!sweep_started_) uv_timer_start(&sweep_, &Server::on_sweep, 1000, 1000), sweep_started_ = true;
+  return {};
+}
+
+namespace {
+
+// A socket file left by a daemon that died is removed; one that answers belongs to a live daemon.
+std::string clear_stale_socket(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return {};
+  if (!S_ISSOCK(st.st_mode)) return path + " exists and is not a socket; remove it or choose another --admin-socket";
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  if (live) return "another ftllmd is already serving " + path + "; stop it first (systemctl stop ftllmd)";
+  ::unlink(path.c_str());
+  return {};
+}
+
+}  // namespace
+
+std::string Server::listen_unix(const std::string& path, unsigned mode, const std::string& group) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty() && !std::filesystem::exists(dir, ec)) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec)
+      return "cannot create " + dir.string() + " for the admin socket: " + ec.message() +
+             " (run as root, or pass --admin-socket PATH in a writable directory)";
+  }
+  if (std::string why = clear_stale_socket(path); !why.empty()) return why;
+
+  pipe_ = std::make_unique<uv_pipe_t>();
+  uv_pipe_init(loop_, pipe_.get(), 0);
+  pipe_->data = this;
+  mode_t old_mask = umask(0177);  // no moment where the socket is open to everyone
+  int rc = uv_pipe_bind(pipe_.get(), path.c_str());
+  umask(old_mask);
+  if (rc == 0) rc = uv_listen(reinterpret_cast<uv_stream_t*>(pipe_.get()), 64, &Server::on_connection);
+  if (rc < 0) {
+    std::string hint = rc == UV_EACCES ? " (run as root or a member of the socket's directory owner, or pass --admin-socket PATH)" : "";
+    return "cannot listen on " + path + ": " + uv_error(rc) + hint;
+  }
+  unix_path_ = path;
+  address_ = path;
+  if (!group.empty()) {
+    if (struct group* g = getgrnam(group.c_str())) {
+      if (chown(path.c_str(), uid_t(-1), g->gr_gid) != 0)
+        daemon::log_warn("cannot give " + path + " to group " + group + ": " + std::strerror(errno));
+    } else {
+      daemon::log_warn("group \"" + group + "\" does not exist, so only this user can use " + path +
+                       " (create it with: systemd-sysusers, or groupadd " + group + ")");
+    }
+  }
+  chmod(path.c_str(), mode);
+  if (!sweep_started_) uv_timer_start(&sweep_, &Server::on_sweep, 1000, 1000), sweep_started_ = true;
+  return {};
+}
+
+void Server::on_connection(uv_stream_t* listener, int status) {
+  auto* self = static_cast<Server*>(listener->data);
+  if (status < 0) {
+    daemon::log_warn(std::string("accept failed: ") + uv_strerror(status));
+    return;
+  }
+  auto* c = new Connection(*self, listener->type == UV_TCP);
+  self->connections_.push_back(c);
+  c->position = std::prev(self->connections_.end());
+  if (uv_accept(listener, c->stream()) != 0) {
+    c->close();
+    return;
+  }
+  if (self->connections_.size() > self->limits_.max_connections) {
+    c->refuse(json_error(503, "too many connections (limit " + std::to_string(self->limits_.max_connections) +
+                                  "); retry later",
+                         "server_error", "too_many_connections"));
+    return;
+  }
+  c->start();
+}
+
+void Server::on_sweep(uv_timer_t* timer) {
+  auto* self = static_cast<Server*>(timer->data);
+  uint64_t now = uv_now(self->loop_);
+  for (auto it = self->connections_.begin(); it != self->connections_.end();) {
+    Connection* c = *it++;  // expiring may not erase now (erase happens in the close callback)
+    c->expire_if_stale(now);
+  }
+}
+
+void Server::forget(Connection* c) { connections_.erase(c->position); }
+
+void Server::close() {
+  if (closed_) return;
+  closed_ = true;
+  if (tcp_) uv_close(reinterpret_cast<uv_handle_t*>(tcp_.get()), nullptr);
+  if (pipe_) uv_close(reinterpret_cast<uv_handle_t*>(pipe_.get()), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sweep_), nullptr);
+  if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
+  for (Connection* c : connections_) c->close();
+}
+
+}  // namespace ftllm::http

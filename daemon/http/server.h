@@ -1,0 +1,65 @@
+// An HTTP/1.1 server on a libuv loop: one listener (TCP or Unix socket) serving one Router.
+// All of it runs on the loop thread.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "request_parser.h"
+#include "router.h"
+
+namespace ftllm::http {
+
+struct ServerLimits {
+  ParseLimits parse;
+  size_t max_connections = 1024;
+  uint64_t idle_timeout_ms = 75'000;     // a keep-alive connection with nothing to do
+  uint64_t request_timeout_ms = 30'000;  // from the first byte of a request to its last
+};
+
+class Connection;
+
+class Server {
+ public:
+  Server(uv_loop_t* loop, const Router& router, ServerLimits limits);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Each returns an empty string once listening, else what went wrong and what to do about it.
+  std::string listen_tcp(const std::string& host, uint16_t port);
+  std::string listen_unix(const std::string& path, unsigned mode, const std::string& group);
+
+  // "127.0.0.1:8080" (the real port when 0 was asked for) or the socket path.
+  const std::string& address() const { return address_; }
+  size_t connection_count() const { return connections_.size(); }
+
+  // Stops listening and closes every connection; the loop ends once all handles are closed.
+  void close();
+
+ private:
+  friend class Connection;
+  static void on_connection(uv_stream_t* listener, int status);
+  static void on_sweep(uv_timer_t* timer);
+  void forget(Connection* c);
+
+  uv_loop_t* loop_;
+  const Router& router_;
+  ServerLimits limits_;
+  std::unique_ptr<uv_tcp_t> tcp_;
+  std::unique_ptr<uv_pipe_t> pipe_;
+  uv_timer_t sweep_{};
+  bool sweep_started_ = false;
+  std::string address_;
+  std::string unix_path_;  // removed on close
+  std::list<Connection*> connections_;
+  std::vector<char> read_buffer_;  // shared: reads are handled synchronously on the loop thread
+  bool closed_ = false;
+};
+
+}  // namespace ftllm::http

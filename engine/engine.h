@@ -1,0 +1,56 @@
+// The engine's only face: everything the daemon and tests may call.
+// No libuv, sockets, HTTP or API JSON on this side of the line.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ftllm {
+
+// What a call into the engine produced: ok, or a message a person can act on.
+struct Status {
+  bool ok = true;
+  std::string message;
+  static Status success() { return {}; }
+  static Status error(std::string msg) { return {false, std::move(msg)}; }
+};
+
+// A place that can hold weights and run kernels.
+struct DeviceInfo {
+  std::string id;    // "numa:0", "cuda:0"; the names placement options use
+  std::string name;  // human-readable: "NUMA node 0", "NVIDIA H200"
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+};
+
+// The devices this machine offers, and why an expected kind is absent (for example the CUDA driver
+// missing), so that status can tell the user rather than show an empty list.
+struct DeviceReport {
+  std::vector<DeviceInfo> devices;
+  std::vector<std::string> notes;
+};
+
+// A model resident in the engine, as listed by /v1/models and the admin status.
+struct ModelInfo {
+  std::string name;
+  std::string source;
+  std::string architecture;
+};
+
+// Owns the resident models. Thread-safe: the daemon's loop thread and load threads may call it at once.
+class Engine {
+ public:
+  std::vector<ModelInfo> models() const;
+  DeviceReport devices() const;
+  bool cuda_built() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<ModelInfo> models_;
+};
+
+const char* engine_version();
+
+}  // namespace ftllm
