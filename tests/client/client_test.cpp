@@ -1,0 +1,32 @@
+// ftllmctl's pieces that need no daemon: formatting and what it says when nothing listens.
+#include <boost/test/unit_test.hpp>
+
+#include "admin_client.h"
+#include "table.h"
+
+using namespace ftllm::client;
+
+BOOST_AUTO_TEST_CASE(bytes_and_durations_read_well) {
+  BOOST_TEST(format_bytes(512) == "512 B");
+  BOOST_TEST(format_bytes(1536) == "1.5 KiB");
+  BOOST_TEST(format_bytes(25276502016.0) == "23.5 GiB");
+  BOOST_TEST(format_duration(59.9) == "59s");
+  BOOST_TEST(format_duration(3725) == "1h 02m 05s");
+  BOOST_TEST(format_duration(90061) == "1d 01h 01m");
+}
+
+BOOST_AUTO_TEST_CASE(table_pads_columns) {
+  Table t({"A", "LONGER"});
+  t.add({"value", "x"});
+  BOOST_TEST(t.render() == "A       LONGER\nvalue   x\n");
+}
+
+BOOST_AUTO_TEST_CASE(absent_daemon_is_reported_with_the_socket_path) {
+  AdminClient client("/nonexistent-dir/ftllmd.sock");
+  AdminReply reply;
+  AdminFailure failure;
+  BOOST_TEST(!client.call("GET", "/admin/v1/status", "", reply, failure));
+  BOOST_TEST(failure.not_running);
+  BOOST_TEST(failure.message.find("ftllmd is not running") == 0u);
+  BOOST_TEST(failure.message.find("/nonexistent-dir/ftllmd.sock") != std::string::npos);
+}

@@ -1,0 +1,157 @@
+// Config parsing: the shipped default, every kind of error with its line, and the overrides.
+#include <boost/test/unit_test.hpp>
+
+#include "config.h"
+#include "options.h"
+
+using namespace ftllm::daemon;
+
+namespace {
+
+ConfigError expect_error(const std::string& text) {
+  ConfigResult r = parse_config(text, "test.conf");
+  BOOST_REQUIRE_MESSAGE(!r.config, "expected an error for:\n" + text);
+  BOOST_REQUIRE(r.error);
+  return *r.error;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(config)
+
+BOOST_AUTO_TEST_CASE(shipped_default_config_is_valid_and_matches_builtin_defaults) {
+  ConfigResult r = load_config_file(FTLLM_SOURCE_ROOT "/config/ftllmd.conf");
+  BOOST_REQUIRE_MESSAGE(r.config.has_value(), (r.error ? r.error->to_string() : ""));
+  Config builtin;
+  BOOST_TEST(r.config->listen.to_string() == "127.0.0.1:8080");
+  BOOST_TEST(r.config->listen.to_string() == builtin.listen.to_string());
+  BOOST_TEST(r.config->admin_socket == "/run/ftllmd/admin.sock");
+  BOOST_TEST(r.config->admin_socket_mode == 0660u);
+  BOOST_TEST(r.config->admin_socket_group == "ftllm");
+  BOOST_TEST(r.config->api_key.empty());
+  BOOST_TEST(r.config->max_body_bytes == builtin.max_body_bytes);
+  BOOST_TEST(r.config->max_header_bytes == builtin.max_header_bytes);
+  BOOST_TEST(int(r.config->log_level) == int(LogLevel::Info));
+}
+
+BOOST_AUTO_TEST_CASE(valid_file_sets_every_key) {
+  ConfigResult r = parse_config(R"(
+[server]
+listen = "[::1]:9000"
+api_key = "sk-test"
+max_header_bytes = 8192
+max_body_bytes = 1048576
+max_connections = 10
+
+[admin]
+socket = "/tmp/x/admin.sock"
+socket_group = ""
+socket_mode = "0600"
+
+[log]
+level = "debug"
+)",
+                                "test.conf");
+  BOOST_REQUIRE_MESSAGE(r.config.has_value(), (r.error ? r.error->to_string() : ""));
+  const Config& c = *r.config;
+  BOOST_TEST(c.listen.host == "::1");
+  BOOST_TEST(c.listen.port == 9000);
+  BOOST_TEST(c.listen.to_string() == "[::1]:9000");
+  BOOST_TEST(c.api_key == "sk-test");
+  BOOST_TEST(c.max_header_bytes == 8192u);
+  BOOST_TEST(c.max_body_bytes == 1048576u);
+  BOOST_TEST(c.max_connections == 10u);
+  BOOST_TEST(c.admin_socket == "/tmp/x/admin.sock");
+  BOOST_TEST(c.admin_socket_group == "");
+  BOOST_TEST(c.admin_socket_mode == 0600u);
+  BOOST_TEST(int(c.log_level) == int(LogLevel::Debug));
+}
+
+BOOST_AUTO_TEST_CASE(empty_file_gives_defaults) {
+  ConfigResult r = parse_config("# nothing\n", "empty.conf");
+  BOOST_REQUIRE(r.config);
+  BOOST_TEST(r.config->listen.port == 8080);
+}
+
+BOOST_AUTO_TEST_CASE(toml_syntax_error_names_line_and_column) {
+  ConfigError e = expect_error("[server]\nlisten = \"127.0.0.1:8080\"\napi_key = \n");
+  BOOST_TEST(e.line == 3u);
+  BOOST_TEST(e.to_string().starts_with("test.conf:3:"));
+}
+
+BOOST_AUTO_TEST_CASE(unterminated_string_is_reported) {
+  ConfigError e = expect_error("[log]\nlevel = \"info\n");
+  BOOST_TEST(e.line == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(unknown_section_is_named_with_the_known_ones) {
+  ConfigError e = expect_error("[server]\n\n[sever2]\nx = 1\n");
+  BOOST_TEST(e.line == 3u);
+  BOOST_TEST(e.reason.find("unknown section [sever2]") != std::string::npos);
+  BOOST_TEST(e.reason.find("[server]") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_is_named_with_the_known_ones) {
+  ConfigError e = expect_error("[server]\nlisten = \"127.0.0.1:1\"\nlisen = \"x\"\n");
+  BOOST_TEST(e.line == 3u);
+  BOOST_TEST(e.column == 1u);
+  BOOST_TEST(e.reason.find("unknown key \"lisen\" in [server]") != std::string::npos);
+  BOOST_TEST(e.reason.find("listen") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_type_names_the_key) {
+  ConfigError e = expect_error("[server]\nmax_body_bytes = \"big\"\n");
+  BOOST_TEST(e.line == 2u);
+  BOOST_TEST(e.reason == "server.max_body_bytes must be an integer");
+  e = expect_error("[server]\nlisten = 8080\n");
+  BOOST_TEST(e.reason == "server.listen must be a string");
+}
+
+BOOST_AUTO_TEST_CASE(section_that_is_not_a_table) {
+  ConfigError e = expect_error("server = 1\n");
+  BOOST_TEST(e.line == 1u);
+  BOOST_TEST(e.reason.find("must be a [section]") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_are_explained) {
+  BOOST_TEST(expect_error("[server]\nlisten = \"127.0.0.1\"\n").reason.find("HOST:PORT") != std::string::npos);
+  BOOST_TEST(expect_error("[server]\nlisten = \"127.0.0.1:70000\"\n").reason.find("0 to 65535") != std::string::npos);
+  BOOST_TEST(expect_error("[server]\nlisten = \"example.com:80\"\n").reason.find("not an IPv4 or IPv6") != std::string::npos);
+  BOOST_TEST(expect_error("[server]\nlisten = \"[::1:80\"\n").reason.find("[IPV6]:PORT") != std::string::npos);
+  BOOST_TEST(expect_error("[server]\nmax_connections = 0\n").reason.find("between 1 and") != std::string::npos);
+  BOOST_TEST(expect_error("[admin]\nsocket = \"relative.sock\"\n").reason.find("absolute path") != std::string::npos);
+  BOOST_TEST(expect_error("[admin]\nsocket_mode = \"0999\"\n").reason.find("octal") != std::string::npos);
+  BOOST_TEST(expect_error("[log]\nlevel = \"loud\"\n").reason.find("error, warn, info, debug") != std::string::npos);
+  BOOST_TEST(expect_error("[log]\n\nlevel = \"loud\"\n").line == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(unreadable_file_names_the_path) {
+  ConfigResult r = load_config_file("/nonexistent/ftllmd.conf");
+  BOOST_REQUIRE(r.error);
+  BOOST_TEST(r.error->line == 0u);
+  BOOST_TEST(r.error->to_string() == "/nonexistent/ftllmd.conf: cannot read the file: No such file or directory");
+}
+
+BOOST_AUTO_TEST_CASE(command_line_overrides_the_file) {
+  OptionsResult o = parse_options({"--config", "/etc/x.conf", "--listen=0.0.0.0:81", "--admin-socket", "/tmp/a.sock",
+                                   "--api_key", "k", "--log-level", "warn"});
+  BOOST_REQUIRE(o.error.empty());
+  BOOST_TEST(*o.options.config_path == "/etc/x.conf");
+  Config c;
+  BOOST_TEST(apply_overrides(o.options, c).empty());
+  BOOST_TEST(c.listen.to_string() == "0.0.0.0:81");
+  BOOST_TEST(c.admin_socket == "/tmp/a.sock");
+  BOOST_TEST(c.api_key == "k");
+  BOOST_TEST(int(c.log_level) == int(LogLevel::Warn));
+}
+
+BOOST_AUTO_TEST_CASE(command_line_errors) {
+  BOOST_TEST(parse_options({"--bogus"}).error == "unknown option --bogus");
+  BOOST_TEST(parse_options({"--listen"}).error == "option --listen needs a value");
+  BOOST_TEST(parse_options({"stray"}).error == "unexpected argument \"stray\"");
+  OptionsResult o = parse_options({"--listen", "nonsense"});
+  Config c;
+  BOOST_TEST(apply_overrides(o.options, c).find("--listen nonsense") == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

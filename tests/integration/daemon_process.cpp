@@ -1,0 +1,172 @@
+#include "daemon_process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace ftllm::test {
+
+std::string env_or_fail(const char* name) {
+  const char* v = std::getenv(name);
+  BOOST_REQUIRE_MESSAGE(v && *v, std::string("environment variable ") + name + " is not set (run through meson test)");
+  return v;
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/ftllm-test-XXXXXX";
+  BOOST_REQUIRE(mkdtemp(tmpl));
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+DaemonProcess::DaemonProcess(const TempDir& dir, std::vector<std::string> extra_args) : dir_(dir) {
+  std::string notify_path = dir.file("notify-" + std::to_string(getpid()) + "-" + std::to_string(rand()));
+  notify_fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, notify_path.c_str(), sizeof addr.sun_path - 1);
+  BOOST_REQUIRE(::bind(notify_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+
+  socket_path_ = dir.file("admin.sock");
+  std::vector<std::string> args = {env_or_fail("FTLLMD"), "--listen", "127.0.0.1:0", "--admin-socket", socket_path_};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::vector<std::string> env_strings = {"NOTIFY_SOCKET=" + notify_path};
+  for (char** e = environ; *e; ++e)
+    if (!std::string_view(*e).starts_with("NOTIFY_SOCKET=")) env_strings.push_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  std::string log_path = dir.file("ftllmd.log");
+  posix_spawn_file_actions_addopen(&actions, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  BOOST_REQUIRE_MESSAGE(rc == 0, "cannot start " << args[0] << ": " << std::strerror(rc));
+
+  ready_message_ = next_notification();
+  BOOST_REQUIRE_MESSAGE(ready_message_.find("READY=1") != std::string::npos,
+                        "no READY=1 from ftllmd; its log:\n" << log());
+  std::smatch m;
+  BOOST_REQUIRE_MESSAGE(std::regex_search(ready_message_, m, std::regex(R"(http://127\.0\.0\.1:(\d+))")),
+                        "READY message without the address: " << ready_message_);
+  port_ = std::stoi(m[1]);
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0) stop(SIGKILL);
+  if (notify_fd_ >= 0) ::close(notify_fd_);
+}
+
+std::string DaemonProcess::next_notification(std::chrono::milliseconds timeout) {
+  pollfd p{notify_fd_, POLLIN, 0};
+  if (poll(&p, 1, int(timeout.count())) <= 0) return "";
+  char buf[4096];
+  ssize_t n = ::recv(notify_fd_, buf, sizeof buf, 0);
+  return n > 0 ? std::string(buf, size_t(n)) : "";
+}
+
+int DaemonProcess::stop(int signal, std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, signal);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return -1;
+}
+
+std::string DaemonProcess::log() const {
+  std::ifstream in(dir_.file("ftllmd.log"));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+CommandResult run_command(const std::string& command_line) {
+  static int counter = 0;
+  std::string err_path = "/tmp/ftllm-test-cmd-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+  CommandResult result;
+  FILE* pipe = ::popen((command_line + " 2>" + err_path).c_str(), "r");
+  BOOST_REQUIRE(pipe);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) result.out.append(buf, n);
+  int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream s;
+  s << err.rdbuf();
+  result.err = s.str();
+  std::remove(err_path.c_str());
+  return result;
+}
+
+namespace {
+int connect_loopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+}  // namespace
+
+void send_and_vanish(int port, const std::string& bytes) {
+  int fd = connect_loopback(port);
+  BOOST_REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size()));
+  ::close(fd);
+}
+
+std::string raw_exchange(int port, const std::string& bytes) {
+  int fd = connect_loopback(port);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  BOOST_REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size()));
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, size_t(n));
+  ::close(fd);
+  return got;
+}
+
+}  // namespace ftllm::test

@@ -1,0 +1,255 @@
+// ftllmd as users meet it: started for real, driven with curl, ftllmctl and raw sockets.
+#define BOOST_TEST_MODULE integration
+#include <signal.h>
+#include <simdjson.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <fstream>
+
+#include "daemon_process.h"
+#include "ftllm_version.h"
+
+using namespace ftllm::test;
+
+namespace {
+
+struct HttpResult {
+  int status = 0;
+  std::string body;
+};
+
+// curl, as a user would run it. The status code comes on the last line.
+HttpResult curl(const std::string& args) {
+  CommandResult r = run_command("curl -s -S --max-time 10 -w '\\n%{http_code}' " + args);
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, "curl " << args << " failed: " << r.err);
+  size_t nl = r.out.rfind('\n');
+  return {std::stoi(r.out.substr(nl + 1)), r.out.substr(0, nl)};
+}
+
+simdjson::dom::element parse_json(simdjson::dom::parser& parser, const std::string& text) {
+  simdjson::dom::element doc;
+  auto error = parser.parse(text).get(doc);
+  BOOST_REQUIRE_MESSAGE(!error, "not JSON: " << text);
+  return doc;
+}
+
+std::string ftllmctl(const std::string& args) { return env_or_fail("FTLLMCTL") + " " + args; }
+
+void expect_serving(const DaemonProcess& d) {
+  HttpResult health = curl(d.base_url() + "/health");
+  BOOST_TEST(health.status == 200);
+  BOOST_TEST(health.body == R"({"status":"ok"})");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ready_health_and_models) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  BOOST_TEST(d.ready_message().find("STATUS=serving") != std::string::npos);
+  BOOST_TEST(d.port() > 0);
+
+  expect_serving(d);
+  HttpResult models = curl(d.base_url() + "/v1/models");
+  BOOST_TEST(models.status == 200);
+  simdjson::dom::parser parser;
+  auto doc = parse_json(parser, models.body);
+  BOOST_TEST(std::string_view(doc["object"]) == "list");
+  BOOST_TEST(simdjson::dom::array(doc["data"]).size() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(admin_socket_has_the_configured_mode) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  struct stat st {};
+  BOOST_REQUIRE(::stat(d.socket_path().c_str(), &st) == 0);
+  BOOST_TEST(S_ISSOCK(st.st_mode));
+  BOOST_TEST((st.st_mode & 0777) == 0660u);
+}
+
+BOOST_AUTO_TEST_CASE(ftllmctl_status_table_and_json) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  CommandResult table = run_command(ftllmctl("--socket " + d.socket_path() + " status"));
+  BOOST_TEST_REQUIRE(table.exit_code == 0, table.err);
+  BOOST_TEST(table.out.find("ftllmd " FTLLM_VERSION ", pid " + std::to_string(d.pid())) == 0u);
+  BOOST_TEST(table.out.find("http://127.0.0.1:" + std::to_string(d.port())) != std::string::npos);
+  BOOST_TEST(table.out.find("numa:0") != std::string::npos);
+  BOOST_TEST(table.out.find("models: none loaded") != std::string::npos);
+
+  // The environment variable works as well as --socket; --json prints the daemon's reply.
+  CommandResult json = run_command("FTLLMD_SOCKET=" + d.socket_path() + " " + ftllmctl("status --json"));
+  BOOST_TEST_REQUIRE(json.exit_code == 0, json.err);
+  simdjson::dom::parser parser;
+  auto doc = parse_json(parser, json.out);
+  BOOST_TEST(std::string_view(doc["version"]) == FTLLM_VERSION);
+  BOOST_TEST(int64_t(doc["pid"]) == d.pid());
+  BOOST_TEST(double(doc["uptime_seconds"]) >= 0.0);
+  BOOST_TEST(std::string_view(doc["listen"]) == "127.0.0.1:" + std::to_string(d.port()));
+  BOOST_TEST(std::string_view(doc["admin_socket"]) == d.socket_path());
+  BOOST_TEST(simdjson::dom::array(doc["models"]).size() == 0u);
+  BOOST_TEST(simdjson::dom::array(doc["devices"]).size() >= 1u);
+
+  // curl --unix-socket reaches the same admin API.
+  HttpResult raw = curl("--unix-socket " + d.socket_path() + " http://ftllmd/admin/v1/status");
+  BOOST_TEST(raw.status == 200);
+  BOOST_TEST(raw.body.find("\"models\":[]") != std::string::npos);
+
+  // Asking for a model that is not there fails clearly.
+  CommandResult missing = run_command(ftllmctl("--socket " + d.socket_path() + " status nosuchmodel"));
+  BOOST_TEST(missing.exit_code == 1);
+  BOOST_TEST(missing.err.find("no model named \"nosuchmodel\"") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(ftllmctl_says_when_the_daemon_is_not_running) {
+  TempDir dir;
+  std::string path = dir.file("absent.sock");
+  CommandResult r = run_command(ftllmctl("--socket " + path + " status"));
+  BOOST_TEST(r.exit_code == 3);
+  BOOST_TEST(r.out.empty());
+  BOOST_TEST(r.err.find("ftllmd is not running") != std::string::npos);
+  BOOST_TEST(r.err.find(path) != std::string::npos);
+  BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one line
+}
+
+BOOST_AUTO_TEST_CASE(unknown_path_is_404_json) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  HttpResult r = curl(d.base_url() + "/v1/nothing-here");
+  BOOST_TEST(r.status == 404);
+  simdjson::dom::parser parser;
+  auto doc = parse_json(parser, r.body);
+  BOOST_TEST(std::string_view(doc["error"]["code"]) == "unknown_url");
+  BOOST_TEST(std::string_view(doc["error"]["message"]).find("/v1/nothing-here") != std::string_view::npos);
+
+  // The admin API is not reachable over TCP.
+  BOOST_TEST(curl(d.base_url() + "/admin/v1/status").status == 404);
+  // A known path with the wrong method is 405.
+  BOOST_TEST(curl("-X DELETE " + d.base_url() + "/v1/models").status == 405);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_and_oversized_requests_fail_alone) {
+  TempDir dir;
+  DaemonProcess d(dir, {"--log-level", "debug"});
+
+  std::string reply = raw_exchange(d.port(), "GARBAGE\r\n\r\n");
+  BOOST_TEST(reply.starts_with("HTTP/1.1 400 Bad Request\r\n"));
+  BOOST_TEST(reply.find("Connection: close") != std::string::npos);
+  BOOST_TEST(reply.find(R"("code":"bad_request")") != std::string::npos);
+  expect_serving(d);
+
+  reply = raw_exchange(d.port(), "POST /v1/models HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n");
+  BOOST_TEST(reply.starts_with("HTTP/1.1 413 "));
+  reply = raw_exchange(d.port(), "GET / HTTP/1.1\r\nX-Big: " + std::string(70000, 'x') + "\r\n\r\n");
+  BOOST_TEST(reply.starts_with("HTTP/1.1 431 "));
+  expect_serving(d);
+
+  // A client that sends half a request and vanishes changes nothing for the others.
+  send_and_vanish(d.port(), "GET /health HTTP/1.1\r\nHo");
+  send_and_vanish(d.port(), "POST /v1/models HTTP/1.1\r\nContent-Length: 100\r\n\r\nabc");
+  expect_serving(d);
+
+  // Pipelined keep-alive requests are answered in order on one connection.
+  reply = raw_exchange(d.port(),
+                       "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  size_t first = reply.find(R"({"status":"ok"})");
+  size_t second = reply.find(R"({"object":"list","data":[]})");
+  BOOST_TEST(first != std::string::npos);
+  BOOST_TEST(second != std::string::npos);
+  BOOST_TEST(first < second);
+}
+
+BOOST_AUTO_TEST_CASE(api_key_guards_the_api_but_not_health) {
+  TempDir dir;
+  DaemonProcess d(dir, {"--api_key", "sk-secret"});
+  HttpResult denied = curl(d.base_url() + "/v1/models");
+  BOOST_TEST(denied.status == 401);
+  BOOST_TEST(denied.body.find("invalid_api_key") != std::string::npos);
+  BOOST_TEST(curl("-H 'Authorization: Bearer wrong' " + d.base_url() + "/v1/models").status == 401);
+  BOOST_TEST(curl("-H 'Authorization: Bearer sk-secret' " + d.base_url() + "/v1/models").status == 200);
+  expect_serving(d);
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_notifies_stopping_and_exits_zero) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  std::string socket = d.socket_path();
+  expect_serving(d);
+  ::kill(d.pid(), SIGTERM);
+  std::string msg = d.next_notification();
+  BOOST_TEST(msg.find("STOPPING=1") != std::string::npos);
+  BOOST_TEST(d.stop(0) == 0);
+  BOOST_TEST(::access(socket.c_str(), F_OK) != 0);  // the socket file is gone
+}
+
+BOOST_AUTO_TEST_CASE(sigint_exits_zero) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  BOOST_TEST(d.stop(SIGINT) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(second_daemon_on_the_same_socket_refuses) {
+  TempDir dir;
+  DaemonProcess first(dir);
+  CommandResult second = run_command(env_or_fail("FTLLMD") + " --listen 127.0.0.1:0 --admin-socket " +
+                                     first.socket_path());
+  BOOST_TEST(second.exit_code == 1);
+  BOOST_TEST(second.err.find("another ftllmd is already serving") != std::string::npos);
+  expect_serving(first);
+  BOOST_TEST(run_command(ftllmctl("--socket " + first.socket_path() + " status")).exit_code == 0);
+}
+
+BOOST_AUTO_TEST_CASE(stale_socket_of_a_dead_daemon_is_replaced) {
+  TempDir dir;
+  {
+    DaemonProcess dead(dir);
+    BOOST_TEST(dead.stop(SIGKILL) == 128 + SIGKILL);
+  }
+  BOOST_TEST(::access(dir.file("admin.sock").c_str(), F_OK) == 0);  // left behind by the kill
+  DaemonProcess d(dir);
+  BOOST_TEST(run_command(ftllmctl("--socket " + d.socket_path() + " status")).exit_code == 0);
+}
+
+BOOST_AUTO_TEST_CASE(check_config_reports_line_and_reason) {
+  TempDir dir;
+  std::string bad = dir.file("bad.conf");
+  std::ofstream(bad) << "[server]\nlisten = \"127.0.0.1:8080\"\nmax_body_bytes = \"lots\"\n";
+  CommandResult r = run_command(env_or_fail("FTLLMD") + " --check-config " + bad);
+  BOOST_TEST(r.exit_code == 1);
+  BOOST_TEST(r.err == bad + ":3:18: server.max_body_bytes must be an integer\n");
+
+  CommandResult ok = run_command(env_or_fail("FTLLMD") + " --check-config " + env_or_fail("FTLLM_DEFAULT_CONF"));
+  BOOST_TEST(ok.exit_code == 0, ok.err);
+
+  // A broken config stops the daemon before it listens, with the same message.
+  CommandResult start = run_command(env_or_fail("FTLLMD") + " --config " + bad);
+  BOOST_TEST(start.exit_code == 1);
+  BOOST_TEST(start.err.find(":3:18: server.max_body_bytes must be an integer") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(started_from_the_default_config_file) {
+  // The shipped config with only the addresses overridden: what `systemctl start ftllmd` runs.
+  TempDir dir;
+  DaemonProcess d(dir, {"--config", env_or_fail("FTLLM_DEFAULT_CONF")});
+  expect_serving(d);
+}
+
+BOOST_AUTO_TEST_CASE(sighup_reloads_the_api_key) {
+  TempDir dir;
+  std::string conf = dir.file("ftllmd.conf");
+  std::ofstream(conf) << "[server]\napi_key = \"one\"\n";
+  DaemonProcess d(dir, {"--config", conf});
+  BOOST_TEST(curl("-H 'Authorization: Bearer one' " + d.base_url() + "/v1/models").status == 200);
+  std::ofstream(conf) << "[server]\napi_key = \"two\"\n";
+  ::kill(d.pid(), SIGHUP);
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    usleep(20000);
+    status = curl("-H 'Authorization: Bearer two' " + d.base_url() + "/v1/models").status;
+  }
+  BOOST_TEST(status == 200);
+  BOOST_TEST(curl("-H 'Authorization: Bearer one' " + d.base_url() + "/v1/models").status == 401);
+  BOOST_TEST(d.stop(SIGTERM) == 0);
+}
