@@ -1,6 +1,7 @@
 #include "cuda_devices.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 namespace ftllm::cuda {
 
@@ -18,7 +19,11 @@ void append_cuda_devices(DeviceReport& report) {
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    report.notes.push_back(std::string("cuda: no usable device (") + cudaGetErrorString(err) + ")");
+    // Without libcuda the runtime says "driver version is insufficient", which misleads: say what is missing.
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver) dlclose(driver);
+    report.notes.push_back(driver ? std::string("cuda: no usable device (") + cudaGetErrorString(err) + ")"
+                                  : std::string("cuda: no NVIDIA driver on this machine (libcuda.so.1 not found)"));
     return;
   }
   for (int i = 0; i < n; ++i) {
