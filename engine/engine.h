@@ -3,9 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "scheduler/request.h"
 
 namespace ftllm {
 
@@ -39,16 +43,36 @@ struct ModelInfo {
   std::string architecture;
 };
 
+struct ModelLoadOptions {
+  std::string path;            // a Hugging Face model directory (config.json, *.safetensors)
+  std::string name;            // defaults to the directory's name
+  int threads = 0;             // 0: one per core
+  int64_t context_length = 0;  // 0: the model's own maximum, capped at 8192
+  int32_t max_sequences = 8;
+};
+
+class ModelInstance;
+
 // Owns the resident models. Thread-safe: the daemon's loop thread and load threads may call it at once.
 class Engine {
  public:
+  Engine();
+  ~Engine();
+
+  Status load(const ModelLoadOptions& options);
+  Status unload(const std::string& name);
   std::vector<ModelInfo> models() const;
+
+  // Generates for each request with the named model, batched; results in request order.
+  Status generate(const std::string& model, std::vector<GenerationRequest> requests,
+                  std::vector<GenerationResult>& results);
+
   DeviceReport devices() const;
   bool cuda_built() const;
 
  private:
   mutable std::mutex mu_;
-  std::vector<ModelInfo> models_;
+  std::map<std::string, std::shared_ptr<ModelInstance>> models_;
 };
 
 const char* engine_version();

@@ -1,0 +1,30 @@
+// A whole file mapped read-only. Weights are used in place from the mapping, never copied when
+// their dtype is the one computed with.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace ftllm {
+
+class MappedFile {
+ public:
+  // Throws EngineError naming the path when the file cannot be opened or mapped.
+  static std::shared_ptr<MappedFile> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const unsigned char* data() const { return static_cast<const unsigned char*>(data_); }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace ftllm

@@ -1,0 +1,40 @@
+// A tensor: element type, shape and a pointer to its data, owning the data or viewing someone else's
+// (a memory-mapped weight file, for instance). Row-major; the last dimension is contiguous.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+
+namespace ftllm {
+
+struct Tensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  void* data = nullptr;
+  std::shared_ptr<void> owner;  // keeps `data` alive: an allocation or a mapped file
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
+  int64_t dim(int i) const { return shape[size_t(i < 0 ? int(shape.size()) + i : i)]; }
+  bool empty() const { return data == nullptr; }
+
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+
+  // A fresh zero-filled float32 tensor.
+  static Tensor zeros_f32(std::vector<int64_t> shape);
+  // A fresh tensor of any dtype holding a copy of `bytes`.
+  static Tensor copy_of(DType dtype, std::vector<int64_t> shape, const void* bytes);
+};
+
+std::string shape_string(const std::vector<int64_t>& shape);  // "[2, 64]"
+
+}  // namespace ftllm

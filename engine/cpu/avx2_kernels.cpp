@@ -1,0 +1,160 @@
+// AVX2 + FMA + F16C kernels. This file alone is compiled with -mavx2 -mfma -mf16c; it is only
+// called after cpuid said the processor has them (see kernel_select.cpp).
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels.h"
+
+namespace ftllm::cpu {
+
+const Kernels& avx2_kernel_table();
+
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// Eight weights at index k of a row, widened to float.
+template <DType T>
+inline __m256 load8(const void* row, int64_t k) {
+  if constexpr (T == DType::F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + k);
+  } else if constexpr (T == DType::F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + k)));
+  } else {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <DType T>
+inline float load1(const void* row, int64_t k) {
+  if constexpr (T == DType::F32) return static_cast<const float*>(row)[k];
+  else if constexpr (T == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(row)[k]);
+  else return bf16_to_f32(static_cast<const uint16_t*>(row)[k]);
+}
+
+// Four activation rows against one weight row: the weight chunk is widened once and used four times.
+template <DType T>
+void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const size_t row_bytes = size_t(K) * dtype_size(T);
+  const int64_t K8 = K & ~int64_t(7);
+  for (int64_t n = n0; n < n1; ++n) {
+    const void* row = static_cast<const char*>(w) + size_t(n) * row_bytes;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) {
+      const float* x0 = x + m * K;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t k = 0; k < K8; k += 8) {
+        __m256 wv = load8<T>(row, k);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), wv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + K + k), wv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + 2 * K + k), wv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + 3 * K + k), wv, a3);
+      }
+      float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
+      for (int64_t k = K8; k < K; ++k) {
+        float wk = load1<T>(row, k);
+        s0 += x0[k] * wk;
+        s1 += x0[K + k] * wk;
+        s2 += x0[2 * K + k] * wk;
+        s3 += x0[3 * K + k] * wk;
+      }
+      y[m * ldy + n] = s0;
+      y[(m + 1) * ldy + n] = s1;
+      y[(m + 2) * ldy + n] = s2;
+      y[(m + 3) * ldy + n] = s3;
+    }
+    for (; m < M; ++m) {
+      const float* xm = x + m * K;
+      // Two accumulators hide the FMA latency on the memory-bound single-row (decode) path.
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+      int64_t k = 0;
+      for (; k + 16 <= K8; k += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xm + k), load8<T>(row, k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xm + k + 8), load8<T>(row, k + 8), a1);
+      }
+      for (; k < K8; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xm + k), load8<T>(row, k), a0);
+      float s = hsum(_mm256_add_ps(a0, a1));
+      for (; k < K; ++k) s += xm[k] * load1<T>(row, k);
+      y[m * ldy + n] = s;
+    }
+  }
+}
+
+void matmul(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+            int64_t ldy) {
+  switch (wt) {
+    case DType::F32: return matmul_t<DType::F32>(x, M, K, w, n0, n1, y, ldy);
+    case DType::F16: return matmul_t<DType::F16>(x, M, K, w, n0, n1, y, ldy);
+    case DType::BF16: return matmul_t<DType::BF16>(x, M, K, w, n0, n1, y, ldy);
+  }
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = hsum(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  float ss = hsum(acc);
+  for (; i < n; ++i) ss += x[i] * x[i];
+  float scale = 1.0f / std::sqrt(ss / float(n) + eps);
+  __m256 sv = _mm256_set1_ps(scale);
+  for (i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv), _mm256_loadu_ps(w + i)));
+  for (; i < n; ++i) out[i] = x[i] * scale * w[i];
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  // expf dominates and is exact here; this op is a small share of a layer's work.
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+template <DType T>
+void to_f32_t(const void* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<T>(src, i));
+  for (; i < n; ++i) dst[i] = load1<T>(src, i);
+}
+
+void to_f32(DType t, const void* src, float* dst, int64_t n) {
+  switch (t) {
+    case DType::F32: return to_f32_t<DType::F32>(src, dst, n);
+    case DType::F16: return to_f32_t<DType::F16>(src, dst, n);
+    case DType::BF16: return to_f32_t<DType::BF16>(src, dst, n);
+  }
+}
+
+}  // namespace
+
+const Kernels& avx2_kernel_table() {
+  static const Kernels k{"avx2", matmul, dot, axpy, rmsnorm, silu_mul, to_f32};
+  return k;
+}
+
+}  // namespace ftllm::cpu

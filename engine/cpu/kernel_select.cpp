@@ -1,0 +1,37 @@
+// Picks the kernel table from what cpuid reports, once.
+#include <cpuid.h>
+
+#include "kernels.h"
+
+namespace ftllm::cpu {
+
+const Kernels& avx2_kernel_table();  // avx2_kernels.cpp, built with -mavx2 -mfma -mf16c
+
+namespace {
+
+bool cpu_has_avx2_fma_f16c() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!(fma && osxsave && avx && f16c)) return false;
+  // The OS must save the YMM registers on context switches (XCR0 bits 1 and 2).
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 6u) != 6u) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return b & (1u << 5);  // AVX2
+}
+
+}  // namespace
+
+const Kernels* avx2_kernels() {
+  static const bool ok = cpu_has_avx2_fma_f16c();
+  return ok ? &avx2_kernel_table() : nullptr;
+}
+
+const Kernels& best_kernels() {
+  static const Kernels& k = avx2_kernels() ? *avx2_kernels() : scalar_kernels();
+  return k;
+}
+
+}  // namespace ftllm::cpu

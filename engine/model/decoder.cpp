@@ -1,0 +1,128 @@
+#include "decoder.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "../core/error.h"
+#include "rope.h"
+
+namespace ftllm::model {
+
+namespace {
+
+std::optional<Tensor> maybe_vector(const WeightStore& w, bool wanted, const std::string& name, int64_t n) {
+  if (!wanted) return std::nullopt;
+  return w.vector_f32(name, n);
+}
+
+}  // namespace
+
+DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightStore& w)
+    : config_(std::move(config)), spec_(spec) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
+  const int64_t q_dim = c.num_heads * d, kv_dim = c.num_kv_heads * d;
+
+  embed_ = w.matrix("model.embed_tokens.weight", {c.vocab_size, H});
+  final_norm_ = w.vector_f32("model.norm.weight", H);
+  lm_head_ = c.tie_word_embeddings ? embed_ : w.matrix("lm_head.weight", {c.vocab_size, H});
+
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights L;
+    L.attn_norm = w.vector_f32(p + "input_layernorm.weight", H);
+    L.q = w.matrix(p + "self_attn.q_proj.weight", {q_dim, H});
+    L.k = w.matrix(p + "self_attn.k_proj.weight", {kv_dim, H});
+    L.v = w.matrix(p + "self_attn.v_proj.weight", {kv_dim, H});
+    L.o = w.matrix(p + "self_attn.o_proj.weight", {H, q_dim});
+    L.q_bias = maybe_vector(w, spec.qkv_bias, p + "self_attn.q_proj.bias", q_dim);
+    L.k_bias = maybe_vector(w, spec.qkv_bias, p + "self_attn.k_proj.bias", kv_dim);
+    L.v_bias = maybe_vector(w, spec.qkv_bias, p + "self_attn.v_proj.bias", kv_dim);
+    L.o_bias = maybe_vector(w, spec.o_bias, p + "self_attn.o_proj.bias", H);
+    L.q_norm = maybe_vector(w, spec.qk_norm, p + "self_attn.q_norm.weight", d);
+    L.k_norm = maybe_vector(w, spec.qk_norm, p + "self_attn.k_norm.weight", d);
+    L.mlp_norm = w.vector_f32(p + "post_attention_layernorm.weight", H);
+    L.gate = w.matrix(p + "mlp.gate_proj.weight", {I, H});
+    L.up = w.matrix(p + "mlp.up_proj.weight", {I, H});
+    L.down = w.matrix(p + "mlp.down_proj.weight", {H, I});
+    L.gate_bias = maybe_vector(w, spec.mlp_bias, p + "mlp.gate_proj.bias", I);
+    L.up_bias = maybe_vector(w, spec.mlp_bias, p + "mlp.up_proj.bias", I);
+    L.down_bias = maybe_vector(w, spec.mlp_bias, p + "mlp.down_proj.bias", H);
+    layers_.push_back(std::move(L));
+  }
+  inv_freq_ = rope_inv_freq(c.rope, d);
+}
+
+Tensor DecoderModel::forward(ops::Context& ctx, const Batch& b, kvcache::KvPool& pool,
+                             const std::vector<kvcache::SequenceKv*>& sequences) const {
+  const ModelConfig& c = config_;
+  const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
+  const int64_t q_dim = c.num_heads * d, kv_dim = c.num_kv_heads * d, B = pool.block_tokens();
+  const float eps = float(c.rms_norm_eps);
+  auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
+
+  Tensor x = Tensor::zeros_f32({T, H}), h = Tensor::zeros_f32({T, H});
+  Tensor q = Tensor::zeros_f32({T, q_dim}), k = Tensor::zeros_f32({T, kv_dim}), v = Tensor::zeros_f32({T, kv_dim});
+  Tensor attn = Tensor::zeros_f32({T, q_dim}), proj = Tensor::zeros_f32({T, H});
+  Tensor gate = Tensor::zeros_f32({T, I}), up = Tensor::zeros_f32({T, I});
+  Tensor cos = Tensor::zeros_f32({T, d / 2}), sin = Tensor::zeros_f32({T, d / 2});
+
+  ops::embedding(ctx, embed_, b.tokens, x);
+  rope_tables(inv_freq_, b.positions, cos, sin);
+
+  ops::AttentionShape shape{c.num_heads, c.num_kv_heads, d, B, 0, 1.0f / std::sqrt(float(d))};
+  if (spec_.sliding_window && c.sliding_window) shape.window = *c.sliding_window;
+  std::vector<ops::KvBlocks> kv(sequences.size());
+
+  for (int64_t l = 0; l < int64_t(layers_.size()); ++l) {
+    const LayerWeights& L = layers_[size_t(l)];
+    ops::rmsnorm(ctx, x, L.attn_norm, eps, h);
+    ops::linear(ctx, h, L.q, opt(L.q_bias), q);
+    ops::linear(ctx, h, L.k, opt(L.k_bias), k);
+    ops::linear(ctx, h, L.v, opt(L.v_bias), v);
+    if (L.q_norm) {
+      ops::rmsnorm(ctx, q, *L.q_norm, eps, q);
+      ops::rmsnorm(ctx, k, *L.k_norm, eps, k);
+    }
+    ops::rope(ctx, q, c.num_heads, cos, sin);
+    ops::rope(ctx, k, c.num_kv_heads, cos, sin);
+
+    for (int64_t t = 0; t < T; ++t) {
+      const kvcache::SequenceKv& s = *sequences[size_t(b.seq[size_t(t)])];
+      const int64_t p = b.positions[size_t(t)];
+      const int32_t block = s.block_of(p, B);
+      std::memcpy(pool.key(l, block, p % B), k.as<float>() + t * kv_dim, size_t(kv_dim) * 4);
+      std::memcpy(pool.value(l, block, p % B), v.as<float>() + t * kv_dim, size_t(kv_dim) * 4);
+    }
+    for (size_t s = 0; s < sequences.size(); ++s) {
+      kv[s].keys.clear();
+      kv[s].values.clear();
+      for (int32_t block : sequences[s]->blocks) {
+        kv[s].keys.push_back(pool.key(l, block, 0));
+        kv[s].values.push_back(pool.value(l, block, 0));
+      }
+    }
+    ops::paged_attention(ctx, q, b.positions, b.seq, kv, shape, attn);
+    ops::linear(ctx, attn, L.o, opt(L.o_bias), proj);
+    ops::add(ctx, x, proj);
+
+    ops::rmsnorm(ctx, x, L.mlp_norm, eps, h);
+    ops::linear(ctx, h, L.gate, opt(L.gate_bias), gate);
+    ops::linear(ctx, h, L.up, opt(L.up_bias), up);
+    ops::silu_mul(ctx, gate, up, gate);
+    ops::linear(ctx, gate, L.down, opt(L.down_bias), proj);
+    ops::add(ctx, x, proj);
+  }
+
+  // Only the rows whose next token is wanted go through the final norm and the (large) LM head.
+  const int64_t R = int64_t(b.logit_rows.size());
+  Tensor last = Tensor::zeros_f32({R, H}), normed = Tensor::zeros_f32({R, H});
+  for (int64_t r = 0; r < R; ++r)
+    std::memcpy(last.as<float>() + r * H, x.as<float>() + b.logit_rows[size_t(r)] * H, size_t(H) * 4);
+  ops::rmsnorm(ctx, last, final_norm_, eps, normed);
+  Tensor logits = Tensor::zeros_f32({R, c.vocab_size});
+  ops::linear(ctx, normed, lm_head_, nullptr, logits);
+  return logits;
+}
+
+}  // namespace ftllm::model

@@ -1,0 +1,52 @@
+// The dense decoder-only transformer shared by every architecture in architecture.h: embeddings,
+// N blocks of (RMSNorm, attention with RoPE and GQA, RMSNorm, SwiGLU MLP), final norm, LM head.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "../kvcache/kv_cache.h"
+#include "../ops/ops.h"
+#include "architecture.h"
+#include "model_config.h"
+#include "weights.h"
+
+namespace ftllm::model {
+
+struct LayerWeights {
+  Tensor attn_norm, q, k, v, o;
+  std::optional<Tensor> q_bias, k_bias, v_bias, o_bias;
+  std::optional<Tensor> q_norm, k_norm;
+  Tensor mlp_norm, gate, up, down;
+  std::optional<Tensor> gate_bias, up_bias, down_bias;
+};
+
+// One forward step: any mix of sequences, each token at its position. Tokens of one sequence must
+// come in position order, and every sequence's cache must already hold room for its positions.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> positions;
+  std::vector<int32_t> seq;          // index into the sequences passed to forward()
+  std::vector<int64_t> logit_rows;   // which tokens' next-token logits are wanted
+};
+
+class DecoderModel {
+ public:
+  // Binds every weight with its expected shape; throws EngineError naming a missing or mis-shaped one.
+  DecoderModel(ModelConfig config, DecoderSpec spec, const WeightStore& weights);
+
+  const ModelConfig& config() const { return config_; }
+
+  // Writes the batch's keys and values into the cache and returns float32 logits [logit_rows, vocab].
+  Tensor forward(ops::Context& ctx, const Batch& batch, kvcache::KvPool& pool,
+                 const std::vector<kvcache::SequenceKv*>& sequences) const;
+
+ private:
+  ModelConfig config_;
+  DecoderSpec spec_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<LayerWeights> layers_;
+  std::vector<float> inv_freq_;
+};
+
+}  // namespace ftllm::model

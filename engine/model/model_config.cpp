@@ -1,0 +1,155 @@
+#include "model_config.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+
+#include "../core/error.h"
+
+namespace ftllm::model {
+
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::object;
+
+struct Reader {
+  object obj;
+  const std::string& source;
+
+  EngineError error(const std::string& field, const std::string& why) const {
+    return EngineError(source + ": field \"" + field + "\" " + why);
+  }
+  bool has(const char* key) const {
+    element e;
+    return !obj[key].get(e) && !e.is_null();
+  }
+  int64_t required_int(const char* key) const {
+    if (!has(key)) throw error(key, "is missing; it is required to build the model");
+    return int_or(key, 0);
+  }
+  int64_t int_or(const char* key, int64_t fallback) const {
+    if (!has(key)) return fallback;
+    int64_t v;
+    if (obj[key].get(v) || v < 0) throw error(key, "must be a non-negative integer");
+    return v;
+  }
+  double number_or(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    double v;
+    if (obj[key].get(v)) throw error(key, "must be a number");
+    return v;
+  }
+  bool bool_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    bool v;
+    if (obj[key].get(v)) throw error(key, "must be true or false");
+    return v;
+  }
+};
+
+// "eos_token_id": 2 or [2, 32000].
+void add_token_ids(element e, std::vector<int32_t>& out) {
+  int64_t id;
+  if (!e.get(id)) {
+    out.push_back(int32_t(id));
+    return;
+  }
+  simdjson::dom::array list;
+  if (!e.get(list))
+    for (auto item : list)
+      if (!item.get(id)) out.push_back(int32_t(id));
+}
+
+RopeConfig parse_rope(const Reader& r, const object* scaling_or_null) {
+  RopeConfig rope;
+  rope.theta = r.number_or("rope_theta", 10000.0);
+  if (!scaling_or_null) return rope;
+  object scaling = *scaling_or_null;
+  Reader s{scaling, r.source};
+  if (s.has("rope_theta")) rope.theta = s.number_or("rope_theta", rope.theta);
+  std::string_view type;
+  if (scaling["rope_type"].get(type) && scaling["type"].get(type)) type = "default";
+  if (type == "default") return rope;
+  if (type == "linear") {
+    rope.type = RopeType::Linear;
+  } else if (type == "llama3") {
+    rope.type = RopeType::Llama3;
+    rope.low_freq_factor = s.number_or("low_freq_factor", 1.0);
+    rope.high_freq_factor = s.number_or("high_freq_factor", 4.0);
+    rope.original_max_position_embeddings = s.int_or("original_max_position_embeddings", 8192);
+  } else {
+    throw r.error("rope_scaling", "has type \"" + std::string(type) + "\", which is not supported (default, linear, llama3)");
+  }
+  rope.factor = s.number_or("factor", 1.0);
+  if (rope.factor <= 0) throw r.error("rope_scaling", "needs a positive factor");
+  return rope;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string text(json_text);
+  object obj;
+  if (auto err = parser.parse(text).get(obj))
+    throw EngineError(source + ": not a JSON object (" + simdjson::error_message(err) + ")");
+  Reader r{obj, source};
+
+  ModelConfig c;
+  simdjson::dom::array archs;
+  std::string_view arch;
+  if (obj["architectures"].get(archs) || archs.size() == 0 || archs.at(0).get(arch))
+    throw r.error("architectures", "is missing; it names the model class, for example [\"LlamaForCausalLM\"]");
+  c.architecture = arch;
+
+  c.hidden_size = r.required_int("hidden_size");
+  c.intermediate_size = r.required_int("intermediate_size");
+  c.num_layers = r.required_int("num_hidden_layers");
+  c.num_heads = r.required_int("num_attention_heads");
+  c.vocab_size = r.required_int("vocab_size");
+  c.num_kv_heads = r.int_or("num_key_value_heads", c.num_heads);
+  if (c.num_heads == 0 || c.num_kv_heads == 0 || c.num_heads % c.num_kv_heads != 0)
+    throw r.error("num_key_value_heads", "must divide num_attention_heads");
+  c.head_dim = r.int_or("head_dim", c.hidden_size / c.num_heads);
+  if (c.head_dim == 0 || c.head_dim % 2 != 0) throw r.error("head_dim", "must be a positive even number");
+  c.max_position_embeddings = r.int_or("max_position_embeddings", 2048);
+  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
+  c.attention_bias = r.bool_or("attention_bias", false);
+  c.mlp_bias = r.bool_or("mlp_bias", false);
+
+  // Transformers 5 writes rope_parameters (with rope_theta inside); older files rope_theta + rope_scaling.
+  object scaling;
+  bool has_scaling = !obj["rope_parameters"].get(scaling) || !obj["rope_scaling"].get(scaling);
+  c.rope = parse_rope(r, has_scaling ? &scaling : nullptr);
+
+  // Mistral: sliding_window applies when set; Qwen2: only with use_sliding_window.
+  if (r.has("sliding_window") && r.bool_or("use_sliding_window", true))
+    c.sliding_window = r.int_or("sliding_window", 0);
+
+  element e;
+  if (!obj["bos_token_id"].get(e) && !e.is_null()) {
+    std::vector<int32_t> bos;
+    add_token_ids(e, bos);
+    if (!bos.empty()) c.bos_token_id = bos[0];
+  }
+  if (!obj["eos_token_id"].get(e)) add_token_ids(e, c.eos_token_ids);
+  return c;
+}
+
+void merge_generation_config(ModelConfig& config, const std::string& json_text, const std::string& source) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string text(json_text);
+  object obj;
+  if (auto err = parser.parse(text).get(obj))
+    throw EngineError(source + ": not a JSON object (" + simdjson::error_message(err) + ")");
+  element e;
+  std::vector<int32_t> ids;
+  if (!obj["eos_token_id"].get(e)) add_token_ids(e, ids);
+  for (int32_t id : ids)
+    if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) == config.eos_token_ids.end())
+      config.eos_token_ids.push_back(id);
+}
+
+}  // namespace ftllm::model

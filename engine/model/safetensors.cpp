@@ -1,0 +1,96 @@
+#include "safetensors.h"
+
+#include <simdjson.h>
+
+#include <cstring>
+
+#include "../core/error.h"
+#include "../core/tensor.h"
+
+namespace ftllm::model {
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit
+
+std::optional<DType> parse_dtype(std::string_view s) {
+  if (s == "F32") return DType::F32;
+  if (s == "F16") return DType::F16;
+  if (s == "BF16") return DType::BF16;
+  return std::nullopt;
+}
+
+size_t element_size(std::string_view s) {
+  if (s == "F64" || s == "I64" || s == "U64") return 8;
+  if (s == "F32" || s == "I32" || s == "U32") return 4;
+  if (s == "F16" || s == "BF16" || s == "I16" || s == "U16") return 2;
+  if (s == "I8" || s == "U8" || s == "BOOL" || s == "F8_E4M3" || s == "F8_E5M2") return 1;
+  return 0;
+}
+
+}  // namespace
+
+std::map<std::string, StoredTensor> read_safetensors(const std::string& path) {
+  auto file = MappedFile::open(path);
+  const size_t size = file->size();
+  auto fail = [&](const std::string& why) -> EngineError { return EngineError(path + ": " + why); };
+  if (size < 8) throw fail("only " + std::to_string(size) + " bytes: too short to be a safetensors file");
+
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, file->data(), 8);  // little-endian, as x86 is
+  if (header_len > size - 8)
+    throw fail("header length " + std::to_string(header_len) + " runs past the end of the file (" +
+               std::to_string(size) + " bytes): the file is truncated or not safetensors");
+  if (header_len > kMaxHeaderBytes) throw fail("header of " + std::to_string(header_len) + " bytes is implausibly large");
+
+  const unsigned char* data_start = file->data() + 8 + header_len;
+  const size_t data_bytes = size - 8 - header_len;
+
+  simdjson::dom::parser parser;
+  simdjson::padded_string header(reinterpret_cast<const char*>(file->data() + 8), header_len);
+  simdjson::dom::object root;
+  if (auto err = parser.parse(header).get(root))
+    throw fail(std::string("header is not valid JSON (") + simdjson::error_message(err) + ")");
+
+  std::map<std::string, StoredTensor> tensors;
+  for (auto [key, value] : root) {
+    std::string name(key);
+    if (name == "__metadata__") continue;
+    simdjson::dom::object entry;
+    std::string_view dtype;
+    simdjson::dom::array shape, offsets;
+    if (value.get(entry) || entry["dtype"].get(dtype) || entry["shape"].get(shape) ||
+        entry["data_offsets"].get(offsets) || offsets.size() != 2)
+      throw fail("tensor " + name + " lacks dtype, shape or a pair of data_offsets");
+
+    StoredTensor t;
+    t.name = name;
+    t.dtype_name = dtype;
+    t.dtype = parse_dtype(dtype);
+    uint64_t numel = 1;
+    for (auto d : shape) {
+      int64_t dim = 0;
+      if (d.get(dim) || dim < 0) throw fail("tensor " + name + " has a shape entry that is not a size");
+      t.shape.push_back(dim);
+      numel *= uint64_t(dim);
+    }
+    uint64_t begin = 0, end = 0;
+    if (offsets.at(0).get(begin) || offsets.at(1).get(end))
+      throw fail("tensor " + name + " has data_offsets that are not byte positions");
+    if (begin > end || end > data_bytes)
+      throw fail("tensor " + name + " has data offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                 "] outside the file's " + std::to_string(data_bytes) + " data bytes (truncated file?)");
+    size_t esize = element_size(dtype);
+    if (esize == 0) throw fail("tensor " + name + " has unknown dtype " + std::string(dtype));
+    if (numel * esize != end - begin)
+      throw fail("tensor " + name + " of shape " + shape_string(t.shape) + " in " + std::string(dtype) + " needs " +
+                 std::to_string(numel * esize) + " bytes but its offsets span " + std::to_string(end - begin));
+    t.data = data_start + begin;
+    t.bytes = end - begin;
+    t.file = file;
+    tensors.emplace(name, std::move(t));
+  }
+  return tensors;
+}
+
+}  // namespace ftllm::model

@@ -1,0 +1,39 @@
+// What a caller asks the engine to generate, and how it ended. Plain data, shared by engine.h and
+// the scheduler.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ftllm {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy (argmax after penalties)
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;  // Hugging Face's: over prompt and output tokens
+  float presence_penalty = 0.0f;    // OpenAI's: over output tokens
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;     // same seed, same request: same tokens
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's eos ids
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { Stop, Length, Cancelled, Error };
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::Length;
+  std::string error;  // set when finish == Error
+};
+
+}  // namespace ftllm

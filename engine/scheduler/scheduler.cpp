@@ -1,0 +1,98 @@
+#include "scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace ftllm::scheduler {
+
+uint64_t Scheduler::add(GenerationRequest request, std::span<const int32_t> eos_ids) {
+  auto seq = std::make_unique<Sequence>(Sequence{next_id_++, std::move(request), {}, {}, 0, 0, Sampler({})});
+  seq->sampler = Sampler(seq->request.sampling);
+  seq->stop_ids = seq->request.stop_token_ids;
+  if (!seq->request.ignore_eos) seq->stop_ids.insert(seq->stop_ids.end(), eos_ids.begin(), eos_ids.end());
+  seq->context = seq->request.prompt;
+  seq->prompt_size = seq->context.size();
+  uint64_t id = seq->id;
+  if (seq->prompt_size == 0) {
+    sequences_.emplace(id, std::move(seq));
+    fail(id, "the prompt is empty; give at least one token");
+    return id;
+  }
+  if (seq->request.max_tokens <= 0) {
+    sequences_.emplace(id, std::move(seq));
+    finish(sequences_.find(id), FinishReason::Length);
+    return id;
+  }
+  sequences_.emplace(id, std::move(seq));
+  waiting_.push_back(id);
+  return id;
+}
+
+void Scheduler::finish(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator it, FinishReason why,
+                       std::string error) {
+  Sequence& s = *it->second;
+  GenerationResult r;
+  r.tokens.assign(s.context.begin() + int64_t(s.prompt_size), s.context.end());
+  r.finish = why;
+  r.error = std::move(error);
+  finished_.push_back({s.id, std::move(r)});
+  std::erase(running_, s.id);
+  std::erase(waiting_, s.id);
+  sequences_.erase(it);
+}
+
+void Scheduler::cancel(uint64_t seq_id) {
+  auto it = sequences_.find(seq_id);
+  if (it != sequences_.end()) finish(it, FinishReason::Cancelled);
+}
+
+void Scheduler::fail(uint64_t seq_id, std::string message) {
+  auto it = sequences_.find(seq_id);
+  if (it != sequences_.end()) finish(it, FinishReason::Error, std::move(message));
+}
+
+StepPlan Scheduler::plan() {
+  StepPlan plan;
+  int64_t budget = limits_.max_batch_tokens;
+  // Sequences still feeding their prompt (a long one continues in slices), and decoders.
+  for (uint64_t id : running_) {
+    Sequence& s = *sequences_.at(id);
+    int64_t remaining = int64_t(s.context.size()) - s.fed;
+    int64_t n = std::min<int64_t>(remaining, std::max<int64_t>(1, budget));
+    plan.items.push_back({id, std::vector<int32_t>(s.context.begin() + s.fed, s.context.begin() + s.fed + n), s.fed});
+    budget -= n;
+  }
+  while (!waiting_.empty() && int32_t(running_.size()) < limits_.max_running && budget > 0) {
+    uint64_t id = waiting_.front();
+    waiting_.pop_front();
+    running_.push_back(id);
+    Sequence& s = *sequences_.at(id);
+    int64_t n = std::min<int64_t>(int64_t(s.context.size()), budget);
+    plan.items.push_back({id, std::vector<int32_t>(s.context.begin(), s.context.begin() + n), 0});
+    budget -= n;
+  }
+  return plan;
+}
+
+void Scheduler::commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab) {
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    auto it = sequences_.find(plan.items[i].seq_id);
+    if (it == sequences_.end()) continue;  // cancelled during the step
+    Sequence& s = *it->second;
+    s.fed = plan.items[i].start_pos + int64_t(plan.items[i].tokens.size());
+    if (s.fed < int64_t(s.context.size())) continue;  // prompt slice: no token to sample yet
+    std::span<const int32_t> output(s.context.data() + s.prompt_size, s.context.size() - s.prompt_size);
+    int32_t token = s.sampler.next(std::span<float>(logits[i], size_t(vocab)), s.context, output);
+    s.context.push_back(token);
+    const bool stop = std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end();
+    const int64_t produced = int64_t(s.context.size() - s.prompt_size);
+    if (stop)
+      finish(it, FinishReason::Stop);
+    else if (produced >= s.request.max_tokens)
+      finish(it, FinishReason::Length);
+  }
+}
+
+std::vector<Finished> Scheduler::take_finished() { return std::exchange(finished_, {}); }
+
+}  // namespace ftllm::scheduler

