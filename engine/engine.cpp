@@ -18,7 +18,7 @@ Status Engine::load(const ModelLoadOptions& o) {
   try {
     instance = ModelInstance::load(o);
   } catch (const std::exception& e) {
-    return Status::error(e.what());
+    return Status::error("cannot load " + o.path + ": " + e.what());
   }
   std::lock_guard lock(mu_);
   const std::string& name = instance->options().name;

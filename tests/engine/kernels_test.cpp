@@ -1,0 +1,139 @@
+// Every vectorised kernel against the scalar reference, on random data with odd sizes and tails.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/thread_pool.h"
+
+using namespace ftllm;
+using ftllm::cpu::Kernels;
+
+namespace {
+
+struct HasAvx2 {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) {
+    boost::test_tools::assertion_result r(cpu::avx2_kernels() != nullptr);
+    r.message() << "this processor lacks AVX2, FMA or F16C";
+    return r;
+  }
+};
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Weights of dtype t (as raw bytes) holding the rounded values of `src`.
+std::vector<uint16_t> to_half_bits(const std::vector<float>& src, DType t) {
+  std::vector<uint16_t> out(src.size());
+  for (size_t i = 0; i < src.size(); ++i) out[i] = t == DType::F16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
+  return out;
+}
+
+// Summation order differs (8 lanes, FMA), so allow a few ulps of the magnitude summed.
+void check_close(const std::vector<float>& got, const std::vector<float>& want, double magnitude, const char* what) {
+  BOOST_REQUIRE_EQUAL(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    BOOST_REQUIRE_MESSAGE(std::fabs(got[i] - want[i]) <= 1e-5 * magnitude + 1e-6,
+                          what << " element " << i << ": " << got[i] << " vs " << want[i]);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(kernels, *boost::unit_test::precondition(HasAvx2()))
+
+BOOST_AUTO_TEST_CASE(matmul_all_dtypes_odd_shapes) {
+  const Kernels& ref = cpu::scalar_kernels();
+  const Kernels& fast = *cpu::avx2_kernels();
+  std::mt19937 rng(1);
+  for (int64_t K : {1, 7, 8, 9, 31, 64, 100, 257}) {
+    for (int64_t M : {1, 3, 4, 5, 9}) {
+      const int64_t N = 13;
+      auto x = random_floats(size_t(M * K), rng);
+      auto w32 = random_floats(size_t(N * K), rng, 0.5f);
+      for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+        std::vector<uint16_t> half;
+        const void* w = w32.data();
+        if (t != DType::F32) w = (half = to_half_bits(w32, t)).data();
+        // Each kernel writes only columns [2, N - 1): the rest must stay as they were.
+        std::vector<float> want(size_t(M * N), -7.0f), got(size_t(M * N), -7.0f);
+        ref.matmul(t, x.data(), M, K, w, 2, N - 1, want.data(), N);
+        fast.matmul(t, x.data(), M, K, w, 2, N - 1, got.data(), N);
+        BOOST_TEST_CONTEXT("K=" << K << " M=" << M << " dtype=" << dtype_name(t)) {
+          check_close(got, want, double(K), "matmul");
+          BOOST_TEST(got[0] == -7.0f);
+          BOOST_TEST(got[size_t(N - 1)] == -7.0f);
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(vector_kernels_with_tails) {
+  const Kernels& ref = cpu::scalar_kernels();
+  const Kernels& fast = *cpu::avx2_kernels();
+  std::mt19937 rng(2);
+  for (int64_t n : {1, 5, 8, 15, 16, 17, 63, 64, 65, 1000}) {
+    BOOST_TEST_CONTEXT("n=" << n) {
+      auto a = random_floats(size_t(n), rng), b = random_floats(size_t(n), rng), w = random_floats(size_t(n), rng);
+      BOOST_TEST(std::fabs(fast.dot(a.data(), b.data(), n) - ref.dot(a.data(), b.data(), n)) <= 1e-5 * n);
+
+      auto y1 = b, y2 = b;
+      ref.axpy(0.37f, a.data(), y1.data(), n);
+      fast.axpy(0.37f, a.data(), y2.data(), n);
+      check_close(y2, y1, 1.0, "axpy");
+
+      std::vector<float> r1(static_cast<size_t>(n)), r2(static_cast<size_t>(n));
+      ref.rmsnorm(a.data(), w.data(), n, 1e-6f, r1.data());
+      fast.rmsnorm(a.data(), w.data(), n, 1e-6f, r2.data());
+      check_close(r2, r1, 1.0, "rmsnorm");
+
+      ref.silu_mul(a.data(), b.data(), r1.data(), n);
+      fast.silu_mul(a.data(), b.data(), r2.data(), n);
+      check_close(r2, r1, 1.0, "silu_mul");
+
+      for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+        std::vector<uint16_t> half = to_half_bits(a, t);
+        const void* src = t == DType::F32 ? static_cast<const void*>(a.data()) : half.data();
+        ref.to_f32(t, src, r1.data(), n);
+        fast.to_f32(t, src, r2.data(), n);
+        BOOST_TEST(r1 == r2, boost::test_tools::per_element());  // conversions are exact
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(scalar_reference_is_right_on_known_values) {
+  const Kernels& ref = cpu::scalar_kernels();
+  float x[] = {1, 2, 3, 4}, w[] = {1, 1, 1, 1}, out[4];
+  ref.rmsnorm(x, w, 4, 0.0f, out);
+  BOOST_TEST(out[3] == 4.0f / std::sqrt(7.5f), boost::test_tools::tolerance(1e-6f));
+  float y[2];
+  float mat[] = {1, 0, 0, 0, 0, 1, 0, 0};  // 2 x 4
+  ref.matmul(DType::F32, x, 1, 4, mat, 0, 2, y, 2);
+  BOOST_TEST(y[0] == 1.0f);
+  BOOST_TEST(y[1] == 2.0f);
+  ref.silu_mul(x, w, out, 1);
+  BOOST_TEST(out[0] == 1.0f / (1.0f + std::exp(-1.0f)), boost::test_tools::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE(thread_pool_covers_every_index_once) {
+  for (int threads : {1, 2, 3}) {
+    cpu::ThreadPool pool(threads);
+    BOOST_TEST(pool.size() == threads);
+    for (int64_t n : {0, 1, 7, 1000, 100003}) {
+      std::vector<int> hits(size_t(n), 0);
+      for (int round = 0; round < 3; ++round)
+        pool.parallel_for(n, 3, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+        });
+      for (int h : hits) BOOST_REQUIRE_EQUAL(h, 3);
+    }
+  }
+}

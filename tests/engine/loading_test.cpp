@@ -1,0 +1,205 @@
+// Bad model files fail their load with a reason a person can act on, and never crash the process.
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine.h"
+#include "model/safetensors.h"
+
+namespace fs = std::filesystem;
+using namespace ftllm;
+
+namespace {
+
+const fs::path kLlama = fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data" / "models" / "llama-f32";
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+// A copy of the llama fixture in a fresh directory, for a test to break.
+struct ModelCopy {
+  fs::path dir;
+  ModelCopy() {
+    char tmpl[] = "/tmp/ftllm-model-XXXXXX";
+    dir = mkdtemp(tmpl);
+    for (auto& e : fs::directory_iterator(kLlama)) fs::copy(e.path(), dir / e.path().filename());
+  }
+  ~ModelCopy() { fs::remove_all(dir); }
+  fs::path weights() const { return dir / "model.safetensors"; }
+};
+
+std::string load_error(const fs::path& dir) {
+  Engine engine;
+  Status s = engine.load({dir.string(), "m", 1, 64, 1});
+  BOOST_REQUIRE_MESSAGE(!s.ok, "the load should have failed");
+  BOOST_TEST(s.message.starts_with("cannot load " + dir.string() + ": "));
+  BOOST_TEST(engine.models().empty());  // nothing half-loaded
+  BOOST_TEST_MESSAGE(s.message);
+  return s.message;
+}
+
+// Replaces the safetensors header (keeping the data) with `header`.
+void rewrite_header(const fs::path& file, const std::string& header) {
+  std::string bytes = read(file);
+  uint64_t old_len;
+  std::memcpy(&old_len, bytes.data(), 8);
+  std::string data = bytes.substr(8 + old_len);
+  uint64_t len = header.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &len, 8);
+  write(file, out + header + data);
+}
+
+std::string header_of(const fs::path& file) {
+  std::string bytes = read(file);
+  uint64_t len;
+  std::memcpy(&len, bytes.data(), 8);
+  return bytes.substr(8, len);
+}
+
+void replace_in_file(const fs::path& file, const std::string& from, const std::string& to) {
+  std::string text = read(file);
+  size_t at = text.find(from);
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, from + " not in " + file.string());
+  write(file, text.replace(at, from.size(), to));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(load_errors)
+
+BOOST_AUTO_TEST_CASE(the_intact_copy_loads) {
+  ModelCopy m;
+  Engine engine;
+  Status s = engine.load({m.dir.string(), "llama", 1, 64, 1});
+  BOOST_TEST(s.ok, s.message);
+  BOOST_TEST(engine.models().size() == 1u);
+  BOOST_TEST(engine.models()[0].architecture == "LlamaForCausalLM");
+}
+
+BOOST_AUTO_TEST_CASE(unsupported_architecture_is_named_with_the_supported_ones) {
+  ModelCopy m;
+  replace_in_file(m.dir / "config.json", "LlamaForCausalLM", "GPT2LMHeadModel");
+  std::string e = load_error(m.dir);
+  BOOST_TEST(e.find("GPT2LMHeadModel is not supported") != std::string::npos);
+  BOOST_TEST(e.find("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(config_missing_a_required_field) {
+  ModelCopy m;
+  replace_in_file(m.dir / "config.json", "\"hidden_size\"", "\"hidden_sizes\"");
+  std::string e = load_error(m.dir);
+  BOOST_TEST(e.find("config.json: field \"hidden_size\" is missing") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(config_that_is_not_json) {
+  ModelCopy m;
+  write(m.dir / "config.json", "{\"architectures\": [\"LlamaForCausalLM\"");
+  BOOST_TEST(load_error(m.dir).find("config.json: not a JSON object") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(missing_tensor_is_named_with_its_shape) {
+  ModelCopy m;
+  std::string h = header_of(m.weights());
+  size_t at = h.find("model.layers.1.mlp.up_proj.weight");
+  BOOST_REQUIRE(at != std::string::npos);
+  h.replace(at, 33, "model.layers.1.mlp.up_proj.wrong!");
+  rewrite_header(m.weights(), h);
+  std::string e = load_error(m.dir);
+  BOOST_TEST(e.ends_with(": missing tensor model.layers.1.mlp.up_proj.weight (expected shape [160, 64])"));
+}
+
+BOOST_AUTO_TEST_CASE(mis_shaped_tensor_gives_both_shapes) {
+  ModelCopy m;
+  std::string h = header_of(m.weights());
+  size_t at = h.find("\"model.norm.weight\"");
+  BOOST_REQUIRE(at != std::string::npos);
+  size_t shape = h.find("\"shape\":[64]", at);
+  BOOST_REQUIRE(shape != std::string::npos);
+  h.replace(shape, 12, "\"shape\":[8,8]");
+  rewrite_header(m.weights(), h);
+  BOOST_TEST(load_error(m.dir).ends_with(": tensor model.norm.weight has shape [8, 8], expected [64]"));
+}
+
+BOOST_AUTO_TEST_CASE(header_length_past_the_end) {
+  ModelCopy m;
+  std::string bytes = read(m.weights());
+  uint64_t huge = bytes.size();
+  std::memcpy(bytes.data(), &huge, 8);
+  write(m.weights(), bytes);
+  std::string e = load_error(m.dir);
+  BOOST_TEST(e.find("runs past the end of the file") != std::string::npos);
+  BOOST_TEST(e.find(m.weights().string() + ": header length") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(truncated_data_is_offsets_out_of_range) {
+  ModelCopy m;
+  std::string bytes = read(m.weights());
+  write(m.weights(), bytes.substr(0, bytes.size() - 1000));
+  std::string e = load_error(m.dir);
+  BOOST_TEST(e.find("outside the file's") != std::string::npos);
+  BOOST_TEST(e.find("truncated file?") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(header_that_is_not_json) {
+  ModelCopy m;
+  std::string h = header_of(m.weights());
+  h[0] = '[';
+  h[h.size() / 2] = '}';
+  rewrite_header(m.weights(), h);
+  BOOST_TEST(load_error(m.dir).find("header is not valid JSON") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(tiny_file_and_unsupported_dtype) {
+  {
+    ModelCopy m;
+    write(m.weights(), "abc");
+    BOOST_TEST(load_error(m.dir).find("too short to be a safetensors file") != std::string::npos);
+  }
+  {
+    ModelCopy m;
+    std::string h = header_of(m.weights());
+    size_t at = h.find("\"model.norm.weight\"");
+    size_t dt = h.find("\"dtype\":\"F32\"", at);
+    BOOST_REQUIRE(dt != std::string::npos);
+    h.replace(dt, 13, "\"dtype\":\"I32\"");
+    rewrite_header(m.weights(), h);
+    BOOST_TEST(load_error(m.dir).ends_with(": tensor model.norm.weight has dtype I32; supported are F32, F16 and BF16"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(not_a_model_directory) {
+  Engine engine;
+  Status s = engine.load({"/nonexistent/model", "m", 1, 64, 1});
+  BOOST_TEST(!s.ok);
+  BOOST_TEST(s.message == "cannot load /nonexistent/model: /nonexistent/model is not a model directory "
+                          "(expected config.json and *.safetensors)");
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_load_leaves_other_models_serving) {
+  ModelCopy good, bad;
+  write(bad.weights(), "garbage!garbage!");
+  Engine engine;
+  BOOST_REQUIRE(engine.load({good.dir.string(), "good", 1, 64, 1}).ok);
+  BOOST_TEST(!engine.load({bad.dir.string(), "bad", 1, 64, 1}).ok);
+  GenerationRequest r;
+  r.prompt = {5, 6, 7};
+  r.sampling.temperature = 0;
+  r.max_tokens = 4;
+  std::vector<GenerationResult> out;
+  BOOST_TEST(engine.generate("good", {r}, out).ok);
+  BOOST_TEST(out.at(0).tokens.size() == 4u);
+  BOOST_TEST(!engine.generate("bad", {r}, out).ok);
+  BOOST_TEST(engine.unload("good").ok);
+  BOOST_TEST(engine.models().empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

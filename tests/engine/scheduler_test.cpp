@@ -1,0 +1,246 @@
+// Sampling against transformers' logits processors, and the scheduler, KV pages and stop rules with no
+// model at all.
+#include <simdjson.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "kvcache/kv_cache.h"
+#include "scheduler/sampling.h"
+#include "scheduler/scheduler.h"
+
+using namespace ftllm;
+using namespace ftllm::scheduler;
+
+BOOST_AUTO_TEST_SUITE(sampling)
+
+BOOST_AUTO_TEST_CASE(filters_match_transformers_processors) {
+  simdjson::dom::parser parser;
+  auto doc = parser.load(FTLLM_SOURCE_ROOT "/tests/data/sampling.json");
+  std::vector<float> logits;
+  std::vector<int32_t> context;
+  for (double v : doc["logits"].get_array()) logits.push_back(float(v));
+  for (int64_t v : doc["context"].get_array()) context.push_back(int32_t(v));
+  int cases = 0;
+  for (auto c : doc["cases"].get_array()) {
+    SamplingParams p;
+    simdjson::dom::object params = c["params"];
+    for (auto [key, value] : params) {
+      double v = double(value);
+      if (key == "repetition_penalty") p.repetition_penalty = float(v);
+      if (key == "temperature") p.temperature = float(v);
+      if (key == "top_k") p.top_k = int32_t(v);
+      if (key == "top_p") p.top_p = float(v);
+      if (key == "min_p") p.min_p = float(v);
+    }
+    std::vector<float> got = logits;
+    process_logits(p, got, context, {});
+    size_t i = 0;
+    BOOST_TEST_CONTEXT("case " << simdjson::to_string(params)) {
+      for (auto e : c["expected"].get_array()) {
+        if (e.is_null()) {
+          BOOST_TEST(std::isinf(got[i]), "token " << i << " should be filtered out");
+        } else {
+          BOOST_TEST(std::fabs(got[i] - float(double(e))) < 1e-5, "token " << i << ": " << got[i] << " vs " << double(e));
+        }
+        ++i;
+      }
+    }
+    ++cases;
+  }
+  BOOST_TEST(cases == 10);
+}
+
+BOOST_AUTO_TEST_CASE(presence_and_frequency_penalties_count_output_tokens) {
+  SamplingParams p;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  std::vector<float> logits(6, 1.0f);
+  std::vector<int32_t> context = {0, 1, 2, 2, 2, 4};
+  std::vector<int32_t> output = {2, 2, 4};  // the last three of the context
+  process_logits(p, logits, context, output);
+  BOOST_TEST(logits[0] == 1.0f);  // prompt only: no penalty
+  BOOST_TEST(logits[1] == 1.0f);
+  BOOST_TEST(logits[2] == 1.0f - 0.5f - 0.25f * 2);
+  BOOST_TEST(logits[4] == 1.0f - 0.5f - 0.25f);
+  BOOST_TEST(logits[5] == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE(greedy_is_argmax_after_penalties) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  Sampler s(p);
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f};
+  std::vector<int32_t> context = {1};
+  BOOST_TEST(s.next(logits, context, {}) == 2);  // 3 / 2 = 1.5 < 2
+}
+
+BOOST_AUTO_TEST_CASE(seeded_draws_are_reproducible_and_follow_the_distribution) {
+  SamplingParams p;
+  p.seed = 1234;
+  auto draw = [&](uint64_t seed) {
+    p.seed = seed;
+    Sampler s(p);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 20000; ++i) {
+      std::vector<float> logits = {0.0f, std::log(3.0f), -INFINITY};
+      out.push_back(s.next(logits, {}, {}));
+    }
+    return out;
+  };
+  auto a = draw(1234), b = draw(1234), c = draw(99);
+  BOOST_TEST((a == b));
+  BOOST_TEST((a != c));
+  double ones = double(std::count(a.begin(), a.end(), 1)) / double(a.size());
+  BOOST_TEST(std::fabs(ones - 0.75) < 0.015, "P(token 1) = " << ones << ", expected 0.75");
+  BOOST_TEST(std::count(a.begin(), a.end(), 2) == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(scheduler)
+
+namespace {
+// Runs the scheduler with logits that always favour `token_of(step)`, as a fake model.
+struct FakeModel {
+  int64_t vocab = 10;
+  std::vector<std::vector<float>> rows;
+  std::vector<float*> step(const StepPlan& plan, int32_t favourite) {
+    rows.assign(plan.items.size(), std::vector<float>(size_t(vocab), 0.0f));
+    std::vector<float*> ptrs;
+    for (auto& r : rows) {
+      r[size_t(favourite)] = 5.0f;
+      ptrs.push_back(r.data());
+    }
+    return ptrs;
+  }
+};
+GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  return r;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(prefill_then_one_token_per_step_until_length) {
+  Scheduler s;
+  FakeModel m;
+  std::vector<int32_t> eos = {9};
+  uint64_t id = s.add(greedy({1, 2, 3}, 3), eos);
+  StepPlan p1 = s.plan();
+  BOOST_REQUIRE_EQUAL(p1.items.size(), 1u);
+  BOOST_TEST(p1.items[0].tokens == std::vector<int32_t>({1, 2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(p1.items[0].start_pos == 0);
+  s.commit(p1, m.step(p1, 4), m.vocab);
+  StepPlan p2 = s.plan();
+  BOOST_TEST(p2.items[0].tokens == std::vector<int32_t>({4}), boost::test_tools::per_element());
+  BOOST_TEST(p2.items[0].start_pos == 3);
+  s.commit(p2, m.step(p2, 5), m.vocab);
+  StepPlan p3 = s.plan();
+  s.commit(p3, m.step(p3, 6), m.vocab);
+  auto done = s.take_finished();
+  BOOST_REQUIRE_EQUAL(done.size(), 1u);
+  BOOST_TEST(done[0].seq_id == id);
+  BOOST_TEST((done[0].result.finish == FinishReason::Length));
+  BOOST_TEST(done[0].result.tokens == std::vector<int32_t>({4, 5, 6}), boost::test_tools::per_element());
+  BOOST_TEST(s.idle());
+}
+
+BOOST_AUTO_TEST_CASE(eos_and_stop_ids_end_a_sequence_unless_ignored) {
+  Scheduler s;
+  FakeModel m;
+  std::vector<int32_t> eos = {9};
+  GenerationRequest stop_on_7 = greedy({1}, 10);
+  stop_on_7.stop_token_ids = {7};
+  GenerationRequest ignore = greedy({1}, 2);
+  ignore.ignore_eos = true;
+  s.add(greedy({1}, 10), eos);
+  s.add(stop_on_7, eos);
+  s.add(ignore, eos);
+  StepPlan p = s.plan();
+  BOOST_TEST(p.items.size() == 3u);
+  s.commit(p, m.step(p, 9), m.vocab);  // everyone draws eos
+  auto done = s.take_finished();
+  BOOST_REQUIRE_EQUAL(done.size(), 2u);
+  for (auto& f : done) BOOST_TEST((f.result.finish == FinishReason::Stop));
+  p = s.plan();
+  s.commit(p, m.step(p, 7), m.vocab);
+  done = s.take_finished();
+  BOOST_REQUIRE_EQUAL(done.size(), 1u);
+  BOOST_TEST((done[0].result.finish == FinishReason::Length));
+  BOOST_TEST(done[0].result.tokens == std::vector<int32_t>({9, 7}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(long_prompts_are_fed_in_slices_and_running_is_capped) {
+  Scheduler s({4, 2});
+  FakeModel m;
+  s.add(greedy({1, 2, 3, 4, 5, 6, 7, 8, 9, 1}, 1), {});
+  s.add(greedy({1}, 1), {});
+  s.add(greedy({2}, 1), {});
+  StepPlan p = s.plan();
+  BOOST_REQUIRE_EQUAL(p.items.size(), 1u);  // the 4-token budget is used up by the first slice
+  BOOST_TEST(p.items[0].tokens.size() == 4u);
+  s.commit(p, m.step(p, 3), m.vocab);
+  BOOST_TEST(s.take_finished().empty());  // a slice samples nothing
+  p = s.plan();
+  BOOST_TEST(p.items[0].start_pos == 4);
+  BOOST_TEST(p.items[0].tokens.size() == 4u);
+  s.commit(p, m.step(p, 3), m.vocab);
+  p = s.plan();
+  BOOST_REQUIRE_EQUAL(p.items.size(), 2u);  // last slice of 2, and one more sequence (max_running 2)
+  BOOST_TEST(p.items[0].tokens.size() == 2u);
+  BOOST_TEST(s.waiting() == 1u);
+  s.commit(p, m.step(p, 3), m.vocab);
+  BOOST_TEST(s.take_finished().size() == 2u);
+  p = s.plan();
+  s.commit(p, m.step(p, 3), m.vocab);
+  BOOST_TEST(s.take_finished().size() == 1u);
+  BOOST_TEST(s.idle());
+}
+
+BOOST_AUTO_TEST_CASE(cancel_and_errors) {
+  Scheduler s;
+  FakeModel m;
+  uint64_t a = s.add(greedy({1}, 5), {});
+  uint64_t b = s.add(greedy({}, 5), {});
+  auto done = s.take_finished();
+  BOOST_REQUIRE_EQUAL(done.size(), 1u);
+  BOOST_TEST(done[0].seq_id == b);
+  BOOST_TEST((done[0].result.finish == FinishReason::Error));
+  BOOST_TEST(done[0].result.error.find("empty") != std::string::npos);
+  StepPlan p = s.plan();
+  s.cancel(a);  // during the step: its logits are ignored
+  s.commit(p, m.step(p, 1), m.vocab);
+  done = s.take_finished();
+  BOOST_REQUIRE_EQUAL(done.size(), 1u);
+  BOOST_TEST((done[0].result.finish == FinishReason::Cancelled));
+  BOOST_TEST(s.idle());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE(kv_pages_are_shared_and_returned) {
+  kvcache::KvPool pool(2, 2, 4, 16, 5);
+  kvcache::SequenceKv a, b;
+  BOOST_TEST(a.reserve(pool, 33));  // 3 blocks
+  BOOST_TEST(pool.free_blocks() == 2);
+  BOOST_TEST(!b.reserve(pool, 48));  // needs 3: refused, nothing taken
+  BOOST_TEST(pool.free_blocks() == 2);
+  BOOST_TEST(b.reserve(pool, 32));
+  BOOST_TEST(pool.free_blocks() == 0);
+  BOOST_TEST(a.reserve(pool, 48));  // already has room
+  // Rows of different tokens, layers and kinds never overlap.
+  float* k0 = pool.key(0, a.block_of(17, 16), 17 % 16);
+  float* v0 = pool.value(0, a.block_of(17, 16), 17 % 16);
+  float* k1 = pool.key(1, a.block_of(17, 16), 17 % 16);
+  BOOST_TEST(std::abs(k0 - v0) >= 8);
+  BOOST_TEST(std::abs(k0 - k1) >= 8);
+  a.release(pool);
+  BOOST_TEST(pool.free_blocks() == 3);
+  BOOST_TEST(a.blocks.empty());
+}
