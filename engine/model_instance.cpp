@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "model/architecture.h"
+#include "model/gguf_model.h"
 
 namespace ftllm {
 
@@ -32,6 +33,14 @@ int64_t context_of(const ModelLoadOptions& o, const model::ModelConfig& c) {
 
 std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& options) {
   fs::path dir(options.path);
+  if (dir.extension() == ".gguf" && fs::is_regular_file(dir)) {
+    model::GgufModel g = model::load_gguf_model(options.path);
+    const model::Architecture& arch = model::find_architecture(g.config.architecture);
+    auto decoder = std::make_unique<model::DecoderModel>(g.config, arch.spec(g.config), g.weights);
+    ModelLoadOptions o = options;
+    if (o.name.empty()) o.name = dir.stem().string();
+    return std::unique_ptr<ModelInstance>(new ModelInstance(o, std::move(decoder), fs::file_size(dir)));
+  }
   if (!fs::is_directory(dir))
     throw EngineError(options.path + " is not a model directory (expected config.json and *.safetensors)");
   if (!fs::exists(dir / "config.json")) throw EngineError(options.path + " has no config.json");

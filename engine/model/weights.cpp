@@ -83,7 +83,7 @@ Tensor WeightStore::matrix(const std::string& name, const std::vector<int64_t>& 
   t.dtype = *s.dtype;
   t.shape = shape;
   t.data = const_cast<void*>(s.data);  // mapped read-only; kernels never write weights
-  t.owner = s.file;
+  t.owner = s.owner;
   return t;
 }
 

@@ -161,7 +161,7 @@ def make_smollm2_fixture():
     tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
                                                               attn_implementation="eager").eval()
-    messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+    messages = [{"role": "user", "content": "Explain in a few sentences why the sky is blue."}]
     prompt = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
     with torch.no_grad():
         last = model(prompt).logits[0, -1]

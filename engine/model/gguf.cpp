@@ -1,0 +1,214 @@
+#include "gguf.h"
+
+#include <cstring>
+
+#include "../core/error.h"
+#include "../quant/ggml_blocks.h"
+
+namespace ftllm::model {
+
+namespace {
+
+constexpr uint64_t kMaxString = 16u << 20;     // a chat template is kilobytes; 16 MiB is plenty
+constexpr uint64_t kMaxArray = 64u << 20;      // vocabularies are ~10^5 entries
+constexpr uint64_t kMaxCount = 1u << 24;       // tensors or metadata keys
+constexpr int kMaxDims = 4;
+
+enum ValueType : uint32_t { U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 };
+
+class Cursor {
+ public:
+  Cursor(const MappedFile& f) : f_(f) {}
+  size_t pos() const { return pos_; }
+
+  template <typename T>
+  T read() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, f_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string string() {
+    uint64_t n = read<uint64_t>();
+    if (n > kMaxString) throw error("a string of " + std::to_string(n) + " bytes is implausibly long");
+    need(n);
+    std::string s(reinterpret_cast<const char*>(f_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  EngineError error(const std::string& why) const {
+    return EngineError(f_.path() + ": " + why + " (at byte " + std::to_string(pos_) + "); the file is corrupt");
+  }
+
+ private:
+  void need(uint64_t n) const {
+    if (n > f_.size() - pos_)
+      throw EngineError(f_.path() + ": ends at byte " + std::to_string(f_.size()) + " in the middle of its header; "
+                        "the file is truncated");
+  }
+  const MappedFile& f_;
+  size_t pos_ = 0;
+};
+
+double read_number(Cursor& c, uint32_t type) {
+  switch (type) {
+    case U8: return c.read<uint8_t>();
+    case I8: return c.read<int8_t>();
+    case U16: return c.read<uint16_t>();
+    case I16: return c.read<int16_t>();
+    case U32: return c.read<uint32_t>();
+    case I32: return c.read<int32_t>();
+    case F32: return c.read<float>();
+    case BOOL: return c.read<uint8_t>();
+    case U64: return double(c.read<uint64_t>());
+    case I64: return double(c.read<int64_t>());
+    case F64: return c.read<double>();
+  }
+  throw c.error("unknown metadata value type " + std::to_string(type));
+}
+
+GgufValue read_value(Cursor& c, uint32_t type) {
+  switch (type) {
+    case U8: return {int64_t(c.read<uint8_t>())};
+    case I8: return {int64_t(c.read<int8_t>())};
+    case U16: return {int64_t(c.read<uint16_t>())};
+    case I16: return {int64_t(c.read<int16_t>())};
+    case U32: return {int64_t(c.read<uint32_t>())};
+    case I32: return {int64_t(c.read<int32_t>())};
+    case U64: return {c.read<uint64_t>()};
+    case I64: return {c.read<int64_t>()};
+    case F32: return {double(c.read<float>())};
+    case F64: return {c.read<double>()};
+    case BOOL: return {c.read<uint8_t>() != 0};
+    case STRING: return {c.string()};
+    case ARRAY: {
+      uint32_t item = c.read<uint32_t>();
+      uint64_t n = c.read<uint64_t>();
+      if (n > kMaxArray) throw c.error("an array of " + std::to_string(n) + " entries is implausibly long");
+      if (item == STRING) {
+        std::vector<std::string> out;
+        out.reserve(n);
+        for (uint64_t i = 0; i < n; ++i) out.push_back(c.string());
+        return {std::move(out)};
+      }
+      if (item == ARRAY) throw c.error("nested arrays are not part of GGUF");
+      std::vector<double> out;
+      out.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) out.push_back(read_number(c, item));
+      return {std::move(out)};
+    }
+  }
+  throw c.error("unknown metadata value type " + std::to_string(type));
+}
+
+}  // namespace
+
+int64_t GgufTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : ne) n *= d;
+  return n;
+}
+
+GgufFile GgufFile::open(const std::string& path) {
+  GgufFile g;
+  g.file_ = MappedFile::open(path);
+  const MappedFile& f = *g.file_;
+  Cursor c(f);
+  if (f.size() < 4 || std::memcmp(f.data(), "GGUF", 4) != 0)
+    throw EngineError(path + " is not a GGUF file (it does not start with \"GGUF\")");
+  c.read<uint32_t>();
+  uint32_t version = c.read<uint32_t>();
+  if (version != 2 && version != 3)
+    throw EngineError(path + ": GGUF version " + std::to_string(version) + " is not supported (2 and 3 are)");
+  uint64_t n_tensors = c.read<uint64_t>(), n_kv = c.read<uint64_t>();
+  if (n_tensors > kMaxCount || n_kv > kMaxCount) throw c.error("implausible tensor or metadata count");
+
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    std::string key = c.string();
+    uint32_t type = c.read<uint32_t>();
+    g.metadata_[key] = read_value(c, type);
+  }
+
+  struct Info {
+    GgufTensor t;
+    uint64_t offset;
+  };
+  std::vector<Info> infos;
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    Info info;
+    info.t.name = c.string();
+    uint32_t dims = c.read<uint32_t>();
+    if (dims == 0 || dims > kMaxDims) throw c.error("tensor " + info.t.name + " has " + std::to_string(dims) + " dimensions");
+    for (uint32_t d = 0; d < dims; ++d) {
+      uint64_t n = c.read<uint64_t>();
+      if (n == 0 || n > (uint64_t(1) << 40)) throw c.error("tensor " + info.t.name + " has an implausible dimension");
+      info.t.ne.push_back(int64_t(n));
+    }
+    info.t.type = c.read<uint32_t>();
+    info.offset = c.read<uint64_t>();
+    infos.push_back(std::move(info));
+  }
+
+  uint64_t alignment = 32;
+  if (auto a = g.get_int("general.alignment")) alignment = uint64_t(*a);
+  if (alignment == 0 || (alignment & (alignment - 1))) throw c.error("general.alignment is not a power of two");
+  const uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
+
+  for (Info& info : infos) {
+    auto type = quant::ggml_type_info(info.t.type);
+    uint64_t bytes = 0;
+    if (type) {
+      if (info.t.ne[0] % type->block_values != 0)
+        throw EngineError(path + ": tensor " + info.t.name + " rows are not whole " + type->name + " blocks");
+      bytes = uint64_t(info.t.numel() / type->block_values) * type->block_bytes;
+    }
+    // Tensors of types we cannot read are kept (with no data) so that binding names them in its error.
+    if (type && (data_start + info.offset > f.size() || bytes > f.size() - data_start - info.offset))
+      throw EngineError(path + ": tensor " + info.t.name + " lies past the end of the file (" +
+                        std::to_string(f.size()) + " bytes): the file is truncated");
+    if (type) {
+      info.t.data = f.data() + data_start + info.offset;
+      info.t.bytes = bytes;
+    }
+    g.tensors_.push_back(std::move(info.t));
+  }
+  return g;
+}
+
+const GgufTensor* GgufFile::tensor(const std::string& name) const {
+  for (const GgufTensor& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::optional<int64_t> GgufFile::get_int(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) return std::nullopt;
+  if (auto* i = std::get_if<int64_t>(&it->second.v)) return *i;
+  if (auto* u = std::get_if<uint64_t>(&it->second.v)) return int64_t(*u);
+  return std::nullopt;
+}
+
+std::optional<double> GgufFile::get_float(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) return std::nullopt;
+  if (auto* d = std::get_if<double>(&it->second.v)) return *d;
+  if (auto i = get_int(key)) return double(*i);
+  return std::nullopt;
+}
+
+std::optional<std::string> GgufFile::get_string(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) return std::nullopt;
+  if (auto* s = std::get_if<std::string>(&it->second.v)) return *s;
+  return std::nullopt;
+}
+
+const std::vector<std::string>* GgufFile::get_strings(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) return nullptr;
+  return std::get_if<std::vector<std::string>>(&it->second.v);
+}
+
+}  // namespace ftllm::model
