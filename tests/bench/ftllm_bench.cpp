@@ -1,0 +1,198 @@
+// ftllm-bench: prefill and decode speed and memory of one model on the CPU. A program, not a test.
+//
+//   ftllm-bench MODEL [-t THREADS] [--prompt N] [--decode N] [--repeat R] [--batch B]
+//   ftllm-bench --make-random DIR [--shape qwen2.5-0.5b|smollm2-135m] [--dtype bf16|f16|f32]
+//
+// MODEL is a Hugging Face directory or a .gguf file. --make-random writes a random-weight model of a real
+// shape, so speed can be measured without downloading weights.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model_instance.h"
+
+using namespace ftllm;
+namespace fs = std::filesystem;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+size_t rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  size_t kib = 0;
+  while (in >> key) {
+    if (key == "VmRSS:") {
+      in >> kib;
+      return kib * 1024;
+    }
+    in.ignore(1 << 20, '\n');
+  }
+  return 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Shape {
+  const char* arch;
+  int64_t hidden, intermediate, layers, heads, kv_heads, vocab;
+  bool tied, qkv_bias;
+};
+const std::map<std::string, Shape> kShapes = {
+    {"qwen2.5-0.5b", {"Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 151936, true, true}},
+    {"smollm2-135m", {"LlamaForCausalLM", 576, 1536, 30, 9, 3, 49152, true, false}},
+};
+
+int make_random(const std::string& dir, const std::string& shape_name, const std::string& dtype_name) {
+  auto it = kShapes.find(shape_name);
+  if (it == kShapes.end()) return std::fprintf(stderr, "unknown shape %s\n", shape_name.c_str()), 2;
+  const Shape& s = it->second;
+  DType dt = dtype_name == "f32" ? DType::F32 : dtype_name == "f16" ? DType::F16 : DType::BF16;
+  const char* st_dtype = dt == DType::F32 ? "F32" : dt == DType::F16 ? "F16" : "BF16";
+  fs::create_directories(dir);
+  const int64_t d = s.hidden / s.heads, q = s.heads * d, kv = s.kv_heads * d;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {{"model.embed_tokens.weight", {s.vocab, s.hidden}},
+                                                                       {"model.norm.weight", {s.hidden}}};
+  for (int64_t l = 0; l < s.layers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    for (auto& [n, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"input_layernorm.weight", {s.hidden}}, {"post_attention_layernorm.weight", {s.hidden}},
+             {"self_attn.q_proj.weight", {q, s.hidden}}, {"self_attn.k_proj.weight", {kv, s.hidden}},
+             {"self_attn.v_proj.weight", {kv, s.hidden}}, {"self_attn.o_proj.weight", {s.hidden, q}},
+             {"mlp.gate_proj.weight", {s.intermediate, s.hidden}}, {"mlp.up_proj.weight", {s.intermediate, s.hidden}},
+             {"mlp.down_proj.weight", {s.hidden, s.intermediate}}})
+      tensors.push_back({p + n, shape});
+    if (s.qkv_bias)
+      for (auto [n, len] : {std::pair{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}})
+        tensors.push_back({p + "self_attn." + n + ".bias", {len}});
+  }
+  std::string header = "{";
+  uint64_t offset = 0;
+  for (auto& [name, shape] : tensors) {
+    uint64_t n = 1;
+    std::string dims;
+    for (int64_t x : shape) n *= uint64_t(x), dims += (dims.empty() ? "" : ",") + std::to_string(x);
+    uint64_t bytes = n * dtype_size(dt);
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"" + st_dtype +
+              "\",\"shape\":[" + dims + "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  header += "}";
+  while (header.size() % 8) header += ' ';
+  std::ofstream out(fs::path(dir) / "model.safetensors", std::ios::binary);
+  uint64_t len = header.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out << header;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (auto& [name, shape] : tensors) {
+    uint64_t n = 1;
+    for (int64_t x : shape) n *= uint64_t(x);
+    bool norm = name.find("norm") != std::string::npos;
+    std::vector<char> buf(static_cast<size_t>(n * dtype_size(dt)));
+    for (uint64_t i = 0; i < n; ++i) {
+      float v = norm ? 1.0f : normal(rng);
+      if (dt == DType::F32) std::memcpy(buf.data() + i * 4, &v, 4);
+      else {
+        uint16_t h = dt == DType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+        std::memcpy(buf.data() + i * 2, &h, 2);
+      }
+    }
+    out.write(buf.data(), std::streamsize(buf.size()));
+  }
+  std::ofstream(fs::path(dir) / "config.json")
+      << "{\"architectures\":[\"" << s.arch << "\"],\"hidden_size\":" << s.hidden
+      << ",\"intermediate_size\":" << s.intermediate << ",\"num_hidden_layers\":" << s.layers
+      << ",\"num_attention_heads\":" << s.heads << ",\"num_key_value_heads\":" << s.kv_heads
+      << ",\"vocab_size\":" << s.vocab << ",\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6"
+      << ",\"rope_theta\":1000000.0,\"tie_word_embeddings\":" << (s.tied ? "true" : "false") << "}\n";
+  std::printf("wrote %s: %s shape, %s, %.1f MB\n", dir.c_str(), shape_name.c_str(), st_dtype, double(offset) / 1e6);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model, make_dir, shape = "qwen2.5-0.5b", dtype = "bf16";
+  int threads = 0, repeat = 3, batch = 1;
+  int64_t prompt = 128, decode = 64;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "-t" || a == "--threads") threads = std::stoi(value());
+    else if (a == "--prompt") prompt = std::stoll(value());
+    else if (a == "--decode") decode = std::stoll(value());
+    else if (a == "--repeat") repeat = std::stoi(value());
+    else if (a == "--batch") batch = std::stoi(value());
+    else if (a == "--make-random") make_dir = value();
+    else if (a == "--shape") shape = value();
+    else if (a == "--dtype") dtype = value();
+    else if (a.starts_with("-")) return std::fprintf(stderr, "unknown option %s\n", a.c_str()), 2;
+    else model = a;
+  }
+  if (!make_dir.empty()) return make_random(make_dir, shape, dtype);
+  if (model.empty()) return std::fprintf(stderr, "usage: ftllm-bench MODEL [-t N] [--prompt N] [--decode N] [--repeat R] [--batch B]\n"), 2;
+
+  size_t rss_before = rss_bytes();
+  double t0 = now();
+  ModelLoadOptions o;
+  o.path = model;
+  o.threads = threads;
+  o.context_length = prompt + decode + 8;
+  o.max_sequences = std::max(batch, 1);
+  std::unique_ptr<ModelInstance> m;
+  try {
+    m = ModelInstance::load(o);
+  } catch (const std::exception& e) {
+    return std::fprintf(stderr, "ftllm-bench: %s\n", e.what()), 1;
+  }
+  double load_s = now() - t0;
+  // Touch every weight page once (a first prefill) so RSS counts the weights actually used.
+  std::vector<int32_t> tokens(static_cast<size_t>(prompt));
+  std::mt19937 rng(3);
+  for (auto& t : tokens) t = int32_t(rng() % uint32_t(m->config().vocab_size));
+  m->prompt_logits(tokens, {prompt - 1});
+  size_t rss = rss_bytes() - rss_before;
+
+  std::vector<double> prefill, decode_rates;
+  for (int r = 0; r < repeat; ++r) {
+    double a = now();
+    m->prompt_logits(tokens, {prompt - 1});
+    prefill.push_back(double(prompt) / (now() - a));
+
+    std::vector<GenerationRequest> reqs(static_cast<size_t>(batch));
+    for (auto& q : reqs) {
+      q.prompt = {tokens[0]};
+      q.sampling.temperature = 0;
+      q.max_tokens = int32_t(decode);
+      q.ignore_eos = true;
+    }
+    a = now();
+    m->generate(reqs);
+    decode_rates.push_back(double(decode * batch) / (now() - a));
+  }
+  const auto& c = m->config();
+  std::printf("model %s (%s, %lld layers, hidden %lld), %zu file bytes, %d threads\n", model.c_str(),
+              c.architecture.c_str(), (long long)c.num_layers, (long long)c.hidden_size, m->weight_file_bytes(),
+              threads ? threads : int(std::thread::hardware_concurrency()));
+  std::printf("load %.2f s; RSS after load and one prefill: %.1f MiB = %.2f x the weight file\n", load_s,
+              double(rss) / 1048576.0, double(rss) / double(m->weight_file_bytes()));
+  std::printf("%-18s %12s %10s\n", "test", "tokens/s", "ms/token");
+  double p = median(prefill), d = median(decode_rates);
+  std::printf("prefill %-10lld %12.1f %10.2f\n", (long long)prompt, p, 1000.0 / p);
+  std::printf("decode %-4lld x%-5d %12.1f %10.2f\n", (long long)decode, batch, d, 1000.0 * batch / d);
+  return 0;
+}
