@@ -176,6 +176,52 @@ BOOST_AUTO_TEST_CASE(tiny_file_and_unsupported_dtype) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(sharded_checkpoint_with_index_loads_and_generates_the_same) {
+  // Split the fixture's tensors over two shard files with an index, as large checkpoints come.
+  ModelCopy m;
+  auto tensors = model::read_safetensors(m.weights().string());
+  std::vector<std::string> shard_json(2, "{"), shard_data(2);
+  std::string index = "{\"metadata\":{},\"weight_map\":{";
+  int i = 0;
+  for (auto& [name, t] : tensors) {
+    int s = i++ % 2;
+    std::string dims;
+    for (int64_t d : t.shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    size_t begin = shard_data[s].size();
+    shard_data[s].append(static_cast<const char*>(t.data), t.bytes);
+    shard_json[s] += (shard_json[s].size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"" +
+                     t.dtype_name + "\",\"shape\":[" + dims + "],\"data_offsets\":[" + std::to_string(begin) + "," +
+                     std::to_string(shard_data[s].size()) + "]}";
+    index += (i > 1 ? "," : "") + std::string("\"") + name + "\":\"model-0000" + std::to_string(s + 1) + "-of-00002.safetensors\"";
+  }
+  tensors.clear();  // release the mapping before the file goes
+  fs::remove(m.weights());
+  for (int s = 0; s < 2; ++s) {
+    std::string header = shard_json[s] + "}";
+    uint64_t len = header.size();
+    std::string bytes(8, '\0');
+    std::memcpy(bytes.data(), &len, 8);
+    write(m.dir / ("model-0000" + std::to_string(s + 1) + "-of-00002.safetensors"), bytes + header + shard_data[s]);
+  }
+  write(m.dir / "model.safetensors.index.json", index + "}}");
+
+  Engine sharded, single;
+  BOOST_REQUIRE(sharded.load({m.dir.string(), "m", 1, 64, 1}).ok);
+  BOOST_REQUIRE(single.load({kLlama.string(), "m", 1, 64, 1}).ok);
+  GenerationRequest r;
+  r.prompt = {5, 6, 7, 8};
+  r.sampling.temperature = 0;
+  r.max_tokens = 8;
+  std::vector<GenerationResult> a, b;
+  BOOST_REQUIRE(sharded.generate("m", {r}, a).ok);
+  BOOST_REQUIRE(single.generate("m", {r}, b).ok);
+  BOOST_TEST(a[0].tokens == b[0].tokens, boost::test_tools::per_element());
+
+  // A shard named in the index but absent fails the load by name.
+  fs::remove(m.dir / "model-00002-of-00002.safetensors");
+  BOOST_TEST(load_error(m.dir).find("model-00002-of-00002.safetensors named in the index is missing") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(not_a_model_directory) {
   Engine engine;
   Status s = engine.load({"/nonexistent/model", "m", 1, 64, 1});
