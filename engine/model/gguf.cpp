@@ -198,6 +198,14 @@ std::optional<double> GgufFile::get_float(const std::string& key) const {
   return std::nullopt;
 }
 
+std::optional<bool> GgufFile::get_bool(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) return std::nullopt;
+  if (auto* b = std::get_if<bool>(&it->second.v)) return *b;
+  if (auto i = get_int(key)) return *i != 0;
+  return std::nullopt;
+}
+
 std::optional<std::string> GgufFile::get_string(const std::string& key) const {
   auto it = metadata_.find(key);
   if (it == metadata_.end()) return std::nullopt;

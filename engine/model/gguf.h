@@ -41,6 +41,7 @@ class GgufFile {
 
   std::optional<int64_t> get_int(const std::string& key) const;
   std::optional<double> get_float(const std::string& key) const;
+  std::optional<bool> get_bool(const std::string& key) const;
   std::optional<std::string> get_string(const std::string& key) const;
   const std::vector<std::string>* get_strings(const std::string& key) const;
 

@@ -1,0 +1,85 @@
+// A tokenizer: text to token ids and back, exact against Hugging Face `tokenizers` and llama.cpp.
+// Built from tokenizer.json (+ tokenizer_config.json) or from a GGUF file's vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bpe_model.h"
+#include "normalizer.h"
+#include "pretokenizer.h"
+#include "spm_model.h"
+#include "vocab.h"
+
+namespace ftllm::model {
+class GgufFile;
+}
+
+namespace ftllm::tokenizer {
+
+struct AddedToken {
+  int32_t id;
+  std::string content;
+  bool special = true;
+  bool lstrip = false, rstrip = false, single_word = false, normalized = false;
+};
+
+class Tokenizer {
+ public:
+  // Throws EngineError naming the file and what in it is malformed or unsupported.
+  static std::unique_ptr<Tokenizer> from_json(const std::string& tokenizer_json, const std::string& source);
+  static std::unique_ptr<Tokenizer> from_gguf(const model::GgufFile& gguf);
+
+  // Text (any bytes: invalid UTF-8 reads as U+FFFD) to ids. add_special adds what the post-processor
+  // adds (BOS, ...); parse_special matches special tokens written in the text.
+  std::vector<int32_t> encode(std::string_view text, bool add_special = false, bool parse_special = true) const;
+  // Ids to text; ids outside the vocabulary are skipped.
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  int32_t vocab_size() const { return int32_t(vocab_.tokens.size()); }
+  const std::string& token(int32_t id) const { return vocab_.tokens.at(size_t(id)); }
+  std::optional<int32_t> token_id(std::string_view text) const;
+  bool is_special(int32_t id) const { return id >= 0 && size_t(id) < special_.size() && special_[size_t(id)]; }
+
+  // Streaming decode: feed ids one by one; each call returns the text that became complete. Never emits
+  // part of a UTF-8 character; all pieces plus finish() equal decode() of the same ids.
+  class Stream {
+   public:
+    explicit Stream(const Tokenizer& t, bool skip_special = false) : t_(t), skip_special_(skip_special) {}
+    std::string feed(int32_t id);
+    std::string finish();
+
+   private:
+    const Tokenizer& t_;
+    bool skip_special_;
+    bool started_ = false;
+    std::string pending_;
+  };
+
+ private:
+  Tokenizer() = default;
+  void finish_setup();
+  void split_added(std::string_view text, bool parse_special, std::vector<std::pair<std::string_view, int32_t>>& out) const;
+  // The bytes one token contributes to decoded text; `first` applies the leading-space strip.
+  void append_token_bytes(int32_t id, bool first, std::string& out) const;
+
+  Vocab vocab_;
+  Normalizer normalizer_;
+  PreTokenizer pre_tokenizer_;
+  std::unique_ptr<BpeModel> bpe_;
+  std::unique_ptr<SpmModel> spm_;
+  std::vector<AddedToken> added_;
+  std::vector<bool> special_;
+  std::vector<int32_t> prefix_, suffix_;  // what add_special puts around the text
+  bool byte_level_decode_ = false;        // token characters stand for bytes (GPT-2 table)
+  bool metaspace_decode_ = false;         // "▁" decodes to a space, <0xNN> to its byte
+  bool strip_first_space_ = false;        // decoded text drops one leading space
+  std::vector<std::string> piece_bytes_;  // per id: the bytes it decodes to
+};
+
+}  // namespace ftllm::tokenizer
