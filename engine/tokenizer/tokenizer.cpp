@@ -38,6 +38,9 @@ void Tokenizer::finish_setup() {
   // Longest first, so that matching at a position takes the longest added token.
   std::stable_sort(added_.begin(), added_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  for (auto& bucket : added_by_first_byte_) bucket.clear();
+  for (size_t i = 0; i < added_.size(); ++i)
+    if (!added_[i].content.empty()) added_by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(i);
 
   piece_bytes_.assign(vocab_.tokens.size(), {});
   static const std::string kMeta = "\xe2\x96\x81";
@@ -82,9 +85,10 @@ void Tokenizer::split_added(std::string_view text, bool parse_special,
   while (i < text.size()) {
     const AddedToken* hit = nullptr;
     size_t hit_begin = i, hit_end = i;
-    for (const AddedToken& a : added_) {
+    for (size_t index : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
+      const AddedToken& a = added_[index];
       if (a.special && !parse_special) continue;
-      if (a.content.empty() || text.compare(i, a.content.size(), a.content) != 0) continue;
+      if (text.compare(i, a.content.size(), a.content) != 0) continue;
       size_t end = i + a.content.size();
       if (a.single_word && ((i > 0 && is_word_char(codepoint_before(text, i))) ||
                             (end < text.size() && [&] { size_t k = end; return is_word_char(next_codepoint(text, k)); }())))

@@ -2,6 +2,7 @@
 // Built from tokenizer.json (+ tokenizer_config.json) or from a GGUF file's vocabulary.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -74,6 +75,7 @@ class Tokenizer {
   std::unique_ptr<BpeModel> bpe_;
   std::unique_ptr<SpmModel> spm_;
   std::vector<AddedToken> added_;
+  std::array<std::vector<size_t>, 256> added_by_first_byte_;  // indexes into added_, longest first
   std::vector<bool> special_;
   std::vector<int32_t> prefix_, suffix_;  // what add_special puts around the text
   bool byte_level_decode_ = false;        // token characters stand for bytes (GPT-2 table)
