@@ -70,7 +70,7 @@ std::string python_float(double x) {
   if (exp < -4 || exp >= 16) {
     out = digits.substr(0, 1);
     if (digits.size() > 1) out += "." + digits.substr(1);
-    char eb[8];
+    char eb[16];
     std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
     out += eb;
   } else if (exp < 0) {
