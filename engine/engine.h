@@ -49,6 +49,7 @@ struct ModelLoadOptions {
   int threads = 0;             // 0: one per core
   int64_t context_length = 0;  // 0: the model's own maximum, capped at 8192
   int32_t max_sequences = 8;
+  std::string chat_template;   // a file that overrides the model's own template (--chat_template)
 };
 
 class ModelInstance;

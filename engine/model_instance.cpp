@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "model/architecture.h"
+#include "model/gguf.h"
 #include "model/gguf_model.h"
 
 namespace ftllm {
@@ -31,32 +32,64 @@ int64_t context_of(const ModelLoadOptions& o, const model::ModelConfig& c) {
 
 }  // namespace
 
+namespace {
+
+// Parses a template, or keeps the reason it failed for the first chat request to report: a model with a
+// broken template still serves completions.
+std::unique_ptr<tokenizer::ChatTemplate> parse_chat_template(const std::string& source, std::string& error) {
+  if (source.empty()) return nullptr;
+  try {
+    return std::make_unique<tokenizer::ChatTemplate>(source);
+  } catch (const std::exception& e) {
+    error = e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& options) {
   fs::path dir(options.path);
+  std::unique_ptr<ModelInstance> m;
+  std::string template_source;
   if (dir.extension() == ".gguf" && fs::is_regular_file(dir)) {
     model::GgufModel g = model::load_gguf_model(options.path);
     const model::Architecture& arch = model::find_architecture(g.config.architecture);
     auto decoder = std::make_unique<model::DecoderModel>(g.config, arch.spec(g.config), g.weights);
     ModelLoadOptions o = options;
     if (o.name.empty()) o.name = dir.stem().string();
-    return std::unique_ptr<ModelInstance>(new ModelInstance(o, std::move(decoder), fs::file_size(dir)));
+    m.reset(new ModelInstance(o, std::move(decoder), fs::file_size(dir)));
+    model::GgufFile file = model::GgufFile::open(options.path);
+    m->tokenizer_ = tokenizer::Tokenizer::from_gguf(file);
+    template_source = file.get_string("tokenizer.chat_template").value_or("");
+    for (auto [key, meta] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"}})
+      if (auto id = file.get_int(meta); id && *id >= 0 && *id < m->tokenizer_->vocab_size())
+        m->special_tokens_.emplace_back(key, jinja::Value::string(m->tokenizer_->token(int32_t(*id))));
+  } else {
+    if (!fs::is_directory(dir))
+      throw EngineError(options.path + " is not a model directory (expected config.json and *.safetensors) or a .gguf file");
+    if (!fs::exists(dir / "config.json")) throw EngineError(options.path + " has no config.json");
+    model::ModelConfig config =
+        model::parse_model_config(read_file(dir / "config.json"), (dir / "config.json").string());
+    if (fs::exists(dir / "generation_config.json"))
+      model::merge_generation_config(config, read_file(dir / "generation_config.json"),
+                                     (dir / "generation_config.json").string());
+    const model::Architecture& arch = model::find_architecture(config.architecture);
+    model::DecoderSpec spec = arch.spec(config);
+    model::WeightStore weights = model::WeightStore::open_directory(options.path);
+    auto decoder = std::make_unique<model::DecoderModel>(config, spec, weights);
+    ModelLoadOptions o = options;
+    if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().filename().string();
+    if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+    m.reset(new ModelInstance(o, std::move(decoder), weights.file_bytes()));
+    if (fs::exists(dir / "tokenizer.json"))
+      m->tokenizer_ = tokenizer::Tokenizer::from_json(read_file(dir / "tokenizer.json"), (dir / "tokenizer.json").string());
+    template_source = tokenizer::find_chat_template(options.path);
+    m->special_tokens_ = tokenizer::special_tokens_of(options.path);
   }
-  if (!fs::is_directory(dir))
-    throw EngineError(options.path + " is not a model directory (expected config.json and *.safetensors)");
-  if (!fs::exists(dir / "config.json")) throw EngineError(options.path + " has no config.json");
-  model::ModelConfig config = model::parse_model_config(read_file(dir / "config.json"), (dir / "config.json").string());
-  if (fs::exists(dir / "generation_config.json"))
-    model::merge_generation_config(config, read_file(dir / "generation_config.json"),
-                                   (dir / "generation_config.json").string());
-  const model::Architecture& arch = model::find_architecture(config.architecture);
-  model::DecoderSpec spec = arch.spec(config);
-  model::WeightStore weights = model::WeightStore::open_directory(options.path);
-  auto decoder = std::make_unique<model::DecoderModel>(config, spec, weights);
-
-  ModelLoadOptions o = options;
-  if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().filename().string();
-  if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
-  return std::unique_ptr<ModelInstance>(new ModelInstance(o, std::move(decoder), weights.file_bytes()));
+  if (!options.chat_template.empty()) template_source = read_file(options.chat_template);
+  m->chat_template_ = parse_chat_template(template_source, m->chat_template_error_);
+  return m;
 }
 
 ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::DecoderModel> model, size_t weight_bytes)
@@ -64,85 +97,220 @@ ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::De
       model_(std::move(model)),
       weight_file_bytes_(weight_bytes),
       pool_(options_.threads),
-      kv_(model_->config().num_layers, model_->config().num_kv_heads, model_->config().head_dim,
-          kKvBlockTokens,
-          options_.max_sequences * ((context_of(options_, model_->config()) + kKvBlockTokens - 1) /
-                                    kKvBlockTokens)),
-      scheduler_({2048, options_.max_sequences}) {}
+      kv_(model_->config().num_layers, model_->config().num_kv_heads, model_->config().head_dim, kKvBlockTokens,
+          options_.max_sequences * ((context_of(options_, model_->config()) + kKvBlockTokens - 1) / kKvBlockTokens)),
+      // Prompts are fed in slices of at most 512 tokens per step so running streams keep flowing.
+      scheduler_({512, options_.max_sequences}) {
+  worker_ = std::thread([this] { worker_loop(); });
+}
 
-std::vector<GenerationResult> ModelInstance::generate(std::vector<GenerationRequest> requests) {
-  std::lock_guard lock(run_mu_);
+ModelInstance::~ModelInstance() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+int64_t ModelInstance::context_length() const { return context_of(options_, config()); }
+
+uint64_t ModelInstance::submit(GenerationRequest request, GenerationCallback callback) {
   const model::ModelConfig& c = config();
-  const int64_t context = context_of(options_, c);
-  std::map<uint64_t, size_t> order;  // scheduler id -> request index
-  std::map<uint64_t, kvcache::SequenceKv> caches;
-  std::vector<GenerationResult> results(requests.size());
-  auto invalid = [&](const GenerationRequest& r) -> std::string {
-    for (int32_t t : r.prompt)
-      if (t < 0 || t >= c.vocab_size) return "token id " + std::to_string(t) + " is outside the vocabulary";
-    if (int64_t(r.prompt.size()) >= context)
-      return "the prompt has " + std::to_string(r.prompt.size()) + " tokens; this model is loaded with a context of " +
-             std::to_string(context);
-    return {};
-  };
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (std::string why = invalid(requests[i]); !why.empty()) {
-      results[i] = {{}, FinishReason::Error, why};
+  const int64_t context = context_length();
+  std::string refused;
+  for (int32_t t : request.prompt)
+    if (t < 0 || t >= c.vocab_size) {
+      refused = "token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.vocab_size);
+      break;
+    }
+  if (refused.empty() && int64_t(request.prompt.size()) >= context)
+    refused = "the prompt has " + std::to_string(request.prompt.size()) +
+              " tokens; this model is loaded with a context of " + std::to_string(context) + " tokens";
+  std::unique_lock lock(mu_);
+  const uint64_t id = next_id_++;
+  if (!refused.empty() || stop_) {
+    lock.unlock();
+    GenerationEvent e;
+    e.finished = true;
+    e.result = {{}, FinishReason::Error, refused.empty() ? "the model is being unloaded" : refused};
+    callback(e);
+    return id;
+  }
+  // No sequence may outgrow its context: the cache was sized for it.
+  request.max_tokens = int32_t(std::min<int64_t>(request.max_tokens, context - int64_t(request.prompt.size())));
+  incoming_.push_back({id, std::move(request), std::move(callback)});
+  ++waiting_;
+  lock.unlock();
+  wake_.notify_one();
+  return id;
+}
+
+void ModelInstance::cancel(uint64_t id) {
+  {
+    std::lock_guard lock(mu_);
+    cancels_.push_back(id);
+  }
+  wake_.notify_one();
+}
+
+ModelInstance::Load ModelInstance::load_now() const {
+  std::lock_guard lock(mu_);
+  Load l;
+  l.running = running_;
+  l.waiting = waiting_;
+  l.kv_blocks_total = kv_.num_blocks();
+  l.kv_blocks_used = kv_.num_blocks() - kv_.free_blocks();
+  return l;
+}
+
+void ModelInstance::worker_loop() {
+  for (;;) {
+    std::vector<Pending> arrivals;
+    std::vector<uint64_t> cancels;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || !incoming_.empty() || !cancels_.empty() || !scheduler_.idle(); });
+      if (stop_) {
+        // Everything still queued or running ends as cancelled, so no caller waits forever.
+        for (Pending& p : incoming_) scheduler_of_[p.id] = 0, callbacks_[p.id] = std::move(p.callback);
+        incoming_.clear();
+        for (auto& [id, cb] : callbacks_) cancels.push_back(id);
+      }
+      arrivals.assign(std::make_move_iterator(incoming_.begin()), std::make_move_iterator(incoming_.end()));
+      incoming_.clear();
+      cancels.insert(cancels.end(), cancels_.begin(), cancels_.end());
+      cancels_.clear();
+      for (Pending& p : arrivals) callbacks_[p.id] = std::move(p.callback);
+    }
+    for (Pending& p : arrivals) {
+      uint64_t sid = scheduler_.add(std::move(p.request), config().eos_token_ids);
+      std::lock_guard lock(mu_);
+      public_of_[sid] = p.id;
+      scheduler_of_[p.id] = sid;
+    }
+    for (uint64_t id : cancels) {
+      std::unique_lock lock(mu_);
+      auto it = scheduler_of_.find(id);
+      if (it == scheduler_of_.end()) continue;
+      uint64_t sid = it->second;
+      lock.unlock();
+      if (sid) scheduler_.cancel(sid);
+      else {  // never reached the scheduler
+        lock.lock();
+        GenerationCallback cb = std::move(callbacks_[id]);
+        callbacks_.erase(id);
+        scheduler_of_.erase(id);
+        lock.unlock();
+        GenerationEvent e;
+        e.finished = true;
+        e.result.finish = FinishReason::Cancelled;
+        if (cb) cb(e);
+      }
+    }
+    {
+      std::lock_guard compute(compute_mu_);
+      if (!scheduler_.idle()) step();
+      // Report finished sequences (cancelled ones included) and free their pages.
+      for (scheduler::Finished& f : scheduler_.take_finished()) {
+        caches_[f.seq_id].release(kv_);
+        caches_.erase(f.seq_id);
+        GenerationCallback cb;
+        {
+          std::lock_guard lock(mu_);
+          uint64_t id = public_of_[f.seq_id];
+          public_of_.erase(f.seq_id);
+          scheduler_of_.erase(id);
+          cb = std::move(callbacks_[id]);
+          callbacks_.erase(id);
+        }
+        GenerationEvent e;
+        e.finished = true;
+        e.result = std::move(f.result);
+        if (cb) cb(e);
+      }
+    }
+    std::lock_guard lock(mu_);
+    running_ = scheduler_.running();
+    waiting_ = scheduler_.waiting() + incoming_.size();
+    if (stop_ && scheduler_.idle() && callbacks_.empty()) return;
+  }
+}
+
+void ModelInstance::step() {
+  const model::ModelConfig& c = config();
+  scheduler::StepPlan plan = scheduler_.plan();
+  model::Batch batch;
+  std::vector<kvcache::SequenceKv*> seqs;
+  std::vector<uint64_t> failed;
+  for (const scheduler::StepItem& item : plan.items) {
+    kvcache::SequenceKv& kv = caches_[item.seq_id];
+    if (!kv.reserve(kv_, item.start_pos + int64_t(item.tokens.size()))) {
+      failed.push_back(item.seq_id);
       continue;
     }
-    // No sequence may outgrow its context: the cache was sized for it.
-    requests[i].max_tokens =
-        int32_t(std::min<int64_t>(requests[i].max_tokens, context - int64_t(requests[i].prompt.size())));
-    order[scheduler_.add(std::move(requests[i]), c.eos_token_ids)] = i;
+    const int32_t s = int32_t(seqs.size());
+    seqs.push_back(&kv);
+    for (size_t j = 0; j < item.tokens.size(); ++j) {
+      batch.tokens.push_back(item.tokens[j]);
+      batch.positions.push_back(item.start_pos + int64_t(j));
+      batch.seq.push_back(s);
+    }
+    batch.logit_rows.push_back(int64_t(batch.tokens.size()) - 1);
   }
+  for (uint64_t id : failed) scheduler_.fail(id, "the KV cache is full; retry when other requests finish");
+  std::erase_if(plan.items, [&](const scheduler::StepItem& it) {
+    return std::find(failed.begin(), failed.end(), it.seq_id) != failed.end();
+  });
+  if (batch.tokens.empty()) return;
 
   ops::Context ctx{pool_, cpu::best_kernels()};
-  auto collect = [&] {
-    for (scheduler::Finished& f : scheduler_.take_finished()) {
-      results[order.at(f.seq_id)] = std::move(f.result);
-      caches[f.seq_id].release(kv_);
-      caches.erase(f.seq_id);
-    }
-  };
-  collect();
-  while (!scheduler_.idle()) {
-    scheduler::StepPlan plan = scheduler_.plan();
-    model::Batch batch;
-    std::vector<kvcache::SequenceKv*> seqs;
-    std::vector<uint64_t> failed;
-    for (const scheduler::StepItem& item : plan.items) {
-      kvcache::SequenceKv& kv = caches[item.seq_id];
-      if (!kv.reserve(kv_, item.start_pos + int64_t(item.tokens.size()))) {
-        failed.push_back(item.seq_id);
-        continue;
-      }
-      const int32_t s = int32_t(seqs.size());
-      seqs.push_back(&kv);
-      for (size_t j = 0; j < item.tokens.size(); ++j) {
-        batch.tokens.push_back(item.tokens[j]);
-        batch.positions.push_back(item.start_pos + int64_t(j));
-        batch.seq.push_back(s);
-      }
-      batch.logit_rows.push_back(int64_t(batch.tokens.size()) - 1);
-    }
-    for (uint64_t id : failed) scheduler_.fail(id, "the KV cache is full; retry when other requests finish");
-    std::erase_if(plan.items, [&](const scheduler::StepItem& it) {
-      return std::find(failed.begin(), failed.end(), it.seq_id) != failed.end();
-    });
-    if (!batch.tokens.empty()) {
-      Tensor logits = model_->forward(ctx, batch, kv_, seqs);
-      std::vector<float*> rows;
-      for (size_t r = 0; r < plan.items.size(); ++r) rows.push_back(logits.as<float>() + int64_t(r) * c.vocab_size);
-      scheduler_.commit(plan, rows, c.vocab_size);
-    }
-    collect();
+  std::vector<std::pair<uint64_t, int32_t>> sampled;
+  try {
+    Tensor logits = model_->forward(ctx, batch, kv_, seqs);
+    std::vector<float*> rows;
+    for (size_t r = 0; r < plan.items.size(); ++r) rows.push_back(logits.as<float>() + int64_t(r) * c.vocab_size);
+    sampled = scheduler_.commit(plan, rows, c.vocab_size);
+  } catch (const std::exception& e) {
+    for (const auto& item : plan.items) scheduler_.fail(item.seq_id, std::string("generation failed: ") + e.what());
+    return;
   }
+  // New tokens go out before any finish event of the same step.
+  std::map<uint64_t, std::vector<int32_t>> by_sequence;
+  for (auto [sid, token] : sampled) by_sequence[sid].push_back(token);
+  for (auto& [sid, tokens] : by_sequence) {
+    GenerationCallback* cb = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto id = public_of_.find(sid);
+      if (id != public_of_.end()) cb = &callbacks_[id->second];
+    }
+    GenerationEvent e;
+    e.tokens = std::move(tokens);
+    if (cb && *cb) (*cb)(e);
+  }
+}
+
+std::vector<GenerationResult> ModelInstance::generate(std::vector<GenerationRequest> requests) {
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  std::vector<GenerationResult> results(requests.size());
+  size_t remaining = requests.size();
+  for (size_t i = 0; i < requests.size(); ++i)
+    submit(std::move(requests[i]), [&, i](const GenerationEvent& e) {
+      if (!e.finished) return;
+      std::lock_guard lock(done_mu);
+      results[i] = e.result;
+      if (--remaining == 0) done_cv.notify_all();
+    });
+  std::unique_lock lock(done_mu);
+  done_cv.wait(lock, [&] { return remaining == 0; });
   return results;
 }
 
 std::vector<std::vector<float>> ModelInstance::prompt_logits(const std::vector<int32_t>& tokens,
                                                              const std::vector<int64_t>& positions_wanted) {
-  std::lock_guard lock(run_mu_);
+  std::lock_guard lock(compute_mu_);
   const model::ModelConfig& c = config();
   for (int32_t t : tokens)
     if (t < 0 || t >= c.vocab_size) throw EngineError("token id " + std::to_string(t) + " is outside the vocabulary");
@@ -167,7 +335,7 @@ std::vector<std::vector<float>> ModelInstance::prompt_logits(const std::vector<i
 }
 
 std::vector<float> ModelInstance::decode_logits(const std::vector<int32_t>& tokens, size_t prefill) {
-  std::lock_guard lock(run_mu_);
+  std::lock_guard lock(compute_mu_);
   const model::ModelConfig& c = config();
   kvcache::SequenceKv kv;
   if (tokens.empty() || prefill == 0 || prefill > tokens.size() || !kv.reserve(kv_, int64_t(tokens.size())))

@@ -1,10 +1,16 @@
-// One resident model: its weights, cache pool, threads and scheduler. Nothing here is shared between
-// models, so one can be unloaded while another serves.
+// One resident model: weights, tokenizer and chat template, KV pool, threads, and a worker thread that
+// runs continuous batching. Nothing here is shared between models, so one can be unloaded while
+// another serves.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu/thread_pool.h"
@@ -14,22 +20,46 @@
 #include "model/weights.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ftllm {
 
 constexpr int64_t kKvBlockTokens = 16;
 
+// Called on the model's worker thread (or the submitting thread for requests refused at once); it must
+// not block.
+using GenerationCallback = std::function<void(const GenerationEvent&)>;
+
 class ModelInstance {
  public:
   // Throws EngineError with a reason a person can act on.
   static std::unique_ptr<ModelInstance> load(const ModelLoadOptions& options);
+  ~ModelInstance();  // cancels what is running (each gets its Cancelled event) and stops the worker
 
   const model::ModelConfig& config() const { return model_->config(); }
   const ModelLoadOptions& options() const { return options_; }
   size_t weight_file_bytes() const { return weight_file_bytes_; }
+  int64_t context_length() const;
+  // The tokenizer and chat template the model files ship; null when they have none.
+  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const tokenizer::ChatTemplate* chat_template() const { return chat_template_.get(); }
+  const jinja::Object& special_tokens() const { return special_tokens_; }
+  // Why the model's chat template could not be used (empty when it parsed, or there is none).
+  const std::string& chat_template_error() const { return chat_template_error_; }
 
-  // Runs the requests to completion, batched together; results in request order. Calls are
-  // serialised: one batch runs at a time.
+  // Queues a generation; it joins the running batch at the next step. Returns its id for cancel().
+  uint64_t submit(GenerationRequest request, GenerationCallback callback);
+  // Ends a generation at the next step (its callback gets FinishReason::Cancelled); unknown ids are ignored.
+  void cancel(uint64_t id);
+
+  struct Load {
+    size_t running = 0, waiting = 0;
+    int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  };
+  Load load_now() const;
+
+  // Runs the requests to completion, batched together; results in request order.
   std::vector<GenerationResult> generate(std::vector<GenerationRequest> requests);
 
   // Next-token logits after each prefix of `tokens` that `positions_wanted` lists (0-based positions),
@@ -43,14 +73,39 @@ class ModelInstance {
 
  private:
   ModelInstance(ModelLoadOptions options, std::unique_ptr<model::DecoderModel> model, size_t weight_bytes);
+  void worker_loop();
+  void step();  // one plan / forward / commit; worker thread, compute_mu_ held
 
   ModelLoadOptions options_;
   std::unique_ptr<model::DecoderModel> model_;
   size_t weight_file_bytes_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
+  jinja::Object special_tokens_;
+  std::string chat_template_error_;
   cpu::ThreadPool pool_;
+
+  std::mutex compute_mu_;  // the KV pool and thread pool: the worker's steps, and the test helpers
   kvcache::KvPool kv_;
-  std::mutex run_mu_;
-  scheduler::Scheduler scheduler_;
+  scheduler::Scheduler scheduler_;  // worker thread only
+  std::map<uint64_t, kvcache::SequenceKv> caches_;  // by scheduler id; worker thread only
+
+  mutable std::mutex mu_;  // everything below
+  std::condition_variable wake_;
+  struct Pending {
+    uint64_t id;
+    GenerationRequest request;
+    GenerationCallback callback;
+  };
+  std::deque<Pending> incoming_;
+  std::vector<uint64_t> cancels_;
+  std::map<uint64_t, GenerationCallback> callbacks_;  // by public id
+  std::map<uint64_t, uint64_t> public_of_;            // scheduler id -> public id
+  std::map<uint64_t, uint64_t> scheduler_of_;         // public id -> scheduler id
+  uint64_t next_id_ = 1;
+  size_t running_ = 0, waiting_ = 0;
+  bool stop_ = false;
+  std::thread worker_;
 };
 
 }  // namespace ftllm

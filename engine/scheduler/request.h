@@ -36,4 +36,11 @@ struct GenerationResult {
   std::string error;  // set when finish == Error
 };
 
+// What a running generation reports, in order: new tokens as they are sampled, then once its end.
+struct GenerationEvent {
+  std::vector<int32_t> tokens;  // sampled in the latest step (stop token included)
+  bool finished = false;
+  GenerationResult result;      // when finished: all tokens, the reason, the error
+};
+
 }  // namespace ftllm

@@ -74,7 +74,9 @@ StepPlan Scheduler::plan() {
   return plan;
 }
 
-void Scheduler::commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab) {
+std::vector<std::pair<uint64_t, int32_t>> Scheduler::commit(const StepPlan& plan, std::span<float* const> logits,
+                                                           int64_t vocab) {
+  std::vector<std::pair<uint64_t, int32_t>> sampled;
   for (size_t i = 0; i < plan.items.size(); ++i) {
     auto it = sequences_.find(plan.items[i].seq_id);
     if (it == sequences_.end()) continue;  // cancelled during the step
@@ -84,6 +86,7 @@ void Scheduler::commit(const StepPlan& plan, std::span<float* const> logits, int
     std::span<const int32_t> output(s.context.data() + s.prompt_size, s.context.size() - s.prompt_size);
     int32_t token = s.sampler.next(std::span<float>(logits[i], size_t(vocab)), s.context, output);
     s.context.push_back(token);
+    sampled.emplace_back(s.id, token);
     const bool stop = std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end();
     const int64_t produced = int64_t(s.context.size() - s.prompt_size);
     if (stop)
@@ -91,6 +94,7 @@ void Scheduler::commit(const StepPlan& plan, std::span<float* const> logits, int
     else if (produced >= s.request.max_tokens)
       finish(it, FinishReason::Length);
   }
+  return sampled;
 }
 
 std::vector<Finished> Scheduler::take_finished() { return std::exchange(finished_, {}); }

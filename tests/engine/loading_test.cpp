@@ -38,7 +38,7 @@ struct ModelCopy {
 
 std::string load_error(const fs::path& dir) {
   Engine engine;
-  Status s = engine.load({dir.string(), "m", 1, 64, 1});
+  Status s = engine.load({dir.string(), "m", 1, 64, 1, ""});
   BOOST_REQUIRE_MESSAGE(!s.ok, "the load should have failed");
   BOOST_TEST(s.message.starts_with("cannot load " + dir.string() + ": "));
   BOOST_TEST(engine.models().empty());  // nothing half-loaded
@@ -79,7 +79,7 @@ BOOST_AUTO_TEST_SUITE(load_errors)
 BOOST_AUTO_TEST_CASE(the_intact_copy_loads) {
   ModelCopy m;
   Engine engine;
-  Status s = engine.load({m.dir.string(), "llama", 1, 64, 1});
+  Status s = engine.load({m.dir.string(), "llama", 1, 64, 1, ""});
   BOOST_TEST(s.ok, s.message);
   BOOST_TEST(engine.models().size() == 1u);
   BOOST_TEST(engine.models()[0].architecture == "LlamaForCausalLM");
@@ -206,8 +206,8 @@ BOOST_AUTO_TEST_CASE(sharded_checkpoint_with_index_loads_and_generates_the_same)
   write(m.dir / "model.safetensors.index.json", index + "}}");
 
   Engine sharded, single;
-  BOOST_REQUIRE(sharded.load({m.dir.string(), "m", 1, 64, 1}).ok);
-  BOOST_REQUIRE(single.load({kLlama.string(), "m", 1, 64, 1}).ok);
+  BOOST_REQUIRE(sharded.load({m.dir.string(), "m", 1, 64, 1, ""}).ok);
+  BOOST_REQUIRE(single.load({kLlama.string(), "m", 1, 64, 1, ""}).ok);
   GenerationRequest r;
   r.prompt = {5, 6, 7, 8};
   r.sampling.temperature = 0;
@@ -224,18 +224,18 @@ BOOST_AUTO_TEST_CASE(sharded_checkpoint_with_index_loads_and_generates_the_same)
 
 BOOST_AUTO_TEST_CASE(not_a_model_directory) {
   Engine engine;
-  Status s = engine.load({"/nonexistent/model", "m", 1, 64, 1});
+  Status s = engine.load({"/nonexistent/model", "m", 1, 64, 1, ""});
   BOOST_TEST(!s.ok);
   BOOST_TEST(s.message == "cannot load /nonexistent/model: /nonexistent/model is not a model directory "
-                          "(expected config.json and *.safetensors)");
+                          "(expected config.json and *.safetensors) or a .gguf file");
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_load_leaves_other_models_serving) {
   ModelCopy good, bad;
   write(bad.weights(), "garbage!garbage!");
   Engine engine;
-  BOOST_REQUIRE(engine.load({good.dir.string(), "good", 1, 64, 1}).ok);
-  BOOST_TEST(!engine.load({bad.dir.string(), "bad", 1, 64, 1}).ok);
+  BOOST_REQUIRE(engine.load({good.dir.string(), "good", 1, 64, 1, ""}).ok);
+  BOOST_TEST(!engine.load({bad.dir.string(), "bad", 1, 64, 1, ""}).ok);
   GenerationRequest r;
   r.prompt = {5, 6, 7};
   r.sampling.temperature = 0;
