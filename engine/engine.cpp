@@ -10,6 +10,79 @@
 
 namespace ftllm {
 
+const std::string& ModelHandle::name() const { return impl_->options().name; }
+const std::string& ModelHandle::source() const { return impl_->options().path; }
+const std::string& ModelHandle::architecture() const { return impl_->config().architecture; }
+int64_t ModelHandle::context_length() const { return impl_->context_length(); }
+std::vector<int32_t> ModelHandle::eos_token_ids() const { return impl_->config().eos_token_ids; }
+bool ModelHandle::has_tokenizer() const { return impl_->tokenizer() != nullptr; }
+
+Status ModelHandle::tokenize(std::string_view text, bool add_special, bool parse_special,
+                             std::vector<int32_t>& ids) const {
+  if (!impl_->tokenizer()) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
+  ids = impl_->tokenizer()->encode(text, add_special, parse_special);
+  return Status::success();
+}
+
+Status ModelHandle::detokenize(const std::vector<int32_t>& ids, bool skip_special, std::string& text) const {
+  if (!impl_->tokenizer()) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
+  text = impl_->tokenizer()->decode(ids, skip_special);
+  return Status::success();
+}
+
+namespace {
+class TokenizerTextStream : public TextStream {
+ public:
+  TokenizerTextStream(const tokenizer::Tokenizer& t, bool skip_special) : stream_(t, skip_special) {}
+  std::string feed(int32_t token) override { return stream_.feed(token); }
+  std::string finish() override { return stream_.finish(); }
+
+ private:
+  tokenizer::Tokenizer::Stream stream_;
+};
+}  // namespace
+
+std::unique_ptr<TextStream> ModelHandle::text_stream(bool skip_special) const {
+  if (!impl_->tokenizer()) return nullptr;
+  return std::make_unique<TokenizerTextStream>(*impl_->tokenizer(), skip_special);
+}
+
+Status ModelHandle::apply_chat_template(const ChatInput& input, std::string& prompt) const {
+  const tokenizer::ChatTemplate* t = impl_->chat_template();
+  if (!t) {
+    if (!impl_->chat_template_error().empty())
+      return Status::error("model " + name() + "'s chat template does not parse: " + impl_->chat_template_error());
+    return Status::error("model " + name() + " has no chat template; start it with --chat_template FILE, or use /v1/completions");
+  }
+  try {
+    tokenizer::ChatRequest r;
+    r.messages = tokenizer::json_to_value(input.messages_json);
+    if (!input.tools_json.empty()) r.tools = tokenizer::json_to_value(input.tools_json);
+    r.add_generation_prompt = input.add_generation_prompt;
+    r.kwargs = impl_->special_tokens();
+    if (!input.kwargs_json.empty()) {
+      jinja::Value extra = tokenizer::json_to_value(input.kwargs_json);
+      if (extra.is_object())
+        for (auto& [k, v] : *extra.object) r.kwargs.emplace_back(k, v);
+    }
+    prompt = t->render(r);
+  } catch (const std::exception& e) {
+    return Status::error(e.what());
+  }
+  return Status::success();
+}
+
+uint64_t ModelHandle::submit(GenerationRequest request, GenerationCallback callback) const {
+  return impl_->submit(std::move(request), std::move(callback));
+}
+
+void ModelHandle::cancel(uint64_t id) const { impl_->cancel(id); }
+
+ModelHandle::Load ModelHandle::load() const {
+  auto l = impl_->load_now();
+  return {l.running, l.waiting, l.kv_blocks_used, l.kv_blocks_total};
+}
+
 Engine::Engine() = default;
 Engine::~Engine() = default;
 
@@ -35,6 +108,12 @@ Status Engine::unload(const std::string& name) {
   gone = std::move(it->second);
   models_.erase(it);
   return Status::success();
+}
+
+std::shared_ptr<ModelHandle> Engine::model(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto it = models_.find(name);
+  return it == models_.end() ? nullptr : std::make_shared<ModelHandle>(it->second);
 }
 
 std::vector<ModelInfo> Engine::models() const {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string_view>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,6 +56,56 @@ struct ModelLoadOptions {
 
 class ModelInstance;
 
+// Called on the model's worker thread (or at once, on the caller's, for a request refused outright);
+// must not block.
+using GenerationCallback = std::function<void(const GenerationEvent&)>;
+
+// A chat to render with a model's template: JSON texts as OpenAI requests carry them.
+struct ChatInput {
+  std::string messages_json = "[]";  // [{"role": ..., "content": ...}, ...]
+  std::string tools_json;            // empty: no tools
+  bool add_generation_prompt = true;
+  std::string kwargs_json;           // chat_template_kwargs object ({"enable_thinking": false}); empty for none
+};
+
+// Incremental detokenisation for streaming: never splits a UTF-8 character; the pieces add up to the
+// full decode.
+class TextStream {
+ public:
+  virtual ~TextStream() = default;
+  virtual std::string feed(int32_t token) = 0;
+  virtual std::string finish() = 0;
+};
+
+// A resident model as callers use it. Holding the handle keeps the model alive through an unload.
+class ModelHandle {
+ public:
+  explicit ModelHandle(std::shared_ptr<ModelInstance> impl) : impl_(std::move(impl)) {}
+  const std::string& name() const;
+  const std::string& source() const;
+  const std::string& architecture() const;
+  int64_t context_length() const;
+  std::vector<int32_t> eos_token_ids() const;
+
+  bool has_tokenizer() const;
+  // Throw nothing: a model without a tokenizer gives an error Status.
+  Status tokenize(std::string_view text, bool add_special, bool parse_special, std::vector<int32_t>& ids) const;
+  Status detokenize(const std::vector<int32_t>& ids, bool skip_special, std::string& text) const;
+  std::unique_ptr<TextStream> text_stream(bool skip_special) const;  // null without a tokenizer
+  Status apply_chat_template(const ChatInput& input, std::string& prompt) const;
+
+  uint64_t submit(GenerationRequest request, GenerationCallback callback) const;
+  void cancel(uint64_t id) const;
+  struct Load {
+    size_t running = 0, waiting = 0;
+    int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  };
+  Load load() const;
+
+ private:
+  std::shared_ptr<ModelInstance> impl_;
+};
+
 // Owns the resident models. Thread-safe: the daemon's loop thread and load threads may call it at once.
 class Engine {
  public:
@@ -63,6 +115,9 @@ class Engine {
   Status load(const ModelLoadOptions& options);
   Status unload(const std::string& name);
   std::vector<ModelInfo> models() const;
+
+  // The named resident model, or null.
+  std::shared_ptr<ModelHandle> model(const std::string& name) const;
 
   // Generates for each request with the named model, batched; results in request order.
   Status generate(const std::string& model, std::vector<GenerationRequest> requests,

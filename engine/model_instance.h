@@ -27,10 +27,6 @@ namespace ftllm {
 
 constexpr int64_t kKvBlockTokens = 16;
 
-// Called on the model's worker thread (or the submitting thread for requests refused at once); it must
-// not block.
-using GenerationCallback = std::function<void(const GenerationEvent&)>;
-
 class ModelInstance {
  public:
   // Throws EngineError with a reason a person can act on.

@@ -8,9 +8,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
+#include <deque>
 #include <filesystem>
 
 #include "../log.h"
+#include "exchange.h"
+#include "ftllm_version.h"
 
 namespace ftllm::http {
 
@@ -18,7 +22,8 @@ namespace {
 std::string uv_error(int code) { return std::string(uv_strerror(code)); }
 }  // namespace
 
-// One client connection. Owned by the Server's list; deleted in its close callback.
+// One client connection. Owned by the Server's list; deleted in its close callback. Requests are answered
+// one at a time, in order: pipelined ones wait in `queued_` while an exchange is active.
 class Connection {
  public:
   Connection(Server& server, bool is_tcp) : server_(server), parser_(server.limits_.parse), is_tcp_(is_tcp) {
@@ -41,23 +46,43 @@ class Connection {
   // Sends a response that refuses the connection and closes it (used above max_connections).
   void refuse(const Response& r) { finish_with(r); }
 
-  // Closes now, dropping anything unsent.
+  // Closes now, dropping anything unsent; an active exchange learns its client is gone.
   void close() {
     if (closing_) return;
     closing_ = true;
+    if (active_) {
+      auto lost = std::move(active_);
+      lost->connection_lost();
+    }
     uv_close(handle(), &Connection::on_closed);
   }
 
-  // For the sweep timer: closes a connection that idled or dawdled past its limit.
+  // For the sweep timer: closes a connection that idled or dawdled past its limit. A connection with a
+  // response in progress (a stream) is never idle.
   void expire_if_stale(uint64_t now) {
     uint64_t age = now - last_activity_;
     if (draining_) {
       if (age > 2000) close();
+    } else if (active_) {
+      return;
     } else if (parser_.mid_request()) {
-      if (age > server_.limits_.request_timeout_ms) finish_with(json_error(408, "request not completed in time", "invalid_request_error", "request_timeout"));
+      if (age > server_.limits_.request_timeout_ms)
+        finish_with(json_error(408, "request not completed in time", "invalid_request_error", "request_timeout"));
     } else if (pending_writes_ == 0 && age > server_.limits_.idle_timeout_ms) {
       close();
     }
+  }
+
+  // Called by the active exchange.
+  void write(std::string bytes) { send(std::move(bytes), false); }
+  void exchange_done(bool keep_alive) {
+    active_.reset();
+    if (!keep_alive || server_.closed_) {
+      draining_ = true;
+      shutdown_after_writes();
+      return;
+    }
+    pump();
   }
 
   std::list<Connection*>::iterator position;
@@ -86,26 +111,28 @@ class Connection {
     }
     if (nread == 0 || c->closing_) return;
     c->touch();
-    if (c->draining_) return;  // discard what arrives after the final response
-    c->handle_bytes(buf->base, size_t(nread));
+    if (c->draining_ || c->parse_failed_) return;  // discard what arrives after the final response
+    std::vector<Request> requests;
+    if (!c->parser_.feed(buf->base, size_t(nread), requests)) c->parse_failed_ = true;
+    for (Request& r : requests) c->queued_.push_back(std::move(r));
+    c->pump();
   }
 
-  void handle_bytes(const char* data, size_t len) {
-    std::vector<Request> requests;
-    bool ok = parser_.feed(data, len, requests);
-    for (const Request& req : requests) {
-      Response resp = server_.router_.dispatch(req);
-      bool keep = req.keep_alive && !server_.closed_;
-      if (!keep) {
-        finish_with(resp, req.method == "HEAD");
+  // Starts the next queued request when none is active; after the last one, a parse error is answered.
+  void pump() {
+    while (!active_ && !closing_ && !draining_) {
+      if (queued_.empty()) {
+        if (parse_failed_) {
+          const ParseError& e = parser_.error();
+          const char* code = e.status == 413 ? "body_too_large" : e.status == 431 ? "headers_too_large" : "bad_request";
+          finish_with(json_error(e.status, e.message, "invalid_request_error", code));
+        }
         return;
       }
-      send(resp.serialize(true, req.method == "HEAD"), false);
-    }
-    if (!ok) {
-      const ParseError& e = parser_.error();
-      const char* code = e.status == 413 ? "body_too_large" : e.status == 431 ? "headers_too_large" : "bad_request";
-      finish_with(json_error(e.status, e.message, "invalid_request_error", code));
+      auto exchange = std::make_shared<Exchange>(this, std::move(queued_.front()));
+      queued_.pop_front();
+      active_ = exchange;
+      server_.router_.dispatch(exchange);
     }
   }
 
@@ -116,7 +143,22 @@ class Connection {
     send(r.serialize(false, head), true);
   }
 
+  void shutdown_after_writes() {
+    if (pending_writes_ == 0) shutdown();
+    else shutdown_pending_ = true;
+  }
+
+  void shutdown() {
+    auto* sd = new uv_shutdown_t;
+    sd->data = this;
+    if (uv_shutdown(sd, stream(), [](uv_shutdown_t* r, int) { delete r; }) < 0) {
+      delete sd;
+      close();
+    }
+  }
+
   void send(std::string bytes, bool then_close) {
+    if (closing_) return;
     auto* w = new Write{{}, std::move(bytes), this, then_close};
     uv_buf_t buf = uv_buf_init(w->data.data(), unsigned(w->data.size()));
     ++pending_writes_;
@@ -140,13 +182,9 @@ class Connection {
       return;
     }
     c->touch();
-    if (then_close) {
-      auto* sd = new uv_shutdown_t;
-      sd->data = c;
-      if (uv_shutdown(sd, c->stream(), [](uv_shutdown_t* r, int) { delete r; }) < 0) {
-        delete sd;
-        c->close();
-      }
+    if (then_close || (c->shutdown_pending_ && c->pending_writes_ == 0)) {
+      c->shutdown_pending_ = false;
+      c->shutdown();
     }
   }
 
@@ -165,9 +203,62 @@ class Connection {
   bool is_tcp_;
   bool closing_ = false;
   bool draining_ = false;
+  bool parse_failed_ = false;
+  bool shutdown_pending_ = false;
   int pending_writes_ = 0;
   uint64_t last_activity_ = 0;
+  std::deque<Request> queued_;
+  std::shared_ptr<Exchange> active_;
 };
+
+void Exchange::respond(const Response& r) {
+  if (done_) return;
+  done_ = true;
+  if (!conn_) return;
+  const bool keep = request_.keep_alive;
+  Connection* c = conn_;
+  conn_ = nullptr;
+  c->write(r.serialize(keep, request_.method == "HEAD"));
+  c->exchange_done(keep);
+}
+
+void Exchange::begin_stream(int status, const std::string& content_type,
+                            std::vector<std::pair<std::string, std::string>> headers) {
+  if (done_ || streaming_ || !conn_) return;
+  streaming_ = true;
+  std::string head = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason_phrase(status)) +
+                     "\r\nServer: ftllmd/" FTLLM_VERSION "\r\nContent-Type: " + content_type +
+                     "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
+  for (auto& [k, v] : headers) head += k + ": " + v + "\r\n";
+  if (!request_.keep_alive) head += "Connection: close\r\n";
+  conn_->write(head + "\r\n");
+}
+
+void Exchange::send(const std::string& data) {
+  if (done_ || !streaming_ || !conn_ || data.empty()) return;
+  char size[20];
+  std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  conn_->write(size + data + "\r\n");
+}
+
+void Exchange::finish() {
+  if (done_) return;
+  done_ = true;
+  if (!conn_) return;
+  Connection* c = conn_;
+  conn_ = nullptr;
+  c->write("0\r\n\r\n");
+  c->exchange_done(request_.keep_alive);
+}
+
+void Exchange::connection_lost() {
+  if (!conn_) return;
+  conn_ = nullptr;
+  if (!done_ && on_close_) {
+    auto f = std::move(on_close_);
+    f();
+  }
+}
 
 Server::Server(uv_loop_t* loop, const Router& router, ServerLimits limits)
     : loop_(loop), router_(router), limits_(limits), read_buffer_(64 * 1024) {

@@ -1,0 +1,43 @@
+// One request and its response, which a handler may give at once or later, whole or as a stream
+// (chunked transfer encoding, as Server-Sent Events need). Lives on the loop thread. When the client
+// goes away first, the exchange is told (on_close) and every later write is dropped.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "request.h"
+#include "response.h"
+
+namespace ftllm::http {
+
+class Connection;
+
+class Exchange {
+ public:
+  Exchange(Connection* c, Request r) : conn_(c), request_(std::move(r)) {}
+  const Request& request() const { return request_; }
+
+  void respond(const Response& r);
+  // Starts a chunked response; send() writes chunks, finish() ends it.
+  void begin_stream(int status, const std::string& content_type, std::vector<std::pair<std::string, std::string>> headers = {});
+  void send(const std::string& data);
+  void finish();
+
+  bool closed() const { return conn_ == nullptr; }
+  bool done() const { return done_; }
+  // Runs when the client disconnects before the response is done (never after done()).
+  void on_close(std::function<void()> f) { on_close_ = std::move(f); }
+
+ private:
+  friend class Connection;
+  void connection_lost();
+
+  Connection* conn_;
+  Request request_;
+  bool streaming_ = false, done_ = false;
+  std::function<void()> on_close_;
+};
+
+}  // namespace ftllm::http
