@@ -10,6 +10,8 @@
 #include "ftllm_version.h"
 #include "http/server.h"
 #include "log.h"
+#include "engine_bridge.h"
+#include "openai/routes.h"
 #include "routes.h"
 
 namespace ftllm::daemon {
@@ -39,6 +41,8 @@ struct Daemon {
   http::Router public_router, admin_router;
   std::unique_ptr<http::Server> public_server, admin_server;
   uv_signal_t sigterm{}, sigint{}, sighup{};
+  std::unique_ptr<EngineBridge> bridge;
+  std::unique_ptr<ApiContext> api;
   bool stopping = false;
 
   void stop(const char* why) {
@@ -48,6 +52,7 @@ struct Daemon {
     sd_notify(0, "STOPPING=1\nSTATUS=stopping");
     public_server->close();
     admin_server->close();
+    bridge->close();
     for (uv_signal_t* s : {&sigterm, &sigint, &sighup}) uv_close(reinterpret_cast<uv_handle_t*>(s), nullptr);
   }
 
@@ -81,7 +86,29 @@ int run_daemon(const Options& options, Config config) {
   d.info.started = std::chrono::steady_clock::now();
   d.info.admin_socket = d.config.admin_socket;
 
-  add_public_routes(d.public_router, d.engine, d.config);
+  // Models named on the command line are resident before the daemon reports ready.
+  std::vector<ModelLoadOptions> preload;
+  if (std::string why = model_load_options(options, preload); !why.empty()) {
+    log_error(why);
+    uv_loop_close(&d.loop);
+    return 2;
+  }
+  for (const ModelLoadOptions& m : preload) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = d.engine.load(m);
+    if (!s.ok) {
+      log_error(s.message);
+      uv_loop_close(&d.loop);
+      return 1;
+    }
+    log_info("loaded " + m.path + " in " +
+             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) +
+             " ms");
+  }
+
+  d.bridge = std::make_unique<EngineBridge>(&d.loop);
+  d.api = std::make_unique<ApiContext>(ApiContext{d.engine, *d.bridge, d.config});
+  add_openai_routes(d.public_router, *d.api);
   add_admin_routes(d.admin_router, d.engine, d.info);
 
   http::ServerLimits limits;
@@ -100,6 +127,7 @@ int run_daemon(const Options& options, Config config) {
     log_error(error);
     d.public_server->close();
     d.admin_server->close();
+    d.bridge->close();
     uv_run(&d.loop, UV_RUN_DEFAULT);
     uv_loop_close(&d.loop);
     return 1;

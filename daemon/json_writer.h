@@ -36,6 +36,8 @@ class JsonWriter {
   }
   JsonWriter& boolean(bool v) { return value_begin(), out_ += v ? "true" : "false", *this; }
   JsonWriter& null() { return value_begin(), out_ += "null", *this; }
+  // Already-serialised JSON, inserted as one value.
+  JsonWriter& raw(std::string_view json) { return value_begin(), out_ += json, *this; }
 
   const std::string& str() const { return out_; }
   std::string take() { return std::move(out_); }

@@ -5,13 +5,15 @@
 namespace ftllm::daemon {
 
 const char* usage() {
-  return "usage: ftllmd [--config FILE] [--listen HOST:PORT] [--admin-socket PATH] [--api_key KEY]\n"
-         "              [--log-level error|warn|info|debug]\n"
+  return "usage: ftllmd [MODEL ...] [--name NAME] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
+         "              [--config FILE] [--listen HOST:PORT] [--admin-socket PATH] [--api_key KEY]\n"
+         "              [--log-level error|warn|info|debug] [--hide_input]\n"
          "       ftllmd --check-config FILE\n"
          "       ftllmd --help | --version\n"
          "\n"
          "Serves the OpenAI API on --listen (default 127.0.0.1:8080) and the admin API on the Unix socket\n"
-         "--admin-socket (default /run/ftllmd/admin.sock), used by ftllmctl. Options override the config file.\n";
+         "--admin-socket (default /run/ftllmd/admin.sock), used by ftllmctl. Options override the config file.\n"
+         "MODEL is a Hugging Face model directory or a .gguf file; it is loaded before the daemon reports ready.\n";
 }
 
 OptionsResult parse_options(const std::vector<std::string>& args) {
@@ -21,7 +23,11 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
       {"--config", &Options::config_path},   {"--check-config", &Options::check_config},
       {"--listen", &Options::listen},        {"--admin-socket", &Options::admin_socket},
       {"--api_key", &Options::api_key},      {"--api-key", &Options::api_key},
-      {"--log-level", &Options::log_level},
+      {"--log-level", &Options::log_level},  {"--name", &Options::model_name},
+      {"-t", &Options::threads},             {"--threads", &Options::threads},
+      {"--chat_template", &Options::chat_template}, {"--ctx", &Options::context},
+      {"--max_sequences", &Options::max_sequences}, {"--dtype", &Options::dtype},
+      {"--device", &Options::device},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -33,6 +39,14 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
       o.version = true;
       continue;
     }
+    if (arg == "--hide_input") {
+      o.hide_input = true;
+      continue;
+    }
+    if (!arg.starts_with("-")) {
+      o.models.push_back(arg);
+      continue;
+    }
     std::optional<std::string> inline_value;
     if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
       inline_value = arg.substr(eq + 1);
@@ -40,7 +54,7 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
     }
     auto it = valued.find(arg);
     if (it == valued.end()) {
-      result.error = arg.starts_with("-") ? "unknown option " + arg : "unexpected argument \"" + arg + "\"";
+      result.error = "unknown option " + arg;
       return result;
     }
     if (inline_value) {
@@ -72,6 +86,50 @@ std::string apply_overrides(const Options& o, Config& config) {
     auto level = parse_log_level(*o.log_level);
     if (!level) return "--log-level must be one of error, warn, info, debug";
     config.log_level = *level;
+  }
+  return {};
+}
+
+}  // namespace ftllm::daemon
+
+namespace ftllm::daemon {
+
+namespace {
+bool positive_number(const std::string& text, int64_t& out) {
+  try {
+    size_t used = 0;
+    out = std::stoll(text, &used);
+    return used == text.size() && out > 0;
+  } catch (...) {
+    return false;
+  }
+}
+}  // namespace
+
+std::string model_load_options(const Options& o, std::vector<ModelLoadOptions>& out) {
+  if (o.model_name && o.models.size() != 1) return "--name needs exactly one MODEL";
+  if (o.dtype && *o.dtype != "auto")
+    return "--dtype " + *o.dtype + " is not supported yet: models run in the dtype their files store (use --dtype auto)";
+  if (o.device && *o.device != "cpu") return "--device " + *o.device + " is not supported yet: this build runs models on the cpu";
+  for (const std::string& path : o.models) {
+    ModelLoadOptions m;
+    m.path = path;
+    if (o.model_name) m.name = *o.model_name;
+    int64_t n = 0;
+    if (o.threads) {
+      if (!positive_number(*o.threads, n)) return "-t/--threads needs a positive number, not " + *o.threads;
+      m.threads = int(n);
+    }
+    if (o.context) {
+      if (!positive_number(*o.context, n)) return "--ctx needs a positive number of tokens, not " + *o.context;
+      m.context_length = n;
+    }
+    if (o.max_sequences) {
+      if (!positive_number(*o.max_sequences, n) || n > 1024) return "--max_sequences needs a number from 1 to 1024";
+      m.max_sequences = int32_t(n);
+    }
+    if (o.chat_template) m.chat_template = *o.chat_template;
+    out.push_back(m);
   }
   return {};
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "../engine/engine.h"
 #include "config.h"
 
 namespace ftllm::daemon {
@@ -16,6 +17,16 @@ struct Options {
   std::optional<std::string> admin_socket;  // --admin-socket PATH
   std::optional<std::string> api_key;       // --api_key KEY
   std::optional<std::string> log_level;     // --log-level LEVEL
+  // Models to preload (as `ftllm server MODEL` does) and how.
+  std::vector<std::string> models;
+  std::optional<std::string> model_name;     // --name, for the first model
+  std::optional<std::string> threads;        // -t / --threads
+  std::optional<std::string> chat_template;  // --chat_template FILE
+  std::optional<std::string> context;        // --ctx TOKENS: context length per sequence
+  std::optional<std::string> max_sequences;  // --max_sequences N: sequences decoded together
+  std::optional<std::string> dtype;          // --dtype: only the stored dtype for now
+  std::optional<std::string> device;         // --device: only cpu for now
+  bool hide_input = false;                   // --hide_input: prompts never reach the log
   bool help = false;
   bool version = false;
 };
@@ -29,6 +40,9 @@ OptionsResult parse_options(const std::vector<std::string>& args);
 
 // Applies the command-line overrides to a config; returns what was wrong with one, or empty.
 std::string apply_overrides(const Options& options, Config& config);
+
+// The engine load options for the preloaded models; returns what was wrong, or empty.
+std::string model_load_options(const Options& options, std::vector<ModelLoadOptions>& out);
 
 const char* usage();
 

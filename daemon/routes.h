@@ -1,4 +1,4 @@
-// The daemon's routes: the public ones on TCP (OpenAI API, health) and the admin ones on the Unix socket.
+// The admin routes, on the Unix socket (the public ones are in openai/routes.h).
 #pragma once
 
 #include <chrono>
@@ -17,7 +17,6 @@ struct DaemonInfo {
   std::string admin_socket;
 };
 
-void add_public_routes(http::Router& router, const Engine& engine, const Config& config);
 void add_admin_routes(http::Router& router, const Engine& engine, const DaemonInfo& info);
 
 }  // namespace ftllm::daemon

@@ -1,0 +1,187 @@
+#include "request.h"
+
+#include <simdjson.h>
+
+#include "../json_writer.h"
+
+namespace ftllm::daemon {
+
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+ApiError bad(const std::string& param, const std::string& why) { return {400, "'" + param + "' " + why, param}; }
+
+bool is_number(element e) {
+  auto t = e.type();
+  return t == element_type::INT64 || t == element_type::UINT64 || t == element_type::DOUBLE;
+}
+
+// Reads an optional number field into `out`, checking it lies in [lo, hi].
+std::optional<ApiError> number(element obj, const char* key, double lo, double hi, float& out) {
+  element e;
+  if (obj[key].get(e) || e.is_null()) return std::nullopt;
+  if (!is_number(e)) return bad(key, "must be a number");
+  double v = double(e);
+  if (v < lo || v > hi) return bad(key, "must be between " + std::to_string(lo).substr(0, 4) + " and " + std::to_string(hi).substr(0, 4));
+  out = float(v);
+  return std::nullopt;
+}
+
+std::optional<ApiError> integer(element obj, const char* key, int64_t lo, int64_t hi, std::optional<int64_t>& out) {
+  element e;
+  if (obj[key].get(e) || e.is_null()) return std::nullopt;
+  int64_t v;
+  if (e.get(v)) return bad(key, "must be an integer");
+  if (v < lo || v > hi) return bad(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  out = v;
+  return std::nullopt;
+}
+
+// A message as the template sees it: OpenAI's content-part arrays become the joined text of their parts.
+std::optional<ApiError> message_json(element message, size_t index, std::string& json_out) {
+  const std::string where = "messages[" + std::to_string(index) + "]";
+  simdjson::dom::object obj;
+  if (message.get(obj)) return bad(where, "must be an object");
+  std::string_view role;
+  if (obj["role"].get(role)) return bad(where + ".role", "is required and must be a string");
+  JsonWriter w;
+  w.begin_object();
+  for (auto [key, value] : obj) {
+    if (key == "content" && value.type() == element_type::ARRAY) {
+      std::string text;
+      for (element part : value.get_array()) {
+        std::string_view type, t;
+        if (part["type"].get(type) || type != "text" || part["text"].get(t))
+          return bad(where + ".content", "parts must be {\"type\": \"text\", \"text\": ...}; only text is supported");
+        text += t;
+      }
+      w.key(key).string(text);
+    } else if (key == "content" && value.type() != element_type::STRING && !value.is_null()) {
+      return bad(where + ".content", "must be a string or an array of text parts");
+    } else {
+      w.key(key).raw(simdjson::to_string(value));
+    }
+  }
+  w.end_object();
+  json_out = w.take();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, GenerationBody& out) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string text(json);
+  element root;
+  if (auto err = parser.parse(text).get(root))
+    return ApiError{400, std::string("the body is not valid JSON: ") + simdjson::error_message(err), "", "invalid_request_error", "invalid_json"};
+  if (root.type() != element_type::OBJECT) return ApiError{400, "the body must be a JSON object", "", "invalid_request_error", "invalid_json"};
+
+  std::string_view model;
+  if (root["model"].get(model)) return bad("model", "is required and must be a string");
+  out.model = model;
+  out.chat = chat;
+
+  if (chat) {
+    simdjson::dom::array messages;
+    if (root["messages"].get(messages)) return bad("messages", "is required and must be an array");
+    if (messages.size() == 0) return bad("messages", "must not be empty");
+    std::string joined = "[";
+    size_t i = 0;
+    for (element m : messages) {
+      std::string one;
+      if (auto e = message_json(m, i, one)) return e;
+      joined += (i++ ? "," : "") + one;
+    }
+    out.chat_input.messages_json = joined + "]";
+    element tools;
+    if (!root["tools"].get(tools) && !tools.is_null()) {
+      if (tools.type() != element_type::ARRAY) return bad("tools", "must be an array");
+      out.chat_input.tools_json = simdjson::to_string(tools);
+    }
+    element kwargs;
+    if (!root["chat_template_kwargs"].get(kwargs) && !kwargs.is_null()) {
+      if (kwargs.type() != element_type::OBJECT) return bad("chat_template_kwargs", "must be an object");
+      out.chat_input.kwargs_json = simdjson::to_string(kwargs);
+    }
+  } else {
+    element prompt;
+    if (root["prompt"].get(prompt)) return bad("prompt", "is required");
+    std::string_view p;
+    if (!prompt.get(p)) {
+      out.prompt = p;
+    } else if (prompt.type() == element_type::ARRAY) {
+      simdjson::dom::array list = prompt.get_array();
+      if (list.size() == 0) return bad("prompt", "must not be empty");
+      element first = list.at(0);
+      if (first.type() == element_type::STRING) {
+        if (list.size() > 1) return bad("prompt", "with several prompts is not supported; send one request per prompt");
+        out.prompt = std::string_view(first);
+      } else {
+        element ids = first.type() == element_type::ARRAY ? first : prompt;
+        if (first.type() == element_type::ARRAY && list.size() > 1)
+          return bad("prompt", "with several prompts is not supported; send one request per prompt");
+        for (element id : ids.get_array()) {
+          int64_t v;
+          if (id.get(v) || v < 0 || v > INT32_MAX) return bad("prompt", "token ids must be non-negative integers");
+          out.prompt_ids.push_back(int32_t(v));
+        }
+        out.prompt_is_ids = true;
+      }
+    } else {
+      return bad("prompt", "must be a string, an array of strings, or an array of token ids");
+    }
+  }
+
+  SamplingParams& s = out.generation.sampling;
+  if (auto e = number(root, "temperature", 0, 2, s.temperature)) return e;
+  if (auto e = number(root, "top_p", 0, 1, s.top_p)) return e;
+  if (auto e = number(root, "min_p", 0, 1, s.min_p)) return e;
+  if (auto e = number(root, "presence_penalty", -2, 2, s.presence_penalty)) return e;
+  if (auto e = number(root, "frequency_penalty", -2, 2, s.frequency_penalty)) return e;
+  if (auto e = number(root, "repetition_penalty", 0.01, 10, s.repetition_penalty)) return e;
+  std::optional<int64_t> top_k, seed, max_tokens, max_completion_tokens, n;
+  if (auto e = integer(root, "top_k", -1, 1 << 20, top_k)) return e;
+  if (top_k) s.top_k = int32_t(std::max<int64_t>(0, *top_k));
+  if (auto e = integer(root, "seed", INT64_MIN, INT64_MAX, seed)) return e;
+  if (seed) s.seed = uint64_t(*seed);
+  if (auto e = integer(root, "max_tokens", 1, 1 << 24, max_tokens)) return e;
+  if (auto e = integer(root, "max_completion_tokens", 1, 1 << 24, max_completion_tokens)) return e;
+  out.generation.max_tokens = int32_t(max_completion_tokens.value_or(max_tokens.value_or(0)));
+  if (auto e = integer(root, "n", 1, 128, n)) return e;
+  if (n && *n > 1) return bad("n", "greater than 1 is not supported yet; send n requests with different seeds");
+
+  element flag;
+  if (!root["stream"].get(flag) && !flag.is_null()) {
+    if (flag.get(out.stream)) return bad("stream", "must be true or false");
+  }
+  if (!root["stream_options"].get(flag) && !flag.is_null()) {
+    if (flag.type() != element_type::OBJECT) return bad("stream_options", "must be an object");
+    element usage;
+    if (!flag["include_usage"].get(usage) && usage.get(out.include_usage)) return bad("stream_options.include_usage", "must be true or false");
+  }
+  if (!root["ignore_eos"].get(flag) && !flag.is_null() && flag.get(out.generation.ignore_eos)) return bad("ignore_eos", "must be true or false");
+  if (!root["logprobs"].get(flag) && flag.type() == element_type::BOOL && bool(flag))
+    return bad("logprobs", "is not supported yet");
+
+  element stop;
+  if (!root["stop"].get(stop) && !stop.is_null()) {
+    std::string_view one;
+    if (!stop.get(one)) {
+      out.stop.emplace_back(one);
+    } else if (stop.type() == element_type::ARRAY) {
+      for (element x : stop.get_array()) {
+        if (x.get(one)) return bad("stop", "must be a string or an array of strings");
+        out.stop.emplace_back(one);
+      }
+      if (out.stop.size() > 16) return bad("stop", "may hold at most 16 strings");
+    } else {
+      return bad("stop", "must be a string or an array of strings");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace ftllm::daemon

@@ -1,0 +1,377 @@
+#include "routes.h"
+
+#include <simdjson.h>
+
+#include <chrono>
+#include <random>
+
+#include "../json_writer.h"
+#include "../log.h"
+#include "request.h"
+#include "stop_text.h"
+
+namespace ftllm::daemon {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+http::Response api_error(const ApiError& e) {
+  JsonWriter w;
+  w.begin_object().key("error").begin_object();
+  w.key("message").string(e.message).key("type").string(e.type);
+  if (e.param.empty()) w.key("param").null();
+  else w.key("param").string(e.param);
+  if (e.code.empty()) w.key("code").null();
+  else w.key("code").string(e.code);
+  w.end_object().end_object();
+  return {e.status, "application/json", {}, w.take()};
+}
+
+http::Response json_ok(std::string body) { return {200, "application/json", {}, std::move(body)}; }
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%s%016llx%08llx", prefix, (unsigned long long)rng(), (unsigned long long)(rng() & 0xffffffff));
+  return buf;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Constant-time comparison, so the key cannot be guessed byte by byte from response times.
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0;
+}
+
+std::optional<http::Response> check_key(const Config& config, const http::Request& req) {
+  if (config.api_key.empty()) return std::nullopt;
+  std::string_view auth = req.header("authorization");
+  if (auth.starts_with("Bearer ") && same_secret(auth.substr(7), config.api_key)) return std::nullopt;
+  return http::json_error(401, "missing or wrong API key: send the header \"Authorization: Bearer <key>\"",
+                          "invalid_request_error", "invalid_api_key");
+}
+
+std::string loaded_names(const Engine& engine) {
+  std::string names;
+  for (const ModelInfo& m : engine.models()) names += (names.empty() ? "" : ", ") + m.name;
+  return names.empty() ? "none" : names;
+}
+
+ApiError unknown_model(const Engine& engine, const std::string& name) {
+  return {404, "model \"" + name + "\" is not loaded; loaded models: " + loaded_names(engine), "model",
+          "invalid_request_error", "model_not_found"};
+}
+
+// The model a helper route names, or the only one loaded when it names none.
+std::shared_ptr<ModelHandle> model_for(const Engine& engine, simdjson::dom::element body, ApiError& error) {
+  std::string_view name;
+  if (body["model"].get(name)) {
+    auto models = engine.models();
+    if (models.size() == 1) return engine.model(models[0].name);
+    error = {400, "'model' is required when " + std::to_string(models.size()) + " models are loaded", "model"};
+    return nullptr;
+  }
+  auto m = engine.model(std::string(name));
+  if (!m) error = unknown_model(engine, std::string(name));
+  return m;
+}
+
+const char* finish_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "stop";
+    case FinishReason::Error: return "error";
+  }
+  return "stop";
+}
+
+// One generation being answered: lives on the loop thread from submit to the last byte.
+class Generation : public std::enable_shared_from_this<Generation> {
+ public:
+  Generation(std::shared_ptr<http::Exchange> ex, std::shared_ptr<ModelHandle> model, GenerationBody body, size_t prompt_tokens)
+      : ex_(std::move(ex)), model_(std::move(model)), body_(std::move(body)), prompt_tokens_(prompt_tokens),
+        stream_(model_->text_stream(true)), stop_(body_.stop), id_(random_id(body_.chat ? "chatcmpl-" : "cmpl-")),
+        created_(unix_now()), started_(Clock::now()) {}
+
+  void start(EngineBridge& bridge) {
+    auto self = shared_from_this();
+    if (body_.stream) {
+      ex_->begin_stream(200, "text/event-stream");
+      if (body_.chat) send_chunk([](JsonWriter& w) { w.key("role").string("assistant").key("content").string(""); }, nullptr);
+    }
+    engine_id_ = model_->submit(body_.generation, bridge.make_callback([self](const GenerationEvent& e) { self->on_event(e); }));
+    ex_->on_close([self] {
+      self->client_gone_ = true;
+      self->model_->cancel(self->engine_id_);
+    });
+  }
+
+ private:
+  void on_event(const GenerationEvent& e) {
+    if (finished_) return;
+    for (int32_t t : e.tokens) {
+      ++completion_tokens_;
+      if (first_token_at_ == Clock::time_point{}) first_token_at_ = Clock::now();
+      emit(stop_.push(stream_ ? stream_->feed(t) : std::string()));
+    }
+    if (stop_.stopped() && !stop_requested_) {
+      stop_requested_ = true;
+      model_->cancel(engine_id_);  // a stop string ends generation at once
+    }
+    if (e.finished) finish(e.result);
+  }
+
+  void emit(const std::string& text) {
+    if (text.empty()) return;
+    text_ += text;
+    if (body_.stream) send_chunk([&](JsonWriter& w) { w.key(body_.chat ? "content" : "text").string(text); }, nullptr, !body_.chat);
+  }
+
+  // A streamed chunk: `delta` writes the delta object's fields (chat) or the choice's text (completions).
+  template <typename Fill>
+  void send_chunk(Fill fill, const char* finish_reason, bool text_choice = false) {
+    JsonWriter w;
+    w.begin_object();
+    w.key("id").string(id_).key("object").string(body_.chat ? "chat.completion.chunk" : "text_completion");
+    w.key("created").number(created_).key("model").string(model_->name());
+    w.key("choices").begin_array().begin_object().key("index").number(0);
+    if (body_.chat) {
+      w.key("delta").begin_object();
+      fill(w);
+      w.end_object();
+    } else {
+      if (text_choice) fill(w);
+      else w.key("text").string("");
+    }
+    w.key("logprobs").null();
+    if (finish_reason) w.key("finish_reason").string(finish_reason);
+    else w.key("finish_reason").null();
+    w.end_object().end_array();
+    w.end_object();
+    ex_->send("data: " + w.take() + "\n\n");
+  }
+
+  void usage(JsonWriter& w) {
+    w.key("usage").begin_object();
+    w.key("prompt_tokens").number(int64_t(prompt_tokens_));
+    w.key("completion_tokens").number(int64_t(completion_tokens_));
+    w.key("total_tokens").number(int64_t(prompt_tokens_ + completion_tokens_));
+    w.end_object();
+  }
+
+  void finish(const GenerationResult& r) {
+    finished_ = true;
+    if (stream_) emit(stop_.push(stream_->finish()));
+    emit(stop_.flush());
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
+    log_info(std::string(body_.chat ? "chat" : "completion") + " model=" + model_->name() + " prompt_tokens=" +
+             std::to_string(prompt_tokens_) + " completion_tokens=" + std::to_string(completion_tokens_) +
+             " finish=" + (client_gone_ ? "client closed" : finish_name(r.finish)) + " time_ms=" + std::to_string(int64_t(ms)));
+    if (client_gone_ || ex_->closed()) return;
+    if (r.finish == FinishReason::Error) {
+      ApiError err{r.error.find("context") != std::string::npos ? 400 : 500, r.error, "",
+                   r.error.find("context") != std::string::npos ? "invalid_request_error" : "server_error"};
+      if (!body_.stream) return ex_->respond(api_error(err));
+      ex_->send("data: " + api_error(err).body + "\n\n");
+      ex_->send("data: [DONE]\n\n");
+      return ex_->finish();
+    }
+    const char* reason = stop_.stopped() ? "stop" : finish_name(r.finish);
+    if (body_.stream) {
+      if (body_.chat) send_chunk([](JsonWriter&) {}, reason);
+      else send_chunk([](JsonWriter& w) { w.key("text").string(""); }, reason, true);
+      if (body_.include_usage) {
+        JsonWriter w;
+        w.begin_object();
+        w.key("id").string(id_).key("object").string(body_.chat ? "chat.completion.chunk" : "text_completion");
+        w.key("created").number(created_).key("model").string(model_->name());
+        w.key("choices").begin_array().end_array();
+        usage(w);
+        w.end_object();
+        ex_->send("data: " + w.take() + "\n\n");
+      }
+      ex_->send("data: [DONE]\n\n");
+      return ex_->finish();
+    }
+    JsonWriter w;
+    w.begin_object();
+    w.key("id").string(id_).key("object").string(body_.chat ? "chat.completion" : "text_completion");
+    w.key("created").number(created_).key("model").string(model_->name());
+    w.key("choices").begin_array().begin_object().key("index").number(0);
+    if (body_.chat) {
+      w.key("message").begin_object().key("role").string("assistant").key("content").string(text_).end_object();
+    } else {
+      w.key("text").string(text_);
+    }
+    w.key("logprobs").null().key("finish_reason").string(reason);
+    w.end_object().end_array();
+    usage(w);
+    w.end_object();
+    ex_->respond(json_ok(w.take()));
+  }
+
+  std::shared_ptr<http::Exchange> ex_;
+  std::shared_ptr<ModelHandle> model_;
+  GenerationBody body_;
+  size_t prompt_tokens_, completion_tokens_ = 0;
+  std::unique_ptr<TextStream> stream_;
+  StopText stop_;
+  std::string id_, text_;
+  int64_t created_;
+  Clock::time_point started_, first_token_at_{};
+  uint64_t engine_id_ = 0;
+  bool finished_ = false, stop_requested_ = false, client_gone_ = false;
+};
+
+void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex, bool chat) {
+  const http::Request& req = ex->request();
+  if (auto denied = check_key(api.config, req)) return ex->respond(*denied);
+  GenerationBody body;
+  if (auto e = parse_generation_body(req.body, chat, body)) return ex->respond(api_error(*e));
+  auto model = api.engine.model(body.model);
+  if (!model) return ex->respond(api_error(unknown_model(api.engine, body.model)));
+
+  std::vector<int32_t> prompt;
+  if (chat) {
+    std::string text;
+    if (Status s = model->apply_chat_template(body.chat_input, text); !s.ok)
+      return ex->respond(api_error({400, s.message, "messages", "invalid_request_error", "chat_template_error"}));
+    if (Status s = model->tokenize(text, false, true, prompt); !s.ok) return ex->respond(api_error({400, s.message}));
+  } else if (body.prompt_is_ids) {
+    prompt = body.prompt_ids;
+  } else if (Status s = model->tokenize(body.prompt, true, true, prompt); !s.ok) {
+    return ex->respond(api_error({400, s.message, "prompt"}));
+  }
+  if (prompt.empty()) return ex->respond(api_error({400, "the prompt is empty", chat ? "messages" : "prompt"}));
+  const int64_t context = model->context_length();
+  if (int64_t(prompt.size()) >= context)
+    return ex->respond(api_error({400,
+                                  "the prompt has " + std::to_string(prompt.size()) + " tokens, but model " + model->name() +
+                                      " is loaded with a context of " + std::to_string(context) + " tokens",
+                                  chat ? "messages" : "prompt", "invalid_request_error", "context_length_exceeded"}));
+  if (body.generation.max_tokens <= 0) body.generation.max_tokens = int32_t(context - int64_t(prompt.size()));
+  body.generation.prompt = std::move(prompt);
+  const size_t prompt_tokens = body.generation.prompt.size();
+  auto gen = std::make_shared<Generation>(ex, model, std::move(body), prompt_tokens);
+  gen->start(api.bridge);
+}
+
+// Parses a helper route's body, or answers with the error.
+bool parse_body(const std::shared_ptr<http::Exchange>& ex, simdjson::dom::parser& parser, simdjson::dom::element& out) {
+  simdjson::padded_string text(ex->request().body);
+  if (parser.parse(text).get(out) || out.type() != simdjson::dom::element_type::OBJECT) {
+    ex->respond(api_error({400, "the body must be a JSON object", "", "invalid_request_error", "invalid_json"}));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void add_openai_routes(http::Router& router, ApiContext& api) {
+  // Open without the API key, so load balancers and systemd checks work.
+  router.add("GET", "/health", [](const http::Request&) {
+    return http::Response{200, "application/json", {}, R"({"status":"ok"})"};
+  });
+  router.add("GET", "/v1/models", [&api](const http::Request& req) {
+    if (auto denied = check_key(api.config, req)) return *denied;
+    JsonWriter w;
+    w.begin_object().key("object").string("list").key("data").begin_array();
+    for (const ModelInfo& m : api.engine.models())
+      w.begin_object().key("id").string(m.name).key("object").string("model").key("created").number(0).key("owned_by").string("ftllm").end_object();
+    w.end_array().end_object();
+    return json_ok(w.take());
+  });
+  router.add_prefix("GET", "/v1/models/", [&api](const http::Request& req) {
+    if (auto denied = check_key(api.config, req)) return *denied;
+    std::string name(req.path().substr(std::string_view("/v1/models/").size()));
+    auto m = api.engine.model(name);
+    if (!m) return api_error(unknown_model(api.engine, name));
+    JsonWriter w;
+    w.begin_object().key("id").string(m->name()).key("object").string("model").key("created").number(0).key("owned_by").string("ftllm").end_object();
+    return json_ok(w.take());
+  });
+  router.add_async("POST", "/v1/chat/completions", [&api](const auto& ex) { handle_generation(api, ex, true); });
+  router.add_async("POST", "/v1/completions", [&api](const auto& ex) { handle_generation(api, ex, false); });
+
+  router.add_async("POST", "/tokenize", [&api](const std::shared_ptr<http::Exchange>& ex) {
+    if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);
+    simdjson::dom::parser parser;
+    simdjson::dom::element body;
+    if (!parse_body(ex, parser, body)) return;
+    ApiError err;
+    auto model = model_for(api.engine, body, err);
+    if (!model) return ex->respond(api_error(err));
+    std::string_view content;
+    if (body["content"].get(content)) return ex->respond(api_error({400, "'content' is required and must be a string", "content"}));
+    bool add_special = false;
+    if (body["add_special"].get(add_special)) add_special = false;
+    std::vector<int32_t> ids;
+    if (Status s = model->tokenize(content, add_special, true, ids); !s.ok) return ex->respond(api_error({400, s.message}));
+    JsonWriter w;
+    w.begin_object().key("tokens").begin_array();
+    for (int32_t id : ids) w.number(id);
+    w.end_array().end_object();
+    ex->respond(json_ok(w.take()));
+  });
+  router.add_async("POST", "/detokenize", [&api](const std::shared_ptr<http::Exchange>& ex) {
+    if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);
+    simdjson::dom::parser parser;
+    simdjson::dom::element body;
+    if (!parse_body(ex, parser, body)) return;
+    ApiError err;
+    auto model = model_for(api.engine, body, err);
+    if (!model) return ex->respond(api_error(err));
+    simdjson::dom::array tokens;
+    if (body["tokens"].get(tokens)) return ex->respond(api_error({400, "'tokens' is required and must be an array of ids", "tokens"}));
+    std::vector<int32_t> ids;
+    for (auto t : tokens) {
+      int64_t v;
+      if (t.get(v)) return ex->respond(api_error({400, "'tokens' must hold integers", "tokens"}));
+      ids.push_back(int32_t(v));
+    }
+    std::string text;
+    if (Status s = model->detokenize(ids, false, text); !s.ok) return ex->respond(api_error({400, s.message}));
+    JsonWriter w;
+    w.begin_object().key("content").string(text).end_object();
+    ex->respond(json_ok(w.take()));
+  });
+  router.add_async("POST", "/apply-template", [&api](const std::shared_ptr<http::Exchange>& ex) {
+    if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);
+    simdjson::dom::parser parser;
+    simdjson::dom::element body;
+    if (!parse_body(ex, parser, body)) return;
+    ApiError err;
+    auto model = model_for(api.engine, body, err);
+    if (!model) return ex->respond(api_error(err));
+    // The same parsing as chat completions, so the prompt is exactly what /v1/chat/completions feeds.
+    std::string with_model = ex->request().body;
+    GenerationBody parsed;
+    JsonWriter fixed;
+    if (body["model"].error()) {
+      simdjson::dom::object obj = body;
+      fixed.begin_object().key("model").string(model->name());
+      for (auto [k, v] : obj) fixed.key(k).raw(simdjson::to_string(v));
+      fixed.end_object();
+      with_model = fixed.take();
+    }
+    if (auto e = parse_generation_body(with_model, true, parsed)) return ex->respond(api_error(*e));
+    bool add_generation_prompt = true;
+    if (body["add_generation_prompt"].get(add_generation_prompt)) add_generation_prompt = true;
+    parsed.chat_input.add_generation_prompt = add_generation_prompt;
+    std::string prompt;
+    if (Status s = model->apply_chat_template(parsed.chat_input, prompt); !s.ok)
+      return ex->respond(api_error({400, s.message, "messages", "invalid_request_error", "chat_template_error"}));
+    JsonWriter w;
+    w.begin_object().key("prompt").string(prompt).end_object();
+    ex->respond(json_ok(w.take()));
+  });
+}
+
+}  // namespace ftllm::daemon

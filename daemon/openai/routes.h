@@ -1,0 +1,19 @@
+// The OpenAI API and llama-server's helper routes, on the TCP listener.
+#pragma once
+
+#include "../../engine/engine.h"
+#include "../config.h"
+#include "../engine_bridge.h"
+#include "../http/router.h"
+
+namespace ftllm::daemon {
+
+struct ApiContext {
+  Engine& engine;
+  EngineBridge& bridge;
+  const Config& config;
+};
+
+void add_openai_routes(http::Router& router, ApiContext& api);
+
+}  // namespace ftllm::daemon
