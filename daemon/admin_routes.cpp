@@ -34,6 +34,12 @@ http::Response status(const Engine& engine, const DaemonInfo& info) {
   for (const ModelInfo& m : engine.models()) {
     w.begin_object();
     w.key("name").string(m.name).key("source").string(m.source).key("architecture").string(m.architecture);
+    if (auto handle = engine.model(m.name)) {
+      ModelHandle::Load load = handle->load();
+      w.key("requests_running").number(uint64_t(load.running)).key("requests_waiting").number(uint64_t(load.waiting));
+      w.key("kv_blocks_used").number(load.kv_blocks_used).key("kv_blocks_total").number(load.kv_blocks_total);
+      w.key("context_length").number(handle->context_length());
+    }
     w.end_object();
   }
   w.end_array();

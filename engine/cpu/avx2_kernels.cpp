@@ -40,50 +40,46 @@ inline float load1(const void* row, int64_t k) {
   else return bf16_to_f32(static_cast<const uint16_t*>(row)[k]);
 }
 
-// Four activation rows against one weight row: the weight chunk is widened once and used four times.
+// Every output is summed in the same order whatever M is (two 8-lane accumulators over 16-element
+// steps, then the tail), so a sequence decodes to the same bits alone or batched with others. Rows of
+// x come four at a time against one weight row, so the weight chunk is widened once and used four times.
+template <DType T, int R>
+inline void dot_rows(const float* x, int64_t K, const void* row, float* out) {
+  const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
+  __m256 a[R][2];
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K16; k += 16) {
+    __m256 w0 = load8<T>(row, k), w1 = load8<T>(row, k + 8);
+    for (int r = 0; r < R; ++r) {
+      a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k), w0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k + 8), w1, a[r][1]);
+    }
+  }
+  if (K8 > K16) {
+    __m256 w0 = load8<T>(row, K16);
+    for (int r = 0; r < R; ++r) a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + K16), w0, a[r][0]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float s = hsum(_mm256_add_ps(a[r][0], a[r][1]));
+    for (int64_t k = K8; k < K; ++k) s += x[r * K + k] * load1<T>(row, k);
+    out[r] = s;
+  }
+}
+
 template <DType T>
 void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t row_bytes = size_t(K) * dtype_size(T);
-  const int64_t K8 = K & ~int64_t(7);
   for (int64_t n = n0; n < n1; ++n) {
     const void* row = static_cast<const char*>(w) + size_t(n) * row_bytes;
+    float out[4];
     int64_t m = 0;
     for (; m + 4 <= M; m += 4) {
-      const float* x0 = x + m * K;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t k = 0; k < K8; k += 8) {
-        __m256 wv = load8<T>(row, k);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), wv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + K + k), wv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + 2 * K + k), wv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + 3 * K + k), wv, a3);
-      }
-      float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
-      for (int64_t k = K8; k < K; ++k) {
-        float wk = load1<T>(row, k);
-        s0 += x0[k] * wk;
-        s1 += x0[K + k] * wk;
-        s2 += x0[2 * K + k] * wk;
-        s3 += x0[3 * K + k] * wk;
-      }
-      y[m * ldy + n] = s0;
-      y[(m + 1) * ldy + n] = s1;
-      y[(m + 2) * ldy + n] = s2;
-      y[(m + 3) * ldy + n] = s3;
+      dot_rows<T, 4>(x + m * K, K, row, out);
+      for (int r = 0; r < 4; ++r) y[(m + r) * ldy + n] = out[r];
     }
     for (; m < M; ++m) {
-      const float* xm = x + m * K;
-      // Two accumulators hide the FMA latency on the memory-bound single-row (decode) path.
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-      int64_t k = 0;
-      for (; k + 16 <= K8; k += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xm + k), load8<T>(row, k), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xm + k + 8), load8<T>(row, k + 8), a1);
-      }
-      for (; k < K8; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xm + k), load8<T>(row, k), a0);
-      float s = hsum(_mm256_add_ps(a0, a1));
-      for (; k < K; ++k) s += xm[k] * load1<T>(row, k);
-      y[m * ldy + n] = s;
+      dot_rows<T, 1>(x + m * K, K, row, out);
+      y[m * ldy + n] = out[0];
     }
   }
 }

@@ -73,6 +73,24 @@ BOOST_AUTO_TEST_CASE(matmul_all_dtypes_odd_shapes) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(matmul_rows_are_bitwise_the_same_alone_or_batched) {
+  // Continuous batching must not change a sequence's tokens: row m of a batch equals the row computed alone.
+  const Kernels& fast = *cpu::avx2_kernels();
+  std::mt19937 rng(9);
+  for (int64_t K : {24, 100, 576}) {
+    const int64_t M = 7, N = 5;
+    auto x = random_floats(size_t(M * K), rng);
+    auto w32 = random_floats(size_t(N * K), rng);
+    std::vector<uint16_t> w = to_half_bits(w32, DType::BF16);
+    std::vector<float> batched(size_t(M * N)), alone(size_t(N));
+    fast.matmul(DType::BF16, x.data(), M, K, w.data(), 0, N, batched.data(), N);
+    for (int64_t m = 0; m < M; ++m) {
+      fast.matmul(DType::BF16, x.data() + m * K, 1, K, w.data(), 0, N, alone.data(), N);
+      for (int64_t n = 0; n < N; ++n) BOOST_REQUIRE_EQUAL(float_bits(alone[size_t(n)]), float_bits(batched[size_t(m * N + n)]));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(vector_kernels_with_tails) {
   const Kernels& ref = cpu::scalar_kernels();
   const Kernels& fast = *cpu::avx2_kernels();
