@@ -82,7 +82,7 @@ BOOST_AUTO_TEST_CASE(matmul_rows_are_bitwise_the_same_alone_or_batched) {
     auto x = random_floats(size_t(M * K), rng);
     auto w32 = random_floats(size_t(N * K), rng);
     std::vector<uint16_t> w = to_half_bits(w32, DType::BF16);
-    std::vector<float> batched(size_t(M * N)), alone(size_t(N));
+    std::vector<float> batched(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
     fast.matmul(DType::BF16, x.data(), M, K, w.data(), 0, N, batched.data(), N);
     for (int64_t m = 0; m < M; ++m) {
       fast.matmul(DType::BF16, x.data() + m * K, 1, K, w.data(), 0, N, alone.data(), N);
