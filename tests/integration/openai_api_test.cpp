@@ -1,0 +1,282 @@
+// The OpenAI API as clients meet it: the real ftllmd serving the real SmolLM2-135M-Instruct GGUF, driven
+// with curl, raw sockets and the official OpenAI Python SDK.
+#include <simdjson.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <fstream>
+#include <thread>
+
+#include "../common/real_model.h"
+#include "daemon_process.h"
+
+using namespace ftllm::test;
+
+namespace {
+
+struct Reply {
+  int status = 0;
+  std::string body;
+};
+
+std::string write_temp(const std::string& content) {
+  static int n = 0;
+  std::string path = "/tmp/ftllm-body-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+Reply http(const std::string& method, const std::string& url, const std::string& body = "", const std::string& extra = "") {
+  std::string file = write_temp(body);
+  CommandResult r = run_command("curl -s -S -N --max-time 120 -X " + method + " -H 'Content-Type: application/json' " + extra +
+                                " --data-binary @" + file + " -w '\\n%{http_code}' " + url);
+  std::remove(file.c_str());
+  BOOST_REQUIRE_MESSAGE(r.exit_code == 0, "curl failed: " + r.err);
+  size_t nl = r.out.rfind('\n');
+  return {std::stoi(r.out.substr(nl + 1)), r.out.substr(0, nl)};
+}
+
+// The daemon with the real model, started once for the whole suite.
+DaemonProcess& daemon_with_model() {
+  static TempDir dir;
+  static DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "2", "--ctx", "512", "--max_sequences", "16"});
+  return d;
+}
+
+std::string chat_body(const std::string& content, const std::string& extra) {
+  return R"({"model": "smollm2", "messages": [{"role": "user", "content": ")" + content + "\"}]" +
+         (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+// Concatenated deltas of an SSE stream, its finish reason, and the usage chunk's completion_tokens.
+struct StreamResult {
+  std::string text, finish;
+  int64_t completion_tokens = -1;
+  bool done = false;
+};
+StreamResult read_stream(const std::string& sse, bool chat) {
+  StreamResult r;
+  simdjson::dom::parser parser;
+  size_t pos = 0;
+  while ((pos = sse.find("data: ", pos)) != std::string::npos) {
+    size_t end = sse.find("\n\n", pos);
+    std::string data = sse.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") {
+      r.done = true;
+      continue;
+    }
+    simdjson::dom::element e = parser.parse(data);
+    simdjson::dom::array choices = e["choices"];
+    for (auto c : choices) {
+      std::string_view piece;
+      if (chat ? !c["delta"]["content"].get(piece) : !c["text"].get(piece)) r.text += piece;
+      std::string_view f;
+      if (!c["finish_reason"].get(f)) r.finish = f;
+    }
+    int64_t n;
+    if (!e["usage"]["completion_tokens"].get(n)) r.completion_tokens = n;
+  }
+  return r;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(openai_api)
+
+BOOST_AUTO_TEST_CASE(chat_answers_exactly_as_transformers_greedy) {
+  std::string gguf = smollm2_gguf_path();
+  BOOST_REQUIRE_MESSAGE(!gguf.empty(), "SmolLM2 GGUF not found under .venv: run scripts/setup.sh");
+  DaemonProcess& d = daemon_with_model();
+  simdjson::dom::parser parser;
+  simdjson::dom::element ref = parser.load(FTLLM_SOURCE_ROOT "/tests/data/smollm2.json");
+  std::string question(std::string_view(ref["messages"].at(0)["content"]));
+  Reply r = http("POST", d.base_url() + "/v1/chat/completions", chat_body(question, R"("max_tokens": 32, "temperature": 0)"));
+  BOOST_REQUIRE_EQUAL(r.status, 200);
+  simdjson::dom::parser p2;
+  simdjson::dom::element doc = p2.parse(r.body);
+  // Template, tokenizer, engine and detokenizer together reproduce transformers' 32 greedy tokens.
+  BOOST_TEST(std::string_view(doc["choices"].at(0)["message"]["content"]) == std::string_view(ref["text"]));
+  BOOST_TEST(std::string_view(doc["choices"].at(0)["finish_reason"]) == "length");
+  BOOST_TEST(int64_t(doc["usage"]["prompt_tokens"]) == int64_t(ref["prompt"].get_array().size()));
+  BOOST_TEST(int64_t(doc["usage"]["completion_tokens"]) == 32);
+  BOOST_TEST(int64_t(doc["usage"]["total_tokens"]) == int64_t(ref["prompt"].get_array().size()) + 32);
+  BOOST_TEST(std::string_view(doc["object"]) == "chat.completion");
+}
+
+BOOST_AUTO_TEST_CASE(stream_equals_whole_for_the_same_seed) {
+  DaemonProcess& d = daemon_with_model();
+  for (bool chat : {true, false}) {
+    std::string body = chat ? chat_body("Tell me about cats.", R"("max_tokens": 24, "temperature": 0.9, "seed": 42)")
+                            : R"({"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0.9, "seed": 42)";
+    if (!chat) body += "}";
+    std::string url = d.base_url() + (chat ? "/v1/chat/completions" : "/v1/completions");
+    Reply whole = http("POST", url, body);
+    BOOST_REQUIRE_EQUAL(whole.status, 200);
+    std::string stream_body = body.substr(0, body.size() - 1) + R"(, "stream": true, "stream_options": {"include_usage": true}})";
+    Reply streamed = http("POST", url, stream_body);
+    BOOST_REQUIRE_EQUAL(streamed.status, 200);
+    StreamResult s = read_stream(streamed.body, chat);
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc = parser.parse(whole.body);
+    std::string_view want = chat ? std::string_view(doc["choices"].at(0)["message"]["content"]) : std::string_view(doc["choices"].at(0)["text"]);
+    BOOST_TEST(s.text == want);
+    BOOST_TEST(s.finish == std::string_view(doc["choices"].at(0)["finish_reason"]));
+    BOOST_TEST(s.completion_tokens == int64_t(doc["usage"]["completion_tokens"]));
+    BOOST_TEST(s.done);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(stop_strings_never_leak) {
+  DaemonProcess& d = daemon_with_model();
+  for (bool stream : {false, true}) {
+    std::string body = R"({"model": "smollm2", "prompt": "Count: 1, 2, 3, 4, 5, 6,", "max_tokens": 30, "temperature": 0, "stop": [", 9", "never"])";
+    if (stream) body += R"(, "stream": true)";
+    Reply r = http("POST", d.base_url() + "/v1/completions", body + "}");
+    BOOST_REQUIRE_EQUAL(r.status, 200);
+    std::string text;
+    std::string finish;
+    if (stream) {
+      StreamResult s = read_stream(r.body, false);
+      text = s.text;
+      finish = s.finish;
+    } else {
+      simdjson::dom::parser parser;
+      simdjson::dom::element doc = parser.parse(r.body);
+      text = std::string_view(doc["choices"].at(0)["text"]);
+      finish = std::string_view(doc["choices"].at(0)["finish_reason"]);
+    }
+    BOOST_TEST(text.find(", 9") == std::string::npos, text);
+    BOOST_TEST(text.find("7, 8") != std::string::npos, text);
+    BOOST_TEST(finish == "stop");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(helper_routes_in_llama_server_shapes) {
+  DaemonProcess& d = daemon_with_model();
+  Reply t = http("POST", d.base_url() + "/tokenize", R"({"model": "smollm2", "content": "Hello world"})");
+  BOOST_REQUIRE_EQUAL(t.status, 200);
+  BOOST_TEST(t.body == R"({"tokens":[19556,905]})");
+  Reply dt = http("POST", d.base_url() + "/detokenize", R"({"model": "smollm2", "tokens": [19556, 905]})");
+  BOOST_TEST(dt.body == R"({"content":"Hello world"})");
+  Reply a = http("POST", d.base_url() + "/apply-template", R"({"messages": [{"role": "user", "content": "Hi"}]})");
+  BOOST_REQUIRE_EQUAL(a.status, 200);
+  BOOST_TEST(a.body.find(R"(<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n)") != std::string::npos, a.body);
+  Reply m = http("GET", d.base_url() + "/v1/models/smollm2");
+  BOOST_TEST(m.body.find(R"("id":"smollm2")") != std::string::npos);
+  BOOST_TEST(http("GET", d.base_url() + "/v1/models/other").status == 404);
+}
+
+BOOST_AUTO_TEST_CASE(every_error_has_its_status_and_names_the_field) {
+  DaemonProcess& d = daemon_with_model();
+  const std::string chat = d.base_url() + "/v1/chat/completions";
+  auto expect = [&](const std::string& body, int status, const std::string& needle) {
+    Reply r = http("POST", chat, body);
+    BOOST_TEST(r.status == status, body << " -> " << r.body);
+    BOOST_TEST(r.body.find(needle) != std::string::npos, body << " -> " << r.body);
+  };
+  expect(R"({"model": "nope", "messages": [{"role": "user", "content": "x"}]})", 404, "loaded models: smollm2");
+  expect(R"({"model": "smollm2", "messages": )", 400, "invalid_json");
+  expect(R"({"model": "smollm2"})", 400, R"("param":"messages")");
+  expect(R"({"model": "smollm2", "messages": []})", 400, "must not be empty");
+  expect(chat_body("x", R"("temperature": "hot")"), 400, R"("param":"temperature")");
+  expect(chat_body("x", R"("max_tokens": 0)"), 400, R"("param":"max_tokens")");
+  expect(chat_body("x", R"("n": 2)"), 400, R"("param":"n")");
+  expect(chat_body("x", R"("stop": 5)"), 400, R"("param":"stop")");
+  expect(R"({"model": "smollm2", "messages": [{"content": "no role"}]})", 400, "role");
+  std::string long_text;
+  for (int i = 0; i < 700; ++i) long_text += "word ";
+  expect(chat_body(long_text, ""), 400, "context_length_exceeded");
+  expect(chat_body(long_text, ""), 400, "is loaded with a context of 512 tokens");
+  BOOST_TEST(http("GET", chat).status == 405);
+  // After all of that the daemon still answers.
+  BOOST_TEST(http("POST", chat, chat_body("Hi", R"("max_tokens": 2)")).status == 200);
+}
+
+BOOST_AUTO_TEST_CASE(parallel_streams_do_not_cross_talk) {
+  DaemonProcess& d = daemon_with_model();
+  const int kClients = 16;
+  std::vector<std::string> prompts, alone(kClients);
+  for (int i = 0; i < kClients; ++i) prompts.push_back("Write the number " + std::to_string(i * 7) + " in words.");
+  for (int i = 0; i < kClients; ++i) {
+    Reply r = http("POST", d.base_url() + "/v1/chat/completions", chat_body(prompts[size_t(i)], R"("max_tokens": 12, "temperature": 0)"));
+    simdjson::dom::parser parser;
+    alone[size_t(i)] = std::string_view(parser.parse(r.body)["choices"].at(0)["message"]["content"]);
+  }
+  // All at once, streaming: each must get exactly what it got alone (decoding is batch-invariant).
+  std::vector<std::string> together(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      Reply r = http("POST", d.base_url() + "/v1/chat/completions",
+                     chat_body(prompts[size_t(i)], R"("max_tokens": 12, "temperature": 0, "stream": true)"));
+      together[size_t(i)] = read_stream(r.body, true).text;
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) BOOST_TEST(together[size_t(i)] == alone[size_t(i)], "client " << i);
+}
+
+BOOST_AUTO_TEST_CASE(a_client_that_disconnects_frees_its_sequence) {
+  DaemonProcess& d = daemon_with_model();
+  // A long stream cut off after a second by curl's own timeout.
+  run_command("curl -s -N --max-time 1 -d '" + chat_body("Tell a long story.", R"("max_tokens": 400, "ignore_eos": true, "stream": true)") +
+              "' " + d.base_url() + "/v1/chat/completions > /dev/null");
+  int64_t running = -1;
+  for (int i = 0; i < 50 && running != 0; ++i) {
+    CommandResult s = run_command(env_or_fail("FTLLMCTL") + " --socket " + d.socket_path() + " status --json");
+    simdjson::dom::parser parser;
+    running = int64_t(parser.parse(s.out)["models"].at(0)["requests_running"]);
+    if (running) usleep(100000);
+  }
+  BOOST_TEST(running == 0);
+  BOOST_TEST(d.log().find("finish=client closed") != std::string::npos);
+  BOOST_TEST(http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", R"("max_tokens": 2)")).status == 200);
+}
+
+BOOST_AUTO_TEST_CASE(the_official_openai_sdk_works_unchanged) {
+  DaemonProcess& d = daemon_with_model();
+  CommandResult r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
+                                "/tests/integration/openai_sdk_check.py " + d.base_url() + " smollm2");
+  BOOST_TEST_MESSAGE(r.out);
+  BOOST_TEST(r.exit_code == 0, r.out + r.err);
+  BOOST_TEST(r.out.find("ALL OK") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_requests_leave_the_daemon_serving) {
+  DaemonProcess& d = daemon_with_model();
+  const std::vector<std::string> corpus = {
+      "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 5\r\n\r\n{\"a\":",
+      "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 3\r\n\r\nnul",
+      "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n[]",
+      "POST /v1/completions HTTP/1.1\r\nContent-Length: 40\r\n\r\n{\"model\":\"smollm2\",\"prompt\":[[1],[2]]}   ",
+      "POST /v1/completions HTTP/1.1\r\nContent-Length: 38\r\n\r\n{\"model\":\"smollm2\",\"prompt\":[-1, 5]} ",
+      "POST /tokenize HTTP/1.1\r\nContent-Length: 4\r\n\r\n\"x\"\n",
+      "POST /detokenize HTTP/1.1\r\nContent-Length: 33\r\n\r\n{\"model\":\"smollm2\",\"tokens\":[1e9]}",
+      "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",
+      "GET /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: -4\r\n\r\n",
+      "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  // a TLS hello to a plain-HTTP port
+  };
+  for (const std::string& raw : corpus) {
+    std::string reply = raw_exchange(d.port(), raw);
+    BOOST_TEST((reply.starts_with("HTTP/1.1 4") || reply.empty()), raw.substr(0, 40) << " -> " << reply.substr(0, 80));
+    BOOST_TEST(http("GET", d.base_url() + "/health").status == 200);
+  }
+  BOOST_TEST(http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", R"("max_tokens": 2)")).status == 200);
+}
+
+BOOST_AUTO_TEST_CASE(api_key_is_required_when_set) {
+  TempDir dir;
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--api_key", "sk-test", "-t", "1", "--ctx", "128"});
+  BOOST_TEST(http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", "")).status == 401);
+  BOOST_TEST(http("POST", d.base_url() + "/tokenize", R"({"content": "x"})").status == 401);
+  BOOST_TEST(http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", R"("max_tokens": 2)"),
+                  "-H 'Authorization: Bearer sk-test'").status == 200);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_model_on_the_command_line_stops_startup_with_the_reason) {
+  CommandResult r = run_command(env_or_fail("FTLLMD") + " /nonexistent/model.gguf --listen 127.0.0.1:0 --admin-socket /tmp/ftllm-x.sock");
+  BOOST_TEST(r.exit_code == 1);
+  BOOST_TEST(r.err.find("cannot load /nonexistent/model.gguf") != std::string::npos, r.err);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
