@@ -117,6 +117,7 @@ const std::map<std::string, Section, std::less<>>& schema() {
            {"max_header_bytes", size_key(&Config::max_header_bytes, 1024, 1 << 24)},
            {"max_body_bytes", size_key(&Config::max_body_bytes, 1024, int64_t(1) << 34)},
            {"max_connections", size_key(&Config::max_connections, 1, 1 << 20)},
+           {"max_waiting", size_key(&Config::max_waiting, 1, 1 << 20)},
        }},
       {"admin",
        {

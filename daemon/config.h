@@ -23,6 +23,7 @@ struct Config {
   size_t max_header_bytes = 64 * 1024;
   size_t max_body_bytes = 16 * 1024 * 1024;
   size_t max_connections = 1024;
+  size_t max_waiting = 256;  // requests queued per model before new ones get 503
 
   std::string admin_socket = "/run/ftllmd/admin.sock";
   std::string admin_socket_group = "ftllm";

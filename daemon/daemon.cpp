@@ -43,6 +43,7 @@ struct Daemon {
   uv_signal_t sigterm{}, sigint{}, sighup{};
   std::unique_ptr<EngineBridge> bridge;
   std::unique_ptr<ApiContext> api;
+  Metrics metrics;
   bool stopping = false;
 
   void stop(const char* why) {
@@ -107,7 +108,7 @@ int run_daemon(const Options& options, Config config) {
   }
 
   d.bridge = std::make_unique<EngineBridge>(&d.loop);
-  d.api = std::make_unique<ApiContext>(ApiContext{d.engine, *d.bridge, d.config});
+  d.api = std::make_unique<ApiContext>(ApiContext{d.engine, *d.bridge, d.config, d.metrics});
   add_openai_routes(d.public_router, *d.api);
   add_admin_routes(d.admin_router, d.engine, d.info);
 
@@ -118,6 +119,7 @@ int run_daemon(const Options& options, Config config) {
   http::ServerLimits admin_limits = limits;
   admin_limits.max_connections = 64;
   d.admin_server = std::make_unique<http::Server>(&d.loop, d.admin_router, admin_limits);
+  d.public_server->on_response([&d](const http::Request& r, int status) { d.metrics.request(r.path(), status); });
 
   std::string error = d.public_server->listen_tcp(d.config.listen.host, d.config.listen.port);
   if (error.empty())

@@ -72,6 +72,11 @@ Status ModelHandle::apply_chat_template(const ChatInput& input, std::string& pro
   return Status::success();
 }
 
+const std::string& ModelHandle::chat_template_source() const {
+  static const std::string none;
+  return impl_->chat_template() ? impl_->chat_template()->source() : none;
+}
+
 uint64_t ModelHandle::submit(GenerationRequest request, GenerationCallback callback) const {
   return impl_->submit(std::move(request), std::move(callback));
 }

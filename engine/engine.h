@@ -93,6 +93,7 @@ class ModelHandle {
   Status detokenize(const std::vector<int32_t>& ids, bool skip_special, std::string& text) const;
   std::unique_ptr<TextStream> text_stream(bool skip_special) const;  // null without a tokenizer
   Status apply_chat_template(const ChatInput& input, std::string& prompt) const;
+  const std::string& chat_template_source() const;  // empty without a template
 
   uint64_t submit(GenerationRequest request, GenerationCallback callback) const;
   void cancel(uint64_t id) const;

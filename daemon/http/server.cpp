@@ -75,6 +75,9 @@ class Connection {
 
   // Called by the active exchange.
   void write(std::string bytes) { send(std::move(bytes), false); }
+  void responded(const Request& r, int status) {
+    if (server_.on_response_) server_.on_response_(r, status);
+  }
   void exchange_done(bool keep_alive) {
     active_.reset();
     if (!keep_alive || server_.closed_) {
@@ -218,6 +221,7 @@ void Exchange::respond(const Response& r) {
   const bool keep = request_.keep_alive;
   Connection* c = conn_;
   conn_ = nullptr;
+  c->responded(request_, r.status);
   c->write(r.serialize(keep, request_.method == "HEAD"));
   c->exchange_done(keep);
 }
@@ -226,6 +230,7 @@ void Exchange::begin_stream(int status, const std::string& content_type,
                             std::vector<std::pair<std::string, std::string>> headers) {
   if (done_ || streaming_ || !conn_) return;
   streaming_ = true;
+  conn_->responded(request_, status);
   std::string head = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason_phrase(status)) +
                      "\r\nServer: ftllmd/" FTLLM_VERSION "\r\nContent-Type: " + content_type +
                      "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";

@@ -5,6 +5,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <string>
@@ -38,6 +39,8 @@ class Server {
   // "127.0.0.1:8080" (the real port when 0 was asked for) or the socket path.
   const std::string& address() const { return address_; }
   size_t connection_count() const { return connections_.size(); }
+  // Called with every request's status once its response starts (for metrics).
+  void on_response(std::function<void(const Request&, int)> f) { on_response_ = std::move(f); }
 
   // Stops listening and closes every connection; the loop ends once all handles are closed.
   void close();
@@ -60,6 +63,7 @@ class Server {
   std::list<Connection*> connections_;
   std::vector<char> read_buffer_;  // shared: reads are handled synchronously on the loop thread
   bool closed_ = false;
+  std::function<void(const Request&, int)> on_response_;
 };
 
 }  // namespace ftllm::http

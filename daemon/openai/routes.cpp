@@ -8,6 +8,7 @@
 #include "../json_writer.h"
 #include "../log.h"
 #include "request.h"
+#include "output_parser.h"
 #include "stop_text.h"
 
 namespace ftllm::daemon {
@@ -94,10 +95,11 @@ const char* finish_name(FinishReason r) {
 // One generation being answered: lives on the loop thread from submit to the last byte.
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
-  Generation(std::shared_ptr<http::Exchange> ex, std::shared_ptr<ModelHandle> model, GenerationBody body, size_t prompt_tokens)
-      : ex_(std::move(ex)), model_(std::move(model)), body_(std::move(body)), prompt_tokens_(prompt_tokens),
-        stream_(model_->text_stream(true)), stop_(body_.stop), id_(random_id(body_.chat ? "chatcmpl-" : "cmpl-")),
-        created_(unix_now()), started_(Clock::now()) {}
+  Generation(Metrics& metrics, std::shared_ptr<http::Exchange> ex, std::shared_ptr<ModelHandle> model, GenerationBody body,
+             size_t prompt_tokens, OutputParser parser)
+      : metrics_(metrics), ex_(std::move(ex)), model_(std::move(model)), body_(std::move(body)), prompt_tokens_(prompt_tokens),
+        stream_(model_->text_stream(true)), stop_(body_.stop), parser_(parser),
+        id_(random_id(body_.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()), started_(Clock::now()) {}
 
   void start(EngineBridge& bridge) {
     auto self = shared_from_this();
@@ -115,9 +117,18 @@ class Generation : public std::enable_shared_from_this<Generation> {
  private:
   void on_event(const GenerationEvent& e) {
     if (finished_) return;
+    const auto now = Clock::now();
+    if (!e.tokens.empty()) {
+      if (first_token_at_ == Clock::time_point{}) {
+        first_token_at_ = now;
+        metrics_.first_token(model_->name(), std::chrono::duration<double>(now - started_).count());
+      } else {
+        metrics_.inter_token(model_->name(), std::chrono::duration<double>(now - last_token_at_).count() / double(e.tokens.size()));
+      }
+      last_token_at_ = now;
+    }
     for (int32_t t : e.tokens) {
       ++completion_tokens_;
-      if (first_token_at_ == Clock::time_point{}) first_token_at_ = Clock::now();
       emit(stop_.push(stream_ ? stream_->feed(t) : std::string()));
     }
     if (stop_.stopped() && !stop_requested_) {
@@ -129,8 +140,36 @@ class Generation : public std::enable_shared_from_this<Generation> {
 
   void emit(const std::string& text) {
     if (text.empty()) return;
-    text_ += text;
-    if (body_.stream) send_chunk([&](JsonWriter& w) { w.key(body_.chat ? "content" : "text").string(text); }, nullptr, !body_.chat);
+    if (!body_.chat) {
+      text_ += text;
+      if (body_.stream) send_chunk([&](JsonWriter& w) { w.key("text").string(text); }, nullptr, true);
+      return;
+    }
+    deliver(parser_.push(text));
+  }
+
+  // Chat output after reasoning and tool-call parsing.
+  void deliver(const ParsedDelta& d) {
+    if (d.empty()) return;
+    reasoning_ += d.reasoning;
+    text_ += d.content;
+    for (const ToolCall& call : d.tool_calls) calls_.push_back({call, random_id("call_")});
+    if (!body_.stream) return;
+    if (!d.reasoning.empty()) send_chunk([&](JsonWriter& w) { w.key("reasoning_content").string(d.reasoning); }, nullptr);
+    if (!d.content.empty()) send_chunk([&](JsonWriter& w) { w.key("content").string(d.content); }, nullptr);
+    for (size_t i = calls_.size() - d.tool_calls.size(); i < calls_.size(); ++i)
+      send_chunk([&](JsonWriter& w) { tool_calls(w, i, i + 1); }, nullptr);
+  }
+
+  void tool_calls(JsonWriter& w, size_t from, size_t to) {
+    w.key("tool_calls").begin_array();
+    for (size_t i = from; i < to; ++i) {
+      w.begin_object().key("index").number(int64_t(i)).key("id").string(calls_[i].second).key("type").string("function");
+      w.key("function").begin_object().key("name").string(calls_[i].first.name);
+      w.key("arguments").string(calls_[i].first.arguments_json).end_object();
+      w.end_object();
+    }
+    w.end_array();
   }
 
   // A streamed chunk: `delta` writes the delta object's fields (chat) or the choice's text (completions).
@@ -167,8 +206,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
 
   void finish(const GenerationResult& r) {
     finished_ = true;
+    metrics_.tokens(model_->name(), prompt_tokens_, completion_tokens_);
     if (stream_) emit(stop_.push(stream_->finish()));
     emit(stop_.flush());
+    if (body_.chat) deliver(parser_.finish());
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
     log_info(std::string(body_.chat ? "chat" : "completion") + " model=" + model_->name() + " prompt_tokens=" +
              std::to_string(prompt_tokens_) + " completion_tokens=" + std::to_string(completion_tokens_) +
@@ -182,7 +223,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
       ex_->send("data: [DONE]\n\n");
       return ex_->finish();
     }
-    const char* reason = stop_.stopped() ? "stop" : finish_name(r.finish);
+    const char* reason = !calls_.empty() && r.finish != FinishReason::Length ? "tool_calls"
+                         : stop_.stopped()                                  ? "stop"
+                                                                            : finish_name(r.finish);
     if (body_.stream) {
       if (body_.chat) send_chunk([](JsonWriter&) {}, reason);
       else send_chunk([](JsonWriter& w) { w.key("text").string(""); }, reason, true);
@@ -205,7 +248,12 @@ class Generation : public std::enable_shared_from_this<Generation> {
     w.key("created").number(created_).key("model").string(model_->name());
     w.key("choices").begin_array().begin_object().key("index").number(0);
     if (body_.chat) {
-      w.key("message").begin_object().key("role").string("assistant").key("content").string(text_).end_object();
+      w.key("message").begin_object().key("role").string("assistant");
+      if (text_.empty() && !calls_.empty()) w.key("content").null();
+      else w.key("content").string(text_);
+      if (!reasoning_.empty()) w.key("reasoning_content").string(reasoning_);
+      if (!calls_.empty()) tool_calls(w, 0, calls_.size());
+      w.end_object();
     } else {
       w.key("text").string(text_);
     }
@@ -216,15 +264,18 @@ class Generation : public std::enable_shared_from_this<Generation> {
     ex_->respond(json_ok(w.take()));
   }
 
+  Metrics& metrics_;
   std::shared_ptr<http::Exchange> ex_;
   std::shared_ptr<ModelHandle> model_;
   GenerationBody body_;
   size_t prompt_tokens_, completion_tokens_ = 0;
   std::unique_ptr<TextStream> stream_;
   StopText stop_;
-  std::string id_, text_;
+  OutputParser parser_;
+  std::vector<std::pair<ToolCall, std::string>> calls_;  // with their ids
+  std::string id_, text_, reasoning_;
   int64_t created_;
-  Clock::time_point started_, first_token_at_{};
+  Clock::time_point started_, first_token_at_{}, last_token_at_{};
   uint64_t engine_id_ = 0;
   bool finished_ = false, stop_requested_ = false, client_gone_ = false;
 };
@@ -236,13 +287,27 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
   if (auto e = parse_generation_body(req.body, chat, body)) return ex->respond(api_error(*e));
   auto model = api.engine.model(body.model);
   if (!model) return ex->respond(api_error(unknown_model(api.engine, body.model)));
+  if (size_t waiting = model->load().waiting; waiting >= api.config.max_waiting) {
+    http::Response busy = api_error({503, "model " + model->name() + " has " + std::to_string(waiting) +
+                                              " requests waiting, its limit; retry in a moment",
+                                     "", "server_error", "queue_full"});
+    busy.headers.emplace_back("Retry-After", "1");
+    return ex->respond(busy);
+  }
 
   std::vector<int32_t> prompt;
+  OutputParser parser(false, false, false);
   if (chat) {
     std::string text;
     if (Status s = model->apply_chat_template(body.chat_input, text); !s.ok)
       return ex->respond(api_error({400, s.message, "messages", "invalid_request_error", "chat_template_error"}));
     if (Status s = model->tokenize(text, false, true, prompt); !s.ok) return ex->respond(api_error({400, s.message}));
+    // Templates that think in <think> tags get reasoning_content; those that write <tool_call> get tool_calls.
+    const std::string& source = model->chat_template_source();
+    std::string tail = text;
+    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+    parser = OutputParser(source.find("<think>") != std::string::npos, tail.ends_with("<think>"),
+                          !body.chat_input.tools_json.empty() && source.find("<tool_call>") != std::string::npos);
   } else if (body.prompt_is_ids) {
     prompt = body.prompt_ids;
   } else if (Status s = model->tokenize(body.prompt, true, true, prompt); !s.ok) {
@@ -258,7 +323,7 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
   if (body.generation.max_tokens <= 0) body.generation.max_tokens = int32_t(context - int64_t(prompt.size()));
   body.generation.prompt = std::move(prompt);
   const size_t prompt_tokens = body.generation.prompt.size();
-  auto gen = std::make_shared<Generation>(ex, model, std::move(body), prompt_tokens);
+  auto gen = std::make_shared<Generation>(api.metrics, ex, model, std::move(body), prompt_tokens, parser);
   gen->start(api.bridge);
 }
 
@@ -278,6 +343,9 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
   // Open without the API key, so load balancers and systemd checks work.
   router.add("GET", "/health", [](const http::Request&) {
     return http::Response{200, "application/json", {}, R"({"status":"ok"})"};
+  });
+  router.add("GET", "/metrics", [&api](const http::Request&) {
+    return http::Response{200, "text/plain; version=0.0.4", {}, api.metrics.render(api.engine)};
   });
   router.add("GET", "/v1/models", [&api](const http::Request& req) {
     if (auto denied = check_key(api.config, req)) return *denied;

@@ -5,6 +5,7 @@
 #include "../config.h"
 #include "../engine_bridge.h"
 #include "../http/router.h"
+#include "../metrics.h"
 
 namespace ftllm::daemon {
 
@@ -12,6 +13,7 @@ struct ApiContext {
   Engine& engine;
   EngineBridge& bridge;
   const Config& config;
+  Metrics& metrics;
 };
 
 void add_openai_routes(http::Router& router, ApiContext& api);

@@ -264,6 +264,45 @@ BOOST_AUTO_TEST_CASE(malformed_requests_leave_the_daemon_serving) {
   BOOST_TEST(http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", R"("max_tokens": 2)")).status == 200);
 }
 
+BOOST_AUTO_TEST_CASE(metrics_count_requests_tokens_and_latency) {
+  DaemonProcess& d = daemon_with_model();
+  BOOST_REQUIRE_EQUAL(http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", R"("max_tokens": 4, "ignore_eos": true)")).status, 200);
+  Reply m = http("GET", d.base_url() + "/metrics");
+  BOOST_REQUIRE_EQUAL(m.status, 200);
+  auto value_of = [&](const std::string& series) {
+    size_t at = m.body.find("\n" + series + " ");
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, series + " missing from:\n" + m.body);
+    return std::stod(m.body.substr(at + series.size() + 2));
+  };
+  BOOST_TEST(value_of(R"(ftllm_requests_total{endpoint="/v1/chat/completions",status="200"})") >= 1);
+  BOOST_TEST(value_of(R"(ftllm_generation_tokens_total{model="smollm2"})") >= 4);
+  BOOST_TEST(value_of(R"(ftllm_time_to_first_token_seconds_count{model="smollm2"})") >= 1);
+  BOOST_TEST(value_of(R"(ftllm_inter_token_latency_seconds_count{model="smollm2"})") >= 3);
+  BOOST_TEST(value_of(R"(ftllm_requests_running{model="smollm2"})") == 0);
+  BOOST_TEST(m.body.find("ftllm_kv_cache_usage_ratio{model=\"smollm2\"}") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_full_queue_answers_503_with_retry_after) {
+  TempDir dir;
+  std::string conf = dir.file("ftllmd.conf");
+  std::ofstream(conf) << "[server]\nmax_waiting = 1\n";
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--config", conf, "-t", "1", "--ctx", "512", "--max_sequences", "1"});
+  // One running, one waiting: the third is refused.
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 2; ++i)
+    busy.emplace_back([&] { http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": 150, "ignore_eos": true)")); });
+  Reply refused;
+  for (int i = 0; i < 50; ++i) {
+    usleep(50000);
+    refused = http("POST", d.base_url() + "/v1/chat/completions", chat_body("Me too", R"("max_tokens": 1)"), "-i");
+    if (refused.body.find("503") != std::string::npos) break;
+  }
+  BOOST_TEST(refused.body.find("HTTP/1.1 503") != std::string::npos, refused.body);
+  BOOST_TEST(refused.body.find("Retry-After: 1") != std::string::npos);
+  BOOST_TEST(refused.body.find("queue_full") != std::string::npos);
+  for (auto& t : busy) t.join();
+}
+
 BOOST_AUTO_TEST_CASE(api_key_is_required_when_set) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--api_key", "sk-test", "-t", "1", "--ctx", "128"});

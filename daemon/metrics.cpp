@@ -1,0 +1,80 @@
+#include "metrics.h"
+
+#include <cstdio>
+
+namespace ftllm::daemon {
+
+void Metrics::Histogram::add(double seconds) {
+  for (size_t i = 0; i < kBounds.size(); ++i)
+    if (seconds <= kBounds[i]) ++buckets[i];
+  ++count;
+  sum += seconds;
+}
+
+void Metrics::request(std::string_view path, int status) {
+  // Known routes by name; anything else in one bucket, so scanners cannot blow up the label set.
+  static const char* const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                                      "/metrics", "/tokenize", "/detokenize", "/apply-template"};
+  std::string endpoint = "other";
+  for (const char* k : known)
+    if (path == k) endpoint = k;
+  if (path.starts_with("/v1/models/")) endpoint = "/v1/models/{id}";
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::tokens(const std::string& model, size_t prompt, size_t generated) {
+  prompt_tokens_[model] += prompt;
+  generated_tokens_[model] += generated;
+}
+
+void Metrics::first_token(const std::string& model, double seconds) { ttft_[model].add(seconds); }
+void Metrics::inter_token(const std::string& model, double seconds) { itl_[model].add(seconds); }
+
+std::string Metrics::render(const Engine& engine) const {
+  std::string out;
+  char buf[256];
+  out += "# HELP ftllm_requests_total HTTP requests answered, by endpoint and status.\n# TYPE ftllm_requests_total counter\n";
+  for (auto& [key, n] : requests_) {
+    std::snprintf(buf, sizeof buf, "ftllm_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", key.first.c_str(), key.second,
+                  (unsigned long long)n);
+    out += buf;
+  }
+  auto counter = [&](const char* name, const char* help, const std::map<std::string, uint64_t>& values) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
+    for (auto& [model, n] : values) out += std::string(name) + "{model=\"" + model + "\"} " + std::to_string(n) + "\n";
+  };
+  counter("ftllm_prompt_tokens_total", "Prompt tokens processed.", prompt_tokens_);
+  counter("ftllm_generation_tokens_total", "Tokens generated.", generated_tokens_);
+  auto histogram = [&](const char* name, const char* help, const std::map<std::string, Histogram>& values) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    for (auto& [model, h] : values) {
+      for (size_t i = 0; i < Histogram::kBounds.size(); ++i) {
+        std::snprintf(buf, sizeof buf, "%s_bucket{model=\"%s\",le=\"%g\"} %llu\n", name, model.c_str(), Histogram::kBounds[i],
+                      (unsigned long long)h.buckets[i]);
+        out += buf;
+      }
+      std::snprintf(buf, sizeof buf, "%s_bucket{model=\"%s\",le=\"+Inf\"} %llu\n%s_sum{model=\"%s\"} %.6f\n%s_count{model=\"%s\"} %llu\n",
+                    name, model.c_str(), (unsigned long long)h.count, name, model.c_str(), h.sum, name, model.c_str(),
+                    (unsigned long long)h.count);
+      out += buf;
+    }
+  };
+  histogram("ftllm_time_to_first_token_seconds", "Time from request to first generated token.", ttft_);
+  histogram("ftllm_inter_token_latency_seconds", "Time between consecutive generated tokens.", itl_);
+  out += "# HELP ftllm_requests_running Sequences decoding now.\n# TYPE ftllm_requests_running gauge\n";
+  std::string waiting = "# HELP ftllm_requests_waiting Requests queued for a model.\n# TYPE ftllm_requests_waiting gauge\n";
+  std::string kv = "# HELP ftllm_kv_cache_usage_ratio Share of KV-cache blocks in use.\n# TYPE ftllm_kv_cache_usage_ratio gauge\n";
+  for (const ModelInfo& m : engine.models()) {
+    auto h = engine.model(m.name);
+    if (!h) continue;
+    ModelHandle::Load l = h->load();
+    out += "ftllm_requests_running{model=\"" + m.name + "\"} " + std::to_string(l.running) + "\n";
+    waiting += "ftllm_requests_waiting{model=\"" + m.name + "\"} " + std::to_string(l.waiting) + "\n";
+    std::snprintf(buf, sizeof buf, "ftllm_kv_cache_usage_ratio{model=\"%s\"} %.6f\n", m.name.c_str(),
+                  l.kv_blocks_total ? double(l.kv_blocks_used) / double(l.kv_blocks_total) : 0.0);
+    kv += buf;
+  }
+  return out + waiting + kv;
+}
+
+}  // namespace ftllm::daemon

@@ -1,0 +1,116 @@
+#include "output_parser.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+
+namespace ftllm::daemon {
+
+namespace {
+
+const std::string kThinkOpen = "<think>", kThinkClose = "</think>";
+const std::string kToolOpen = "<tool_call>", kToolClose = "</tool_call>";
+
+// How many trailing bytes of `s` could begin `tag` (so must wait for more text).
+size_t partial_tag(const std::string& s, const std::string& tag) {
+  for (size_t n = std::min(tag.size() - 1, s.size()); n > 0; --n)
+    if (s.compare(s.size() - n, n, tag, 0, n) == 0) return n;
+  return 0;
+}
+
+bool parse_tool_call(const std::string& body, ToolCall& call) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string text(body);
+  simdjson::dom::element e;
+  std::string_view name;
+  if (parser.parse(text).get(e) || e["name"].get(name)) return false;
+  call.name = name;
+  simdjson::dom::element args;
+  if (e["arguments"].get(args)) call.arguments_json = "{}";
+  else if (std::string_view s; !args.get(s)) call.arguments_json = s;  // already a JSON string
+  else call.arguments_json = simdjson::to_string(args);
+  return true;
+}
+
+}  // namespace
+
+void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
+  // `text` holds no partial tag at its end unless final.
+  while (!text.empty()) {
+    if (in_think_) {
+      size_t close = text.find(kThinkClose);
+      if (close == std::string::npos) {
+        out.reasoning += text;
+        return;
+      }
+      out.reasoning += text.substr(0, close);
+      text.erase(0, close + kThinkClose.size());
+      in_think_ = false;
+      content_started_ = false;
+      continue;
+    }
+    if (in_tool_) {
+      size_t close = text.find(kToolClose);
+      if (close == std::string::npos) {
+        tool_buffer_ += text;
+        return;
+      }
+      tool_buffer_ += text.substr(0, close);
+      text.erase(0, close + kToolClose.size());
+      in_tool_ = false;
+      ToolCall call;
+      if (parse_tool_call(tool_buffer_, call)) {
+        out.tool_calls.push_back(call);
+        ++tool_count_;
+      } else {
+        out.content += kToolOpen + tool_buffer_ + kToolClose;  // not a call after all: keep the text
+      }
+      tool_buffer_.clear();
+      continue;
+    }
+    size_t think = reasoning_ ? text.find(kThinkOpen) : std::string::npos;
+    size_t tool = tools_ ? text.find(kToolOpen) : std::string::npos;
+    size_t next = std::min(think, tool);
+    std::string plain = text.substr(0, next);
+    // Content begins after </think> with the newlines that separate it: drop those.
+    if (!content_started_) {
+      size_t start = plain.find_first_not_of("\n");
+      plain = start == std::string::npos ? "" : plain.substr(start);
+      if (!plain.empty()) content_started_ = true;
+    }
+    out.content += plain;
+    if (next == std::string::npos) return;
+    if (next == think) {
+      in_think_ = true;
+      text.erase(0, think + kThinkOpen.size());
+    } else {
+      in_tool_ = true;
+      text.erase(0, tool + kToolOpen.size());
+    }
+  }
+  (void)final;
+}
+
+ParsedDelta OutputParser::push(const std::string& text) {
+  ParsedDelta out;
+  pending_ += text;
+  size_t hold = 0;
+  for (const std::string* tag : {&kThinkOpen, &kThinkClose, &kToolOpen, &kToolClose}) hold = std::max(hold, partial_tag(pending_, *tag));
+  std::string ready = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  route(std::move(ready), out, false);
+  return out;
+}
+
+ParsedDelta OutputParser::finish() {
+  ParsedDelta out;
+  route(std::exchange(pending_, {}), out, true);
+  if (in_tool_) {
+    out.content += kToolOpen + tool_buffer_;
+    tool_buffer_.clear();
+    in_tool_ = false;
+  }
+  return out;
+}
+
+}  // namespace ftllm::daemon
