@@ -42,6 +42,11 @@ class TokenizerTextStream : public TextStream {
 };
 }  // namespace
 
+std::string ModelHandle::token_bytes(int32_t id) const {
+  const tokenizer::Tokenizer* t = impl_->tokenizer();
+  return t && id >= 0 && id < t->vocab_size() ? t->token_bytes(id) : std::string();
+}
+
 std::unique_ptr<TextStream> ModelHandle::text_stream(bool skip_special) const {
   if (!impl_->tokenizer()) return nullptr;
   return std::make_unique<TokenizerTextStream>(*impl_->tokenizer(), skip_special);

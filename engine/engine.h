@@ -92,6 +92,8 @@ class ModelHandle {
   Status tokenize(std::string_view text, bool add_special, bool parse_special, std::vector<int32_t>& ids) const;
   Status detokenize(const std::vector<int32_t>& ids, bool skip_special, std::string& text) const;
   std::unique_ptr<TextStream> text_stream(bool skip_special) const;  // null without a tokenizer
+  // The bytes one token stands for (possibly part of a UTF-8 character); empty without a tokenizer.
+  std::string token_bytes(int32_t id) const;
   Status apply_chat_template(const ChatInput& input, std::string& prompt) const;
   const std::string& chat_template_source() const;  // empty without a template
 

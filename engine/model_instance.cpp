@@ -265,7 +265,7 @@ void ModelInstance::step() {
   if (batch.tokens.empty()) return;
 
   ops::Context ctx{pool_, cpu::best_kernels()};
-  std::vector<std::pair<uint64_t, int32_t>> sampled;
+  std::vector<scheduler::Scheduler::Sampled> sampled;
   try {
     Tensor logits = model_->forward(ctx, batch, kv_, seqs);
     std::vector<float*> rows;
@@ -276,18 +276,20 @@ void ModelInstance::step() {
     return;
   }
   // New tokens go out before any finish event of the same step.
-  std::map<uint64_t, std::vector<int32_t>> by_sequence;
-  for (auto [sid, token] : sampled) by_sequence[sid].push_back(token);
-  for (auto& [sid, tokens] : by_sequence) {
+  std::map<uint64_t, GenerationEvent> by_sequence;
+  for (auto& s : sampled) {
+    GenerationEvent& e = by_sequence[s.seq_id];
+    e.tokens.push_back(s.token);
+    if (s.logprob) e.logprobs.push_back(std::move(*s.logprob));
+  }
+  for (auto& [sid, event] : by_sequence) {
     GenerationCallback* cb = nullptr;
     {
       std::lock_guard lock(mu_);
       auto id = public_of_.find(sid);
       if (id != public_of_.end()) cb = &callbacks_[id->second];
     }
-    GenerationEvent e;
-    e.tokens = std::move(tokens);
-    if (cb && *cb) (*cb)(e);
+    if (cb && *cb) (*cb)(event);
   }
 }
 

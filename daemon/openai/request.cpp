@@ -163,8 +163,18 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
     if (!flag["include_usage"].get(usage) && usage.get(out.include_usage)) return bad("stream_options.include_usage", "must be true or false");
   }
   if (!root["ignore_eos"].get(flag) && !flag.is_null() && flag.get(out.generation.ignore_eos)) return bad("ignore_eos", "must be true or false");
-  if (!root["logprobs"].get(flag) && flag.type() == element_type::BOOL && bool(flag))
-    return bad("logprobs", "is not supported yet");
+  // Chat: "logprobs": true with "top_logprobs": 0..20. Completions: "logprobs": 0..5 (the alternatives).
+  std::optional<int64_t> top;
+  if (chat) {
+    if (!root["logprobs"].get(flag) && !flag.is_null() && flag.get(out.logprobs)) return bad("logprobs", "must be true or false");
+    if (auto e = integer(root, "top_logprobs", 0, 20, top)) return e;
+    if (top && !out.logprobs) return bad("top_logprobs", "needs \"logprobs\": true");
+  } else {
+    if (auto e = integer(root, "logprobs", 0, 5, top)) return e;
+    out.logprobs = top.has_value();
+  }
+  out.top_logprobs = int(top.value_or(0));
+  out.generation.logprobs = out.logprobs ? out.top_logprobs : -1;
 
   element stop;
   if (!root["stop"].get(stop) && !stop.is_null()) {

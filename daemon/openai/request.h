@@ -33,6 +33,8 @@ struct GenerationBody {
   GenerationRequest generation;      // sampling, max_tokens (0: up to the context), ignore_eos
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
+  bool logprobs = false;  // chat: logprobs true; completions: logprobs N
+  int top_logprobs = 0;
 };
 
 // Parses a body (JSON text, up to the server's body limit). `chat` selects /v1/chat/completions' shape.

@@ -127,6 +127,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
       }
       last_token_at_ = now;
     }
+    for (size_t i = 0; i < e.tokens.size() && body_.logprobs; ++i)
+      if (i < e.logprobs.size()) logprobs_.push_back({e.tokens[i], e.logprobs[i]});
     for (int32_t t : e.tokens) {
       ++completion_tokens_;
       emit(stop_.push(stream_ ? stream_->feed(t) : std::string()));
@@ -188,12 +190,81 @@ class Generation : public std::enable_shared_from_this<Generation> {
       if (text_choice) fill(w);
       else w.key("text").string("");
     }
-    w.key("logprobs").null();
+    write_logprobs(w);
     if (finish_reason) w.key("finish_reason").string(finish_reason);
     else w.key("finish_reason").null();
     w.end_object().end_array();
     w.end_object();
     ex_->send("data: " + w.take() + "\n\n");
+  }
+
+  // The "logprobs" of a choice: the entries gathered since the last chunk (all of them when not streaming),
+  // in the chat shape ({"content": [...]}) or the completions shape (parallel arrays).
+  void write_logprobs(JsonWriter& w) {
+    if (!body_.logprobs || (body_.stream && logprobs_.empty() && !finished_)) {
+      w.key("logprobs").null();
+      return;
+    }
+    auto token_text = [&](int32_t id) { return model_->token_bytes(id); };
+    auto bytes = [&](const std::string& b) {
+      w.key("bytes").begin_array();
+      for (unsigned char c : b) w.number(int(c));
+      w.end_array();
+    };
+    auto valid = [](std::string b) {  // a token may hold part of a character; JSON needs whole ones
+      std::string out;
+      for (size_t i = 0; i < b.size(); ++i) {
+        unsigned char c = static_cast<unsigned char>(b[i]);
+        out += c < 0x80 ? std::string(1, char(c)) : std::string();
+        if (c >= 0x80) {
+          size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+          bool whole = n > 1 && i + n <= b.size();
+          for (size_t k = 1; whole && k < n; ++k) whole = (static_cast<unsigned char>(b[i + k]) & 0xC0) == 0x80;
+          out += whole ? b.substr(i, n) : std::string("\xef\xbf\xbd");
+          i += whole ? n - 1 : 0;
+        }
+      }
+      return out;
+    };
+    w.key("logprobs").begin_object();
+    if (body_.chat) {
+      w.key("content").begin_array();
+      for (auto& [id, lp] : logprobs_) {
+        std::string b = token_text(id);
+        w.begin_object().key("token").string(valid(b)).key("logprob").number(double(lp.logprob));
+        bytes(b);
+        w.key("top_logprobs").begin_array();
+        for (auto& [alt, alt_lp] : lp.top) {
+          std::string ab = token_text(alt);
+          w.begin_object().key("token").string(valid(ab)).key("logprob").number(double(alt_lp));
+          bytes(ab);
+          w.end_object();
+        }
+        w.end_array().end_object();
+      }
+      w.end_array();
+    } else {
+      w.key("tokens").begin_array();
+      for (auto& [id, lp] : logprobs_) w.string(valid(token_text(id)));
+      w.end_array().key("token_logprobs").begin_array();
+      for (auto& [id, lp] : logprobs_) w.number(double(lp.logprob));
+      w.end_array().key("top_logprobs").begin_array();
+      for (auto& [id, lp] : logprobs_) {
+        w.begin_object();
+        for (auto& [alt, alt_lp] : lp.top) w.key(valid(token_text(alt))).number(double(alt_lp));
+        w.end_object();
+      }
+      w.end_array().key("text_offset").begin_array();
+      int64_t offset = int64_t(logprob_offset_);
+      for (auto& [id, lp] : logprobs_) {
+        w.number(offset);
+        offset += int64_t(token_text(id).size());
+      }
+      logprob_offset_ = size_t(offset);
+      w.end_array();
+    }
+    w.end_object();
+    if (body_.stream) logprobs_.clear();
   }
 
   void usage(JsonWriter& w) {
@@ -257,7 +328,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
     } else {
       w.key("text").string(text_);
     }
-    w.key("logprobs").null().key("finish_reason").string(reason);
+    write_logprobs(w);
+    w.key("finish_reason").string(reason);
     w.end_object().end_array();
     usage(w);
     w.end_object();
@@ -273,6 +345,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
   StopText stop_;
   OutputParser parser_;
   std::vector<std::pair<ToolCall, std::string>> calls_;  // with their ids
+  std::vector<std::pair<int32_t, TokenLogprob>> logprobs_;  // not yet written (streaming) or all
+  size_t logprob_offset_ = 0;
   std::string id_, text_, reasoning_;
   int64_t created_;
   Clock::time_point started_, first_token_at_{}, last_token_at_{};

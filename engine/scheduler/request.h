@@ -26,6 +26,14 @@ struct GenerationRequest {
   int32_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's eos ids
   bool ignore_eos = false;
+  int32_t logprobs = -1;  // -1: none; n >= 0: each token's log-probability and the n most likely
+};
+
+// A sampled token's log-probability under the model (log-softmax of its raw logits), and the most
+// likely alternatives, best first.
+struct TokenLogprob {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
@@ -39,6 +47,7 @@ struct GenerationResult {
 // What a running generation reports, in order: new tokens as they are sampled, then once its end.
 struct GenerationEvent {
   std::vector<int32_t> tokens;  // sampled in the latest step (stop token included)
+  std::vector<TokenLogprob> logprobs;  // one per token, when the request asked for them
   bool finished = false;
   GenerationResult result;      // when finished: all tokens, the reason, the error
 };

@@ -1,6 +1,7 @@
 #include "scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace ftllm::scheduler {
@@ -74,9 +75,30 @@ StepPlan Scheduler::plan() {
   return plan;
 }
 
-std::vector<std::pair<uint64_t, int32_t>> Scheduler::commit(const StepPlan& plan, std::span<float* const> logits,
-                                                           int64_t vocab) {
-  std::vector<std::pair<uint64_t, int32_t>> sampled;
+namespace {
+
+// log-softmax of the raw logits, the chosen token's value and the n best.
+TokenLogprob logprobs_of(std::span<const float> logits, int32_t chosen, int32_t n) {
+  double max = *std::max_element(logits.begin(), logits.end()), sum = 0;
+  for (float l : logits) sum += std::exp(double(l) - max);
+  const double log_z = max + std::log(sum);
+  TokenLogprob lp;
+  lp.logprob = float(double(logits[size_t(chosen)]) - log_z);
+  if (n > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    size_t k = std::min<size_t>(size_t(n), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + int64_t(k), ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], float(double(logits[size_t(ids[i])]) - log_z));
+  }
+  return lp;
+}
+
+}  // namespace
+
+std::vector<Scheduler::Sampled> Scheduler::commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab) {
+  std::vector<Sampled> sampled;
   for (size_t i = 0; i < plan.items.size(); ++i) {
     auto it = sequences_.find(plan.items[i].seq_id);
     if (it == sequences_.end()) continue;  // cancelled during the step
@@ -84,9 +106,12 @@ std::vector<std::pair<uint64_t, int32_t>> Scheduler::commit(const StepPlan& plan
     s.fed = plan.items[i].start_pos + int64_t(plan.items[i].tokens.size());
     if (s.fed < int64_t(s.context.size())) continue;  // prompt slice: no token to sample yet
     std::span<const int32_t> output(s.context.data() + s.prompt_size, s.context.size() - s.prompt_size);
+    std::vector<float> raw;
+    if (s.request.logprobs >= 0) raw.assign(logits[i], logits[i] + vocab);  // sampling rewrites the logits
     int32_t token = s.sampler.next(std::span<float>(logits[i], size_t(vocab)), s.context, output);
     s.context.push_back(token);
-    sampled.emplace_back(s.id, token);
+    sampled.push_back({s.id, token, std::nullopt});
+    if (s.request.logprobs >= 0) sampled.back().logprob = logprobs_of(raw, token, s.request.logprobs);
     const bool stop = std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end();
     const int64_t produced = int64_t(s.context.size() - s.prompt_size);
     if (stop)

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -51,8 +52,13 @@ class Scheduler {
   // their whole prompt (a prompt longer than max_batch_tokens is fed over several steps).
   StepPlan plan();
   // logits[i] is the next-token distribution after the last token of plan.items[i] (vocab floats);
-  // consumed (rewritten) by sampling. Returns the tokens sampled, as (sequence, token).
-  std::vector<std::pair<uint64_t, int32_t>> commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab);
+  // consumed (rewritten) by sampling. Returns the tokens sampled.
+  struct Sampled {
+    uint64_t seq_id;
+    int32_t token;
+    std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
+  };
+  std::vector<Sampled> commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab);
 
   std::vector<Finished> take_finished();
   bool idle() const { return running_.empty() && waiting_.empty(); }

@@ -44,6 +44,8 @@ class Tokenizer {
 
   int32_t vocab_size() const { return int32_t(vocab_.tokens.size()); }
   const std::string& token(int32_t id) const { return vocab_.tokens.at(size_t(id)); }
+  // What the token decodes to on its own, as raw bytes (a byte-level token may hold part of a character).
+  const std::string& token_bytes(int32_t id) const { return piece_bytes_.at(size_t(id)); }
   std::optional<int32_t> token_id(std::string_view text) const;
   bool is_special(int32_t id) const { return id >= 0 && size_t(id) < special_.size() && special_[size_t(id)]; }
 

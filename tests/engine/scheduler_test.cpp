@@ -203,6 +203,27 @@ BOOST_AUTO_TEST_CASE(long_prompts_are_fed_in_slices_and_running_is_capped) {
   BOOST_TEST(s.idle());
 }
 
+BOOST_AUTO_TEST_CASE(logprobs_are_the_raw_log_softmax) {
+  Scheduler s;
+  FakeModel m;
+  GenerationRequest r = greedy({1}, 1);
+  r.logprobs = 2;
+  s.add(r, {});
+  StepPlan p = s.plan();
+  auto sampled = s.commit(p, m.step(p, 5), m.vocab);
+  BOOST_REQUIRE_EQUAL(sampled.size(), 1u);
+  BOOST_REQUIRE(sampled[0].logprob.has_value());
+  const double want = 5.0 - std::log(std::exp(5.0) + 9.0);  // one logit of 5, nine of 0
+  BOOST_TEST(sampled[0].logprob->logprob == want, boost::test_tools::tolerance(1e-5));
+  BOOST_REQUIRE_EQUAL(sampled[0].logprob->top.size(), 2u);
+  BOOST_TEST(sampled[0].logprob->top[0].first == 5);
+  BOOST_TEST(sampled[0].logprob->top[1].second == -std::log(std::exp(5.0) + 9.0), boost::test_tools::tolerance(1e-5));
+  GenerationRequest plain = greedy({1}, 1);
+  s.add(plain, {});
+  p = s.plan();
+  BOOST_TEST(!s.commit(p, m.step(p, 5), m.vocab)[0].logprob.has_value());
+}
+
 BOOST_AUTO_TEST_CASE(cancel_and_errors) {
   Scheduler s;
   FakeModel m;

@@ -104,6 +104,28 @@ BOOST_AUTO_TEST_CASE(chat_answers_exactly_as_transformers_greedy) {
   BOOST_TEST(std::string_view(doc["object"]) == "chat.completion");
 }
 
+BOOST_AUTO_TEST_CASE(logprobs_agree_with_transformers_logits) {
+  DaemonProcess& d = daemon_with_model();
+  simdjson::dom::parser parser;
+  simdjson::dom::element ref = parser.load(FTLLM_SOURCE_ROOT "/tests/data/smollm2.json");
+  std::string question(std::string_view(ref["messages"].at(0)["content"]));
+  Reply r = http("POST", d.base_url() + "/v1/chat/completions",
+                 chat_body(question, R"("max_tokens": 1, "temperature": 0, "logprobs": true, "top_logprobs": 5)"));
+  BOOST_REQUIRE_EQUAL(r.status, 200);
+  simdjson::dom::parser p2;
+  simdjson::dom::element lp = p2.parse(r.body)["choices"].at(0)["logprobs"]["content"].at(0);
+  simdjson::dom::array top = lp["top_logprobs"];
+  BOOST_REQUIRE_EQUAL(top.size(), 5u);
+  // Log-softmax differences are logit differences: compare with transformers' top logits.
+  auto ref_logits = ref["top_logits"].get_array();
+  double first = double(top.at(0)["logprob"]);
+  BOOST_TEST(double(lp["logprob"]) == first);
+  for (size_t i = 1; i < 5; ++i)
+    BOOST_TEST(double(top.at(i)["logprob"]) - first == double(ref_logits.at(i)) - double(ref_logits.at(0)),
+               boost::test_tools::tolerance(1e-3));
+  BOOST_TEST(first < 0.0);
+}
+
 BOOST_AUTO_TEST_CASE(stream_equals_whole_for_the_same_seed) {
   DaemonProcess& d = daemon_with_model();
   for (bool chat : {true, false}) {
@@ -183,6 +205,8 @@ BOOST_AUTO_TEST_CASE(every_error_has_its_status_and_names_the_field) {
   expect(chat_body("x", R"("max_tokens": 0)"), 400, R"("param":"max_tokens")");
   expect(chat_body("x", R"("n": 2)"), 400, R"("param":"n")");
   expect(chat_body("x", R"("stop": 5)"), 400, R"("param":"stop")");
+  expect(chat_body("x", R"("top_logprobs": 3)"), 400, R"("param":"top_logprobs")");
+  expect(chat_body("x", R"("logprobs": true, "top_logprobs": 50)"), 400, R"("param":"top_logprobs")");
   expect(R"({"model": "smollm2", "messages": [{"content": "no role"}]})", 400, "role");
   std::string long_text;
   for (int i = 0; i < 700; ++i) long_text += "word ";

@@ -1,0 +1,104 @@
+"""Load program: N concurrent streaming chat clients for T seconds against an OpenAI-style server.
+
+    python3 tests/bench/load.py URL MODEL [--clients 1,4,16] [--seconds 20] [--max-tokens 64]
+
+Prints one row per client count: requests/s, generated tokens/s, p50/p99 time to first token and p50/p99
+inter-token latency. Standard library only, so it measures any server the same way.
+"""
+import argparse
+import http.client
+import json
+import statistics
+import threading
+import time
+import urllib.parse
+
+
+def percentile(values, p):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def client(url, model, max_tokens, deadline, index, results, lock):
+    parts = urllib.parse.urlsplit(url)
+    prompt = f"Write a long story about a lighthouse keeper named Ada, chapter {index}."
+    while time.monotonic() < deadline:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                           "temperature": 0.8, "stream": True, "ignore_eos": True})
+        start = time.monotonic()
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            with lock:
+                results["errors"] += 1
+            resp.read()
+            conn.close()
+            continue
+        first, last, tokens, gaps = None, None, 0, []
+        buffer = b""
+        while True:
+            chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
+            if not chunk:
+                break
+            buffer += chunk
+            while b"\n\n" in buffer:
+                event, buffer = buffer.split(b"\n\n", 1)
+                if not event.startswith(b"data: ") or event == b"data: [DONE]":
+                    continue
+                data = json.loads(event[6:])
+                choices = data.get("choices") or []
+                if choices and (choices[0].get("delta") or {}).get("content"):
+                    now = time.monotonic()
+                    if first is None:
+                        first = now
+                    else:
+                        gaps.append(now - last)
+                    last = now
+                    tokens += 1
+        conn.close()
+        with lock:
+            results["requests"] += 1
+            results["tokens"] += tokens
+            if first is not None:
+                results["ttft"].append(first - start)
+            results["itl"].extend(gaps)
+
+
+def run(url, model, clients, seconds, max_tokens):
+    results = {"requests": 0, "tokens": 0, "errors": 0, "ttft": [], "itl": []}
+    lock = threading.Lock()
+    start = time.monotonic()
+    deadline = start + seconds
+    threads = [threading.Thread(target=client, args=(url, model, max_tokens, deadline, i, results, lock)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    return dict(clients=clients, rps=results["requests"] / elapsed, tps=results["tokens"] / elapsed,
+                ttft50=percentile(results["ttft"], 50) * 1000, ttft99=percentile(results["ttft"], 99) * 1000,
+                itl50=percentile(results["itl"], 50) * 1000, itl99=percentile(results["itl"], 99) * 1000,
+                errors=results["errors"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("url")
+    ap.add_argument("model")
+    ap.add_argument("--clients", default="1,4,16")
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    for n in [int(x) for x in a.clients.split(",")]:
+        r = run(a.url, a.model, n, a.seconds, a.max_tokens)
+        print(f"{a.label:10s} clients {r['clients']:3d}  {r['rps']:6.2f} req/s  {r['tps']:7.1f} tok/s  "
+              f"TTFT p50 {r['ttft50']:7.1f} ms p99 {r['ttft99']:7.1f} ms  ITL p50 {r['itl50']:6.1f} ms p99 {r['itl99']:6.1f} ms"
+              f"  errors {r['errors']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
