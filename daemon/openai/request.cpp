@@ -150,8 +150,8 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
   if (auto e = integer(root, "max_tokens", 1, 1 << 24, max_tokens)) return e;
   if (auto e = integer(root, "max_completion_tokens", 1, 1 << 24, max_completion_tokens)) return e;
   out.generation.max_tokens = int32_t(max_completion_tokens.value_or(max_tokens.value_or(0)));
-  if (auto e = integer(root, "n", 1, 128, n)) return e;
-  if (n && *n > 1) return bad("n", "greater than 1 is not supported yet; send n requests with different seeds");
+  if (auto e = integer(root, "n", 1, 16, n)) return e;
+  out.n = int(n.value_or(1));
 
   element flag;
   if (!root["stream"].get(flag) && !flag.is_null()) {

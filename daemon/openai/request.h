@@ -33,6 +33,7 @@ struct GenerationBody {
   GenerationRequest generation;      // sampling, max_tokens (0: up to the context), ignore_eos
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
+  int n = 1;              // choices, each its own sequence
   bool logprobs = false;  // chat: logprobs true; completions: logprobs N
   int top_logprobs = 0;
 };

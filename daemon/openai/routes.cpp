@@ -92,25 +92,37 @@ const char* finish_name(FinishReason r) {
   return "stop";
 }
 
-// One generation being answered: lives on the loop thread from submit to the last byte.
+// What the choices of one request share: the exchange, the ids, the usage, and the choices done so far.
+struct Reply {
+  std::shared_ptr<http::Exchange> ex;
+  std::string id;
+  int64_t created = 0;
+  size_t prompt_tokens = 0, completion_tokens = 0, remaining = 0;
+  std::vector<std::string> choices;  // finished choices' JSON (whole responses)
+  std::vector<std::function<void()>> cancels;
+  bool failed = false, client_gone = false;
+  void cancel_all() {
+    for (auto& c : cancels) c();
+  }
+};
+
+// One choice being generated: lives on the loop thread from submit to its last byte.
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
-  Generation(Metrics& metrics, std::shared_ptr<http::Exchange> ex, std::shared_ptr<ModelHandle> model, GenerationBody body,
-             size_t prompt_tokens, OutputParser parser)
-      : metrics_(metrics), ex_(std::move(ex)), model_(std::move(model)), body_(std::move(body)), prompt_tokens_(prompt_tokens),
-        stream_(model_->text_stream(true)), stop_(body_.stop), parser_(parser),
-        id_(random_id(body_.chat ? "chatcmpl-" : "cmpl-")), created_(unix_now()), started_(Clock::now()) {}
+  Generation(Metrics& metrics, std::shared_ptr<Reply> reply, size_t index, std::shared_ptr<ModelHandle> model,
+             GenerationBody body, OutputParser parser)
+      : metrics_(metrics), reply_(std::move(reply)), ex_(reply_->ex), index_(index), model_(std::move(model)),
+        body_(std::move(body)), prompt_tokens_(reply_->prompt_tokens), stream_(model_->text_stream(true)),
+        stop_(body_.stop), parser_(parser), id_(reply_->id), created_(reply_->created), started_(Clock::now()) {}
 
   void start(EngineBridge& bridge) {
     auto self = shared_from_this();
-    if (body_.stream) {
-      ex_->begin_stream(200, "text/event-stream");
-      if (body_.chat) send_chunk([](JsonWriter& w) { w.key("role").string("assistant").key("content").string(""); }, nullptr);
-    }
+    if (body_.stream && body_.chat)
+      send_chunk([](JsonWriter& w) { w.key("role").string("assistant").key("content").string(""); }, nullptr);
     engine_id_ = model_->submit(body_.generation, bridge.make_callback([self](const GenerationEvent& e) { self->on_event(e); }));
-    ex_->on_close([self] {
-      self->client_gone_ = true;
-      self->model_->cancel(self->engine_id_);
+    std::weak_ptr<Generation> weak = self;  // the reply must not keep its choices alive
+    reply_->cancels.push_back([weak] {
+      if (auto g = weak.lock()) g->model_->cancel(g->engine_id_);
     });
   }
 
@@ -181,7 +193,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     w.begin_object();
     w.key("id").string(id_).key("object").string(body_.chat ? "chat.completion.chunk" : "text_completion");
     w.key("created").number(created_).key("model").string(model_->name());
-    w.key("choices").begin_array().begin_object().key("index").number(0);
+    w.key("choices").begin_array().begin_object().key("index").number(int64_t(index_));
     if (body_.chat) {
       w.key("delta").begin_object();
       fill(w);
@@ -270,23 +282,25 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void usage(JsonWriter& w) {
     w.key("usage").begin_object();
     w.key("prompt_tokens").number(int64_t(prompt_tokens_));
-    w.key("completion_tokens").number(int64_t(completion_tokens_));
-    w.key("total_tokens").number(int64_t(prompt_tokens_ + completion_tokens_));
+    w.key("completion_tokens").number(int64_t(reply_->completion_tokens));
+    w.key("total_tokens").number(int64_t(prompt_tokens_ + reply_->completion_tokens));
     w.end_object();
   }
 
   void finish(const GenerationResult& r) {
     finished_ = true;
-    metrics_.tokens(model_->name(), prompt_tokens_, completion_tokens_);
+    metrics_.tokens(model_->name(), index_ == 0 ? prompt_tokens_ : 0, completion_tokens_);
     if (stream_) emit(stop_.push(stream_->finish()));
     emit(stop_.flush());
     if (body_.chat) deliver(parser_.finish());
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
-    log_info(std::string(body_.chat ? "chat" : "completion") + " model=" + model_->name() + " prompt_tokens=" +
-             std::to_string(prompt_tokens_) + " completion_tokens=" + std::to_string(completion_tokens_) +
-             " finish=" + (client_gone_ ? "client closed" : finish_name(r.finish)) + " time_ms=" + std::to_string(int64_t(ms)));
-    if (client_gone_ || ex_->closed()) return;
+    log_info(std::string(body_.chat ? "chat" : "completion") + " model=" + model_->name() + " choice=" + std::to_string(index_) +
+             " prompt_tokens=" + std::to_string(prompt_tokens_) + " completion_tokens=" + std::to_string(completion_tokens_) +
+             " finish=" + (reply_->client_gone ? "client closed" : finish_name(r.finish)) + " time_ms=" + std::to_string(int64_t(ms)));
+    if (reply_->client_gone || reply_->failed || ex_->closed()) return;
     if (r.finish == FinishReason::Error) {
+      reply_->failed = true;
+      reply_->cancel_all();
       ApiError err{r.error.find("context") != std::string::npos ? 400 : 500, r.error, "",
                    r.error.find("context") != std::string::npos ? "invalid_request_error" : "server_error"};
       if (!body_.stream) return ex_->respond(api_error(err));
@@ -294,12 +308,37 @@ class Generation : public std::enable_shared_from_this<Generation> {
       ex_->send("data: [DONE]\n\n");
       return ex_->finish();
     }
+    reply_->completion_tokens += completion_tokens_;
     const char* reason = !calls_.empty() && r.finish != FinishReason::Length ? "tool_calls"
                          : stop_.stopped()                                  ? "stop"
                                                                             : finish_name(r.finish);
     if (body_.stream) {
       if (body_.chat) send_chunk([](JsonWriter&) {}, reason);
       else send_chunk([](JsonWriter& w) { w.key("text").string(""); }, reason, true);
+    } else {
+      JsonWriter c;
+      c.begin_object().key("index").number(int64_t(index_));
+      if (body_.chat) {
+        c.key("message").begin_object().key("role").string("assistant");
+        if (text_.empty() && !calls_.empty()) c.key("content").null();
+        else c.key("content").string(text_);
+        if (!reasoning_.empty()) c.key("reasoning_content").string(reasoning_);
+        if (!calls_.empty()) tool_calls(c, 0, calls_.size());
+        c.end_object();
+      } else {
+        c.key("text").string(text_);
+      }
+      write_logprobs(c);
+      c.key("finish_reason").string(reason);
+      c.end_object();
+      reply_->choices[index_] = c.take();
+    }
+    if (--reply_->remaining == 0) complete_reply();
+  }
+
+  // After the last choice: the usage and [DONE] of a stream, or the whole response.
+  void complete_reply() {
+    if (body_.stream) {
       if (body_.include_usage) {
         JsonWriter w;
         w.begin_object();
@@ -317,27 +356,18 @@ class Generation : public std::enable_shared_from_this<Generation> {
     w.begin_object();
     w.key("id").string(id_).key("object").string(body_.chat ? "chat.completion" : "text_completion");
     w.key("created").number(created_).key("model").string(model_->name());
-    w.key("choices").begin_array().begin_object().key("index").number(0);
-    if (body_.chat) {
-      w.key("message").begin_object().key("role").string("assistant");
-      if (text_.empty() && !calls_.empty()) w.key("content").null();
-      else w.key("content").string(text_);
-      if (!reasoning_.empty()) w.key("reasoning_content").string(reasoning_);
-      if (!calls_.empty()) tool_calls(w, 0, calls_.size());
-      w.end_object();
-    } else {
-      w.key("text").string(text_);
-    }
-    write_logprobs(w);
-    w.key("finish_reason").string(reason);
-    w.end_object().end_array();
+    w.key("choices").begin_array();
+    for (const std::string& c : reply_->choices) w.raw(c);
+    w.end_array();
     usage(w);
     w.end_object();
     ex_->respond(json_ok(w.take()));
   }
 
   Metrics& metrics_;
+  std::shared_ptr<Reply> reply_;
   std::shared_ptr<http::Exchange> ex_;
+  size_t index_;
   std::shared_ptr<ModelHandle> model_;
   GenerationBody body_;
   size_t prompt_tokens_, completion_tokens_ = 0;
@@ -351,7 +381,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   int64_t created_;
   Clock::time_point started_, first_token_at_{}, last_token_at_{};
   uint64_t engine_id_ = 0;
-  bool finished_ = false, stop_requested_ = false, client_gone_ = false;
+  bool finished_ = false, stop_requested_ = false;
 };
 
 void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex, bool chat) {
@@ -396,9 +426,24 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
                                   chat ? "messages" : "prompt", "invalid_request_error", "context_length_exceeded"}));
   if (body.generation.max_tokens <= 0) body.generation.max_tokens = int32_t(context - int64_t(prompt.size()));
   body.generation.prompt = std::move(prompt);
-  const size_t prompt_tokens = body.generation.prompt.size();
-  auto gen = std::make_shared<Generation>(api.metrics, ex, model, std::move(body), prompt_tokens, parser);
-  gen->start(api.bridge);
+  auto reply = std::make_shared<Reply>();
+  reply->ex = ex;
+  reply->id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  reply->created = unix_now();
+  reply->prompt_tokens = body.generation.prompt.size();
+  reply->remaining = size_t(body.n);
+  reply->choices.resize(size_t(body.n));
+  if (body.stream) ex->begin_stream(200, "text/event-stream");
+  for (int i = 0; i < body.n; ++i) {
+    GenerationBody choice = body;
+    // Each choice samples on its own: seed + index keeps a seeded request reproducible.
+    if (choice.generation.sampling.seed) *choice.generation.sampling.seed += uint64_t(i);
+    std::make_shared<Generation>(api.metrics, reply, size_t(i), model, std::move(choice), parser)->start(api.bridge);
+  }
+  ex->on_close([reply] {
+    reply->client_gone = true;
+    reply->cancel_all();
+  });
 }
 
 // Parses a helper route's body, or answers with the error.

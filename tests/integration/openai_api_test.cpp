@@ -149,6 +149,33 @@ BOOST_AUTO_TEST_CASE(stream_equals_whole_for_the_same_seed) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(n_choices_each_sample_on_their_own) {
+  DaemonProcess& d = daemon_with_model();
+  Reply r = http("POST", d.base_url() + "/v1/chat/completions",
+                 chat_body("Name a fruit.", R"("n": 3, "max_tokens": 8, "temperature": 1.0, "seed": 5, "ignore_eos": true)"));
+  BOOST_REQUIRE_EQUAL(r.status, 200);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.parse(r.body);
+  simdjson::dom::array choices = doc["choices"];
+  BOOST_REQUIRE_EQUAL(choices.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) BOOST_TEST(int64_t(choices.at(i)["index"]) == int64_t(i));
+  BOOST_TEST(int64_t(doc["usage"]["completion_tokens"]) == 24);
+  // Choice i is the single choice of the same request with seed + i.
+  Reply second = http("POST", d.base_url() + "/v1/chat/completions",
+                      chat_body("Name a fruit.", R"("max_tokens": 8, "temperature": 1.0, "seed": 6, "ignore_eos": true)"));
+  simdjson::dom::parser p2;
+  BOOST_TEST(std::string_view(p2.parse(second.body)["choices"].at(0)["message"]["content"]) ==
+             std::string_view(choices.at(1)["message"]["content"]));
+  // Streamed: every choice's deltas carry its index, and one [DONE] ends them all.
+  Reply s = http("POST", d.base_url() + "/v1/chat/completions",
+                 chat_body("Name a fruit.", R"("n": 2, "max_tokens": 4, "stream": true, "ignore_eos": true)"));
+  BOOST_TEST(s.body.find(R"("index":0)") != std::string::npos);
+  BOOST_TEST(s.body.find(R"("index":1)") != std::string::npos);
+  size_t done = 0;
+  for (size_t at = 0; (at = s.body.find("[DONE]", at)) != std::string::npos; ++at) ++done;
+  BOOST_TEST(done == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(stop_strings_never_leak) {
   DaemonProcess& d = daemon_with_model();
   for (bool stream : {false, true}) {
@@ -203,7 +230,7 @@ BOOST_AUTO_TEST_CASE(every_error_has_its_status_and_names_the_field) {
   expect(R"({"model": "smollm2", "messages": []})", 400, "must not be empty");
   expect(chat_body("x", R"("temperature": "hot")"), 400, R"("param":"temperature")");
   expect(chat_body("x", R"("max_tokens": 0)"), 400, R"("param":"max_tokens")");
-  expect(chat_body("x", R"("n": 2)"), 400, R"("param":"n")");
+  expect(chat_body("x", R"("n": 17)"), 400, R"("param":"n")");
   expect(chat_body("x", R"("stop": 5)"), 400, R"("param":"stop")");
   expect(chat_body("x", R"("top_logprobs": 3)"), 400, R"("param":"top_logprobs")");
   expect(chat_body("x", R"("logprobs": true, "top_logprobs": 50)"), 400, R"("param":"top_logprobs")");
