@@ -118,6 +118,8 @@ const std::map<std::string, Section, std::less<>>& schema() {
            {"max_body_bytes", size_key(&Config::max_body_bytes, 1024, int64_t(1) << 34)},
            {"max_connections", size_key(&Config::max_connections, 1, 1 << 20)},
            {"max_waiting", size_key(&Config::max_waiting, 1, 1 << 20)},
+           {"idle_timeout_seconds", size_key(&Config::idle_timeout_seconds, 1, 86400)},
+           {"request_timeout_seconds", size_key(&Config::request_timeout_seconds, 1, 3600)},
        }},
       {"admin",
        {

@@ -115,6 +115,8 @@ int run_daemon(const Options& options, Config config) {
   http::ServerLimits limits;
   limits.parse = {d.config.max_header_bytes, d.config.max_body_bytes};
   limits.max_connections = d.config.max_connections;
+  limits.idle_timeout_ms = d.config.idle_timeout_seconds * 1000;
+  limits.request_timeout_ms = d.config.request_timeout_seconds * 1000;
   d.public_server = std::make_unique<http::Server>(&d.loop, d.public_router, limits);
   http::ServerLimits admin_limits = limits;
   admin_limits.max_connections = 64;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 #include <fstream>
 
 #include "daemon_process.h"
@@ -159,6 +160,27 @@ BOOST_AUTO_TEST_CASE(malformed_and_oversized_requests_fail_alone) {
   BOOST_TEST(first != std::string::npos);
   BOOST_TEST(second != std::string::npos);
   BOOST_TEST(first < second);
+}
+
+BOOST_AUTO_TEST_CASE(slow_and_idle_connections_time_out) {
+  TempDir dir;
+  std::string conf = dir.file("ftllmd.conf");
+  std::ofstream(conf) << "[server]\nidle_timeout_seconds = 1\nrequest_timeout_seconds = 1\n";
+  DaemonProcess d(dir, {"--config", conf});
+  // Half a request, then silence: 408 after a second or two (the sweep runs every second).
+  auto t0 = std::chrono::steady_clock::now();
+  std::string slow = raw_exchange(d.port(), "GET /health HTTP/1.1\r\nHo");
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST(slow.starts_with("HTTP/1.1 408 "), slow);
+  BOOST_TEST(waited < 4.5);
+  // A kept-alive connection that stays idle is closed by the daemon: raw_exchange returns on close.
+  t0 = std::chrono::steady_clock::now();
+  std::string idle = raw_exchange(d.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST(idle.find(R"({"status":"ok"})") != std::string::npos);
+  BOOST_TEST(waited > 0.9);
+  BOOST_TEST(waited < 4.5);
+  expect_serving(d);
 }
 
 BOOST_AUTO_TEST_CASE(api_key_guards_the_api_but_not_health) {
