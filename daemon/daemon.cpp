@@ -4,6 +4,8 @@
 #include <uv.h>
 
 #include <csignal>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 
 #include "../engine/engine.h"
@@ -44,6 +46,16 @@ struct Daemon {
   std::unique_ptr<EngineBridge> bridge;
   std::unique_ptr<ApiContext> api;
   Metrics metrics;
+  LoadingModels loading;
+  // Models named on the command line load on their own thread while the listeners already answer
+  // (/health says "loading"); READY=1 goes out when they are resident.
+  std::thread loader;
+  uv_async_t loaded{};
+  std::mutex loaded_mu;
+  bool loaded_closed = false;
+  std::string load_error;
+  int exit_code = 0;
+  std::string where;
   bool stopping = false;
 
   void stop(const char* why) {
@@ -55,6 +67,52 @@ struct Daemon {
     admin_server->close();
     bridge->close();
     for (uv_signal_t* s : {&sigterm, &sigint, &sighup}) uv_close(reinterpret_cast<uv_handle_t*>(s), nullptr);
+    std::lock_guard lock(loaded_mu);
+    loaded_closed = true;
+    uv_close(reinterpret_cast<uv_handle_t*>(&loaded), nullptr);
+  }
+
+  void ready() {
+    log_info("ftllmd " FTLLM_VERSION " serving the " + where);
+    sd_notifyf(0, "READY=1\nSTATUS=serving the %s\nMAINPID=%lu", where.c_str(), (unsigned long)getpid());
+  }
+
+  void load_in_background(std::vector<ModelLoadOptions> models) {
+    {
+      std::lock_guard lock(loading.mu);
+      for (const ModelLoadOptions& m : models) loading.names.push_back(m.name.empty() ? m.path : m.name);
+    }
+    sd_notify(0, "STATUS=loading models");
+    loader = std::thread([this, models = std::move(models)] {
+      for (const ModelLoadOptions& m : models) {
+        auto t0 = std::chrono::steady_clock::now();
+        Status s = engine.load(m);
+        {
+          std::lock_guard lock(loading.mu);
+          std::erase(loading.names, m.name.empty() ? m.path : m.name);
+        }
+        if (!s.ok) {
+          load_error = s.message;
+          break;
+        }
+        log_info("loaded " + m.path + " in " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) +
+                 " ms");
+      }
+      std::lock_guard lock(loaded_mu);
+      if (!loaded_closed) uv_async_send(&loaded);
+    });
+  }
+
+  // On the loop thread once the loader is done.
+  void models_loaded() {
+    loader.join();
+    if (!load_error.empty()) {
+      log_error(load_error);
+      exit_code = 1;
+      return stop("a model given on the command line did not load");
+    }
+    ready();
   }
 
   // SIGHUP: re-read what can change without touching listeners or models (API key, log level).
@@ -94,21 +152,10 @@ int run_daemon(const Options& options, Config config) {
     uv_loop_close(&d.loop);
     return 2;
   }
-  for (const ModelLoadOptions& m : preload) {
-    auto t0 = std::chrono::steady_clock::now();
-    Status s = d.engine.load(m);
-    if (!s.ok) {
-      log_error(s.message);
-      uv_loop_close(&d.loop);
-      return 1;
-    }
-    log_info("loaded " + m.path + " in " +
-             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) +
-             " ms");
-  }
-
   d.bridge = std::make_unique<EngineBridge>(&d.loop);
-  d.api = std::make_unique<ApiContext>(ApiContext{d.engine, *d.bridge, d.config, d.metrics});
+  d.api = std::make_unique<ApiContext>(ApiContext{d.engine, *d.bridge, d.config, d.metrics, d.loading});
+  uv_async_init(&d.loop, &d.loaded, [](uv_async_t* a) { static_cast<Daemon*>(a->data)->models_loaded(); });
+  d.loaded.data = &d;
   add_openai_routes(d.public_router, *d.api);
   add_admin_routes(d.admin_router, d.engine, d.info);
 
@@ -132,6 +179,7 @@ int run_daemon(const Options& options, Config config) {
     d.public_server->close();
     d.admin_server->close();
     d.bridge->close();
+    uv_close(reinterpret_cast<uv_handle_t*>(&d.loaded), nullptr);
     uv_run(&d.loop, UV_RUN_DEFAULT);
     uv_loop_close(&d.loop);
     return 1;
@@ -151,16 +199,16 @@ int run_daemon(const Options& options, Config config) {
     uv_signal_start(handle, on_signal, signum);
   }
 
-  std::string where = "OpenAI API on http://" + d.public_server->address() + ", admin API on " +
-                      d.admin_server->address();
-  log_info("ftllmd " FTLLM_VERSION " serving the " + where);
-  sd_notifyf(0, "READY=1\nSTATUS=serving the %s\nMAINPID=%lu", where.c_str(), (unsigned long)getpid());
+  d.where = "OpenAI API on http://" + d.public_server->address() + ", admin API on " + d.admin_server->address();
+  if (preload.empty()) d.ready();
+  else d.load_in_background(std::move(preload));
 
   uv_run(&d.loop, UV_RUN_DEFAULT);
+  if (d.loader.joinable()) d.loader.join();  // stopped while a model was still loading
   int rc = uv_loop_close(&d.loop);
   if (rc != 0) log_warn(std::string("event loop closed with handles left: ") + uv_strerror(rc));
   log_info("stopped");
-  return 0;
+  return d.exit_code;
 }
 
 }  // namespace ftllm::daemon

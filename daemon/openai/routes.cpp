@@ -460,8 +460,16 @@ bool parse_body(const std::shared_ptr<http::Exchange>& ex, simdjson::dom::parser
 
 void add_openai_routes(http::Router& router, ApiContext& api) {
   // Open without the API key, so load balancers and systemd checks work.
-  router.add("GET", "/health", [](const http::Request&) {
-    return http::Response{200, "application/json", {}, R"({"status":"ok"})"};
+  router.add("GET", "/health", [&api](const http::Request&) {
+    std::lock_guard lock(api.loading.mu);
+    if (api.loading.names.empty()) return http::Response{200, "application/json", {}, R"({"status":"ok"})"};
+    JsonWriter w;
+    w.begin_object().key("status").string("loading").key("loading").begin_array();
+    for (const std::string& n : api.loading.names) w.string(n);
+    w.end_array().end_object();
+    http::Response r{503, "application/json", {}, w.take()};
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
   });
   router.add("GET", "/metrics", [&api](const http::Request&) {
     return http::Response{200, "text/plain; version=0.0.4", {}, api.metrics.render(api.engine)};

@@ -71,7 +71,13 @@ DaemonProcess::DaemonProcess(const TempDir& dir, std::vector<std::string> extra_
   posix_spawn_file_actions_destroy(&actions);
   BOOST_REQUIRE_MESSAGE(rc == 0, "cannot start " << args[0] << ": " << std::strerror(rc));
 
-  ready_message_ = next_notification();
+  // STATUS=loading models may come first; wait for the READY=1 datagram.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ready_message_.find("READY=1") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::string m = next_notification(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+    if (m.empty()) break;
+    ready_message_ = m;
+  }
   BOOST_REQUIRE_MESSAGE(ready_message_.find("READY=1") != std::string::npos,
                         "no READY=1 from ftllmd; its log:\n" << log());
   std::smatch m;

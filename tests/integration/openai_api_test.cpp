@@ -1,9 +1,11 @@
 // The OpenAI API as clients meet it: the real ftllmd serving the real SmolLM2-135M-Instruct GGUF, driven
 // with curl, raw sockets and the official OpenAI Python SDK.
+#include <signal.h>
 #include <simdjson.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 #include <fstream>
 #include <thread>
 
@@ -361,6 +363,27 @@ BOOST_AUTO_TEST_CASE(api_key_is_required_when_set) {
   BOOST_TEST(http("POST", d.base_url() + "/tokenize", R"({"content": "x"})").status == 401);
   BOOST_TEST(http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", R"("max_tokens": 2)"),
                   "-H 'Authorization: Bearer sk-test'").status == 200);
+}
+
+BOOST_AUTO_TEST_CASE(health_says_loading_until_the_model_is_resident) {
+  // Start without waiting for READY: poll /health from the first moment it answers.
+  TempDir dir;
+  std::string log = dir.file("log");
+  std::string cmd = env_or_fail("FTLLMD") + " " + smollm2_gguf_path() + " --name smollm2 -t 1 --listen 127.0.0.1:18765 --admin-socket " +
+                    dir.file("s.sock") + " >/dev/null 2>" + log + " & echo $!";
+  CommandResult started = run_command(cmd);
+  int pid = std::stoi(started.out);
+  bool saw_loading = false, saw_ok = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!saw_ok && std::chrono::steady_clock::now() < deadline) {
+    CommandResult h = run_command("curl -s http://127.0.0.1:18765/health");
+    saw_loading |= h.out.find(R"({"status":"loading","loading":["smollm2"]})") != std::string::npos;
+    saw_ok |= h.out == R"({"status":"ok"})";
+    usleep(5000);
+  }
+  ::kill(pid, SIGTERM);
+  BOOST_TEST(saw_ok);
+  BOOST_TEST(saw_loading);  // the GGUF takes a few hundred milliseconds to load
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_model_on_the_command_line_stops_startup_with_the_reason) {
