@@ -176,6 +176,24 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
   out.top_logprobs = int(top.value_or(0));
   out.generation.logprobs = out.logprobs ? out.top_logprobs : -1;
 
+  element bias;
+  if (!root["logit_bias"].get(bias) && !bias.is_null()) {
+    simdjson::dom::object map;
+    if (bias.get(map)) return bad("logit_bias", "must be an object of token ids to biases");
+    for (auto [key, value] : map) {
+      int64_t token = -1;
+      try {
+        size_t used = 0;
+        token = std::stoll(std::string(key), &used);
+        if (used != key.size()) token = -1;
+      } catch (...) {
+      }
+      if (token < 0 || token > INT32_MAX) return bad("logit_bias", "keys must be token ids, not \"" + std::string(key) + "\"");
+      if (!is_number(value) || double(value) < -100 || double(value) > 100) return bad("logit_bias", "values must be numbers from -100 to 100");
+      s.logit_bias.emplace_back(int32_t(token), float(double(value)));
+    }
+  }
+
   element stop;
   if (!root["stop"].get(stop) && !stop.is_null()) {
     std::string_view one;

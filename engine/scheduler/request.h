@@ -18,6 +18,7 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // OpenAI's: over output tokens
   float frequency_penalty = 0.0f;
   std::optional<uint64_t> seed;     // same seed, same request: same tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;  // OpenAI's: added to a token's logit first
 };
 
 struct GenerationRequest {

@@ -64,6 +64,8 @@ int32_t argmax(std::span<const float> logits) {
 void process_logits(const SamplingParams& p, std::span<float> logits, std::span<const int32_t> context,
                     std::span<const int32_t> output) {
   const int32_t vocab = int32_t(logits.size());
+  for (auto [token, bias] : p.logit_bias)
+    if (token >= 0 && token < vocab) logits[size_t(token)] += bias;
   if (p.repetition_penalty != 1.0f) {
     std::vector<bool> seen(size_t(vocab), false);
     for (int32_t t : context)

@@ -1,5 +1,6 @@
-// Turning logits into the next token: penalties and filters in Hugging Face's order (repetition
-// penalty, temperature, top-k, top-p, min-p), OpenAI's presence and frequency penalties, then a
+// Turning logits into the next token: OpenAI's logit_bias first, then penalties and filters in Hugging
+// Face's order (repetition
+// penalty, temperature, top-k, top-p, min-p) with OpenAI's presence and frequency penalties, then a
 // draw from a seeded generator, or argmax when temperature is 0.
 #pragma once
 

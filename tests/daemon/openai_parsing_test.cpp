@@ -88,6 +88,15 @@ BOOST_AUTO_TEST_CASE(request_bodies_are_validated_by_field) {
   BOOST_TEST(parse_generation_body(R"({"model": "m", "prompt": [1, 2, 3]})", false, c).has_value() == false);
   BOOST_TEST(c.prompt_is_ids);
   BOOST_TEST(c.prompt_ids.size() == 3u);
+  GenerationBody lb;
+  BOOST_REQUIRE(!parse_generation_body(R"({"model": "m", "prompt": "x", "logit_bias": {"50256": -100, "7": 2.5}})", false, lb));
+  BOOST_REQUIRE_EQUAL(lb.generation.sampling.logit_bias.size(), 2u);
+  BOOST_TEST(lb.generation.sampling.logit_bias[0].first == 50256);
+  BOOST_TEST(lb.generation.sampling.logit_bias[1].second == 2.5f);
+  GenerationBody lb_bad;
+  auto lb_err = parse_generation_body(R"({"model": "m", "prompt": "x", "logit_bias": {"abc": 1}})", false, lb_bad);
+  BOOST_REQUIRE(lb_err);
+  BOOST_TEST(lb_err->param == "logit_bias");
   GenerationBody e;
   auto bad = parse_generation_body(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 2})", true, e);
   BOOST_REQUIRE(bad);

@@ -68,6 +68,16 @@ BOOST_AUTO_TEST_CASE(presence_and_frequency_penalties_count_output_tokens) {
   BOOST_TEST(logits[5] == 1.0f);
 }
 
+BOOST_AUTO_TEST_CASE(logit_bias_comes_first) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{0, 5.0f}, {1, -100.0f}, {99, 3.0f}};  // an id outside the vocabulary is ignored
+  Sampler s(p);
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f};
+  BOOST_TEST(s.next(logits, {}, {}) == 0);
+  BOOST_TEST(logits[1] == -97.0f);
+}
+
 BOOST_AUTO_TEST_CASE(greedy_is_argmax_after_penalties) {
   SamplingParams p;
   p.temperature = 0;

@@ -128,6 +128,20 @@ BOOST_AUTO_TEST_CASE(logprobs_agree_with_transformers_logits) {
   BOOST_TEST(first < 0.0);
 }
 
+BOOST_AUTO_TEST_CASE(logit_bias_steers_the_output) {
+  DaemonProcess& d = daemon_with_model();
+  // " Paris" is 7042 in SmolLM2's vocabulary; banning it changes the greedy answer, boosting "." forces it.
+  Reply banned = http("POST", d.base_url() + "/v1/completions",
+                      R"({"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0, "logit_bias": {"7042": -100}})");
+  BOOST_TEST(banned.body.find(R"("text":" Paris")") == std::string::npos, banned.body);
+  Reply plain = http("POST", d.base_url() + "/v1/completions",
+                     R"({"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0})");
+  BOOST_TEST(plain.body.find(R"("text":" Paris")") != std::string::npos, plain.body);
+  Reply forced = http("POST", d.base_url() + "/v1/completions",
+                      R"({"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0, "logit_bias": {"47": 100}})");
+  BOOST_TEST(forced.body.find(R"("text":"?")") != std::string::npos, forced.body);
+}
+
 BOOST_AUTO_TEST_CASE(stream_equals_whole_for_the_same_seed) {
   DaemonProcess& d = daemon_with_model();
   for (bool chat : {true, false}) {
