@@ -400,6 +400,38 @@ BOOST_AUTO_TEST_CASE(health_says_loading_until_the_model_is_resident) {
   BOOST_TEST(saw_loading);  // the GGUF takes a few hundred milliseconds to load
 }
 
+BOOST_AUTO_TEST_CASE(thinking_templates_send_reasoning_content) {
+  // A template that opens <think> for the answer (as DeepSeek-R1's does): what the model writes before
+  // </think> is reasoning, streamed and whole. --chat_template overrides the model's own.
+  TempDir dir;
+  std::string tmpl = dir.file("think.jinja");
+  std::ofstream(tmpl) << "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                         "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--chat_template", tmpl, "-t", "1", "--ctx", "256"});
+  Reply a = http("POST", d.base_url() + "/apply-template", R"({"messages": [{"role": "user", "content": "Hi"}]})");
+  BOOST_TEST(a.body.find(R"(<think>\n)") != std::string::npos, a.body);
+  Reply whole = http("POST", d.base_url() + "/v1/chat/completions", chat_body("Why is the sky blue?", R"("max_tokens": 6, "temperature": 0)"));
+  simdjson::dom::parser parser;
+  simdjson::dom::element msg = parser.parse(whole.body)["choices"].at(0)["message"];
+  std::string_view reasoning;
+  BOOST_REQUIRE_MESSAGE(!msg["reasoning_content"].get(reasoning), whole.body);
+  BOOST_TEST(!reasoning.empty());
+  BOOST_TEST(std::string_view(msg["content"]) == "");
+  Reply streamed = http("POST", d.base_url() + "/v1/chat/completions",
+                        chat_body("Why is the sky blue?", R"("max_tokens": 6, "temperature": 0, "stream": true)"));
+  std::string joined;
+  simdjson::dom::parser p2;
+  for (size_t pos = 0; (pos = streamed.body.find("data: {", pos)) != std::string::npos; ++pos) {
+    size_t end = streamed.body.find("\n\n", pos);
+    simdjson::dom::element e = p2.parse(streamed.body.substr(pos + 6, end - pos - 6));
+    for (auto c : e["choices"].get_array()) {
+      std::string_view piece;
+      if (!c["delta"]["reasoning_content"].get(piece)) joined += piece;
+    }
+  }
+  BOOST_TEST(joined == reasoning);
+}
+
 BOOST_AUTO_TEST_CASE(a_bad_model_on_the_command_line_stops_startup_with_the_reason) {
   CommandResult r = run_command(env_or_fail("FTLLMD") + " /nonexistent/model.gguf --listen 127.0.0.1:0 --admin-socket /tmp/ftllm-x.sock");
   BOOST_TEST(r.exit_code == 1);
