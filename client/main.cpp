@@ -16,7 +16,11 @@ const char* kUsage =
     "usage: ftllmctl [--socket PATH] [--config FILE] [--json] COMMAND [ARGS]\n"
     "\n"
     "commands:\n"
-    "  status [NAME]   the daemon, its devices and resident models\n"
+    "  status [NAME]                 the daemon, its devices and resident models\n"
+    "  list                          resident models with their load\n"
+    "  load MODEL [--name N] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
+    "                                load a model while the daemon serves\n"
+    "  unload NAME [--force]         stop serving a model (running requests finish, or end with --force)\n"
     "\n"
     "The socket is --socket, else $FTLLMD_SOCKET, else admin.socket of the config file\n"
     "(--config, default " FTLLM_DEFAULT_CONFIG "), else /run/ftllmd/admin.sock.\n";
@@ -79,7 +83,8 @@ int main(int argc, char** argv) {
   }
 
   using Command = int (*)(const CommandContext&, const std::vector<std::string>&);
-  const std::map<std::string, Command> commands = {{"status", &cmd_status}};
+  const std::map<std::string, Command> commands = {
+      {"status", &cmd_status}, {"list", &cmd_list}, {"load", &cmd_load}, {"unload", &cmd_unload}};
   auto it = commands.find(rest[0]);
   if (it == commands.end())
     return std::fprintf(stderr, "ftllmctl: unknown command \"%s\"\n\n%s", rest[0].c_str(), kUsage), 2;

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "json_fields.h"
 #include "table.h"
 
 namespace ftllm::client {
@@ -12,13 +13,6 @@ namespace ftllm::client {
 namespace {
 
 // Prints an error reply from the daemon (OpenAI's error envelope) or the raw body.
-// A field of the status reply, or `fallback` when absent or of another type.
-template <typename T>
-T field(simdjson::dom::element e, const char* key, T fallback = {}) {
-  T value;
-  return e[key].get(value) == simdjson::SUCCESS ? value : fallback;
-}
-
 void print_daemon_error(const AdminReply& reply) {
   simdjson::dom::parser parser;
   std::string_view message;

@@ -1,12 +1,83 @@
 // Routes on the admin Unix socket (ftllmctl, curl --unix-socket). Never mounted on TCP.
 #include <unistd.h>
 
+#include <simdjson.h>
+
+#include <chrono>
+
 #include "json_writer.h"
+#include "log.h"
 #include "routes.h"
 
 namespace ftllm::daemon {
 
 namespace {
+
+void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
+  w.begin_object();
+  w.key("name").string(m.name).key("source").string(m.source).key("architecture").string(m.architecture);
+  if (auto handle = engine.model(m.name)) {
+    ModelHandle::Load load = handle->load();
+    w.key("requests_running").number(uint64_t(load.running)).key("requests_waiting").number(uint64_t(load.waiting));
+    w.key("kv_blocks_used").number(load.kv_blocks_used).key("kv_blocks_total").number(load.kv_blocks_total);
+    w.key("context_length").number(handle->context_length());
+  }
+  w.end_object();
+}
+
+http::Response admin_error(int status, const std::string& message, const char* code) {
+  return http::json_error(status, message, "invalid_request_error", code);
+}
+
+// POST /admin/v1/models {"model": PATH, "name", "threads", "context_length", "max_sequences", "chat_template"}:
+// answers with newline-delimited JSON: {"event":"loading",...} now, then {"event":"loaded",...} or
+// {"event":"error","message":...} when the load (on its own thread) ends.
+void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, EngineBridge& bridge) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string text(ex->request().body);
+  simdjson::dom::element body;
+  if (parser.parse(text).get(body) || body.type() != simdjson::dom::element_type::OBJECT)
+    return ex->respond(admin_error(400, "the body must be a JSON object with \"model\": PATH", "invalid_json"));
+  ModelLoadOptions o;
+  std::string_view sv;
+  if (body["model"].get(sv)) return ex->respond(admin_error(400, "\"model\" (a path) is required", "missing_model"));
+  o.path = sv;
+  if (!body["name"].get(sv)) o.name = sv;
+  if (!body["chat_template"].get(sv)) o.chat_template = sv;
+  int64_t n;
+  if (!body["threads"].get(n)) o.threads = int(n);
+  if (!body["context_length"].get(n)) o.context_length = n;
+  if (!body["max_sequences"].get(n)) o.max_sequences = int32_t(n);
+  if ((!body["dtype"].get(sv) && sv != "auto") )
+    return ex->respond(admin_error(400, "dtype " + std::string(sv) + " is not supported yet: models run in the dtype their files store", "unsupported_dtype"));
+  if (!body["device"].get(sv) && sv != "cpu")
+    return ex->respond(admin_error(400, "device " + std::string(sv) + " is not supported yet: this build runs models on the cpu", "unsupported_device"));
+  const std::string name = o.name.empty() ? o.path : o.name;
+  if (!o.name.empty() && engine.model(o.name))
+    return ex->respond(admin_error(409, "a model named " + o.name + " is already loaded; unload it first or pick another --name", "name_taken"));
+
+  ex->begin_stream(200, "application/x-ndjson");
+  JsonWriter w;
+  w.begin_object().key("event").string("loading").key("model").string(o.path).key("name").string(name).end_object();
+  ex->send(w.take() + "\n");
+  auto status = std::make_shared<Status>();
+  auto started = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  bridge.run_in_background([&engine, o, status] { *status = engine.load(o); },
+                           [ex, status, started, name] {
+                             JsonWriter done;
+                             if (status->ok) {
+                               auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - *started);
+                               done.begin_object().key("event").string("loaded").key("name").string(name);
+                               done.key("load_ms").number(int64_t(ms.count())).end_object();
+                               log_info("loaded " + name + " through the admin API");
+                             } else {
+                               done.begin_object().key("event").string("error").key("message").string(status->message).end_object();
+                               log_warn(status->message);
+                             }
+                             ex->send(done.take() + "\n");
+                             ex->finish();
+                           });
+}
 
 http::Response status(const Engine& engine, const DaemonInfo& info) {
   double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - info.started).count();
@@ -31,17 +102,7 @@ http::Response status(const Engine& engine, const DaemonInfo& info) {
   for (const std::string& n : devices.notes) w.string(n);
   w.end_array();
   w.key("models").begin_array();
-  for (const ModelInfo& m : engine.models()) {
-    w.begin_object();
-    w.key("name").string(m.name).key("source").string(m.source).key("architecture").string(m.architecture);
-    if (auto handle = engine.model(m.name)) {
-      ModelHandle::Load load = handle->load();
-      w.key("requests_running").number(uint64_t(load.running)).key("requests_waiting").number(uint64_t(load.waiting));
-      w.key("kv_blocks_used").number(load.kv_blocks_used).key("kv_blocks_total").number(load.kv_blocks_total);
-      w.key("context_length").number(handle->context_length());
-    }
-    w.end_object();
-  }
+  for (const ModelInfo& m : engine.models()) model_json(w, engine, m);
   w.end_array();
   w.end_object();
   return http::Response{200, "application/json", {}, w.take()};
@@ -49,8 +110,37 @@ http::Response status(const Engine& engine, const DaemonInfo& info) {
 
 }  // namespace
 
-void add_admin_routes(http::Router& router, const Engine& engine, const DaemonInfo& info) {
+void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& info, EngineBridge& bridge) {
   router.add("GET", "/admin/v1/status", [&engine, &info](const http::Request&) { return status(engine, info); });
+  router.add("GET", "/admin/v1/models", [&engine](const http::Request&) {
+    JsonWriter w;
+    w.begin_object().key("models").begin_array();
+    for (const ModelInfo& m : engine.models()) model_json(w, engine, m);
+    w.end_array().end_object();
+    return http::Response{200, "application/json", {}, w.take()};
+  });
+  router.add_async("POST", "/admin/v1/models", [&engine, &bridge](const auto& ex) { load_model(ex, engine, bridge); });
+  // DELETE /admin/v1/models/NAME[?force=1]: new requests get 404 at once; running ones finish (they keep
+  // the model alive until then), or with force end now with an error.
+  router.add_prefix("DELETE", "/admin/v1/models/", [&engine](const http::Request& req) {
+    std::string name(req.path().substr(std::string_view("/admin/v1/models/").size()));
+    bool force = req.target.find("force=1") != std::string::npos || req.target.find("force=true") != std::string::npos;
+    auto handle = engine.model(name);
+    if (!handle) {
+      std::string loaded;
+      for (const ModelInfo& m : engine.models()) loaded += (loaded.empty() ? "" : ", ") + m.name;
+      return admin_error(404, "no model named " + name + " is loaded (loaded: " + (loaded.empty() ? "none" : loaded) + ")", "model_not_found");
+    }
+    ModelHandle::Load load = handle->load();
+    if (force) handle->fail_all("model " + name + " was unloaded (ftllmctl unload --force)");
+    Status s = engine.unload(name);
+    if (!s.ok) return admin_error(404, s.message, "model_not_found");
+    log_info("unloaded " + name + (force ? " (forced)" : ""));
+    JsonWriter w;
+    w.begin_object().key("unloaded").string(name).key("forced").boolean(force);
+    w.key("requests_running").number(uint64_t(load.running + load.waiting)).end_object();
+    return http::Response{200, "application/json", {}, w.take()};
+  });
 }
 
 }  // namespace ftllm::daemon

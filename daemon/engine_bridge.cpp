@@ -6,22 +6,25 @@ struct EngineBridge::State {
   uv_async_t async{};
   std::mutex mu;
   bool closed = false;
-  struct Item {
-    std::shared_ptr<std::function<void(const GenerationEvent&)>> deliver;
-    GenerationEvent event;
-  };
-  std::vector<Item> queue;
+  std::vector<std::function<void()>> queue;  // run on the loop thread, in order
+
+  void post(std::function<void()> task) {
+    std::lock_guard lock(mu);
+    if (closed) return;
+    queue.push_back(std::move(task));
+    uv_async_send(&async);
+  }
 };
 
 EngineBridge::EngineBridge(uv_loop_t* loop) : state_(std::make_shared<State>()) {
   uv_async_init(loop, &state_->async, [](uv_async_t* a) {
     auto* s = static_cast<State*>(a->data);
-    std::vector<State::Item> items;
+    std::vector<std::function<void()>> tasks;
     {
       std::lock_guard lock(s->mu);
-      items.swap(s->queue);
+      tasks.swap(s->queue);
     }
-    for (auto& item : items) (*item.deliver)(item.event);
+    for (auto& task : tasks) task();
   });
   state_->async.data = state_.get();
 }
@@ -29,28 +32,35 @@ EngineBridge::EngineBridge(uv_loop_t* loop) : state_(std::make_shared<State>()) 
 EngineBridge::~EngineBridge() { close(); }
 
 void EngineBridge::close() {
-  std::lock_guard lock(state_->mu);
-  if (state_->closed) return;
-  state_->closed = true;
-  state_->queue.clear();
-  // The handle lives inside State; keep State alive until libuv is done with it.
-  auto* keep = new std::shared_ptr<State>(state_);
-  state_->async.data = keep;
-  uv_close(reinterpret_cast<uv_handle_t*>(&state_->async),
-           [](uv_handle_t* h) { delete static_cast<std::shared_ptr<State>*>(h->data); });
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->closed) return;
+    state_->closed = true;
+    state_->queue.clear();
+    // The handle lives inside State; keep State alive until libuv is done with it.
+    auto* keep = new std::shared_ptr<State>(state_);
+    state_->async.data = keep;
+    uv_close(reinterpret_cast<uv_handle_t*>(&state_->async),
+             [](uv_handle_t* h) { delete static_cast<std::shared_ptr<State>*>(h->data); });
+  }
+  for (auto& t : jobs_) t.join();
+  jobs_.clear();
 }
 
 GenerationCallback EngineBridge::make_callback(std::function<void(const GenerationEvent&)> deliver) {
   auto target = std::make_shared<std::function<void(const GenerationEvent&)>>(std::move(deliver));
   std::weak_ptr<State> weak = state_;
   return [weak, target](const GenerationEvent& e) {
-    auto s = weak.lock();
-    if (!s) return;
-    std::lock_guard lock(s->mu);
-    if (s->closed) return;
-    s->queue.push_back({target, e});
-    uv_async_send(&s->async);
+    if (auto s = weak.lock()) s->post([target, e] { (*target)(e); });
   };
+}
+
+void EngineBridge::run_in_background(std::function<void()> work, std::function<void()> then) {
+  std::weak_ptr<State> weak = state_;
+  jobs_.emplace_back([weak, work = std::move(work), then = std::move(then)]() mutable {
+    work();
+    if (auto s = weak.lock()) s->post(std::move(then));
+  });
 }
 
 }  // namespace ftllm::daemon

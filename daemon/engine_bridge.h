@@ -1,5 +1,6 @@
-// Carries engine events (sampled tokens, finishes) from model worker threads to the libuv loop thread,
-// where responses are written. The loop never waits on the engine.
+// Carries work from other threads to the libuv loop thread: engine events (sampled tokens, finishes)
+// from model worker threads, and the completion of background jobs such as model loads. The loop never
+// waits on the engine.
 #pragma once
 
 #include <uv.h>
@@ -7,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "../engine/engine.h"
@@ -22,12 +24,15 @@ class EngineBridge {
 
   // A callback for the engine: each event it receives reaches `deliver` on the loop thread, in order.
   GenerationCallback make_callback(std::function<void(const GenerationEvent&)> deliver);
-  // Stops delivering (events still in flight are dropped) and releases the loop handle.
+  // Runs `work` on a thread of its own, then `then` on the loop thread (not at all after close()).
+  void run_in_background(std::function<void()> work, std::function<void()> then);
+  // Stops delivering (what is in flight is dropped), waits for background jobs, releases the loop handle.
   void close();
 
  private:
   struct State;
   std::shared_ptr<State> state_;
+  std::vector<std::thread> jobs_;
 };
 
 }  // namespace ftllm::daemon

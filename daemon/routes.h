@@ -6,6 +6,7 @@
 
 #include "../engine/engine.h"
 #include "config.h"
+#include "engine_bridge.h"
 #include "http/router.h"
 
 namespace ftllm::daemon {
@@ -17,6 +18,8 @@ struct DaemonInfo {
   std::string admin_socket;
 };
 
-void add_admin_routes(http::Router& router, const Engine& engine, const DaemonInfo& info);
+// Status, and models loaded and unloaded while the daemon serves (loads run on their own thread and
+// stream their progress as newline-delimited JSON).
+void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& info, EngineBridge& bridge);
 
 }  // namespace ftllm::daemon

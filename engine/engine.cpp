@@ -87,6 +87,7 @@ uint64_t ModelHandle::submit(GenerationRequest request, GenerationCallback callb
 }
 
 void ModelHandle::cancel(uint64_t id) const { impl_->cancel(id); }
+void ModelHandle::fail_all(const std::string& message) const { impl_->fail_all(message); }
 
 ModelHandle::Load ModelHandle::load() const {
   auto l = impl_->load_now();

@@ -99,6 +99,7 @@ class ModelHandle {
 
   uint64_t submit(GenerationRequest request, GenerationCallback callback) const;
   void cancel(uint64_t id) const;
+  void fail_all(const std::string& message) const;  // every running and queued request ends with it
   struct Load {
     size_t running = 0, waiting = 0;
     int64_t kv_blocks_used = 0, kv_blocks_total = 0;

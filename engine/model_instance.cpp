@@ -1,6 +1,7 @@
 #include "model_instance.h"
 
 #include <algorithm>
+#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -154,6 +155,14 @@ void ModelInstance::cancel(uint64_t id) {
   wake_.notify_one();
 }
 
+void ModelInstance::fail_all(const std::string& message) {
+  {
+    std::lock_guard lock(mu_);
+    fail_all_message_ = message;
+  }
+  wake_.notify_one();
+}
+
 ModelInstance::Load ModelInstance::load_now() const {
   std::lock_guard lock(mu_);
   Load l;
@@ -168,9 +177,13 @@ void ModelInstance::worker_loop() {
   for (;;) {
     std::vector<Pending> arrivals;
     std::vector<uint64_t> cancels;
+    std::string fail_message;
     {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || !incoming_.empty() || !cancels_.empty() || !scheduler_.idle(); });
+      wake_.wait(lock, [&] {
+        return stop_ || !incoming_.empty() || !cancels_.empty() || !fail_all_message_.empty() || !scheduler_.idle();
+      });
+      fail_message = std::exchange(fail_all_message_, {});
       if (stop_) {
         // Everything still queued or running ends as cancelled, so no caller waits forever.
         for (Pending& p : incoming_) scheduler_of_[p.id] = 0, callbacks_[p.id] = std::move(p.callback);
@@ -188,6 +201,14 @@ void ModelInstance::worker_loop() {
       std::lock_guard lock(mu_);
       public_of_[sid] = p.id;
       scheduler_of_[p.id] = sid;
+    }
+    if (!fail_message.empty()) {
+      std::vector<uint64_t> sids;
+      {
+        std::lock_guard lock(mu_);
+        for (auto& [sid, id] : public_of_) sids.push_back(sid);
+      }
+      for (uint64_t sid : sids) scheduler_.fail(sid, fail_message);
     }
     for (uint64_t id : cancels) {
       std::unique_lock lock(mu_);

@@ -48,6 +48,8 @@ class ModelInstance {
   uint64_t submit(GenerationRequest request, GenerationCallback callback);
   // Ends a generation at the next step (its callback gets FinishReason::Cancelled); unknown ids are ignored.
   void cancel(uint64_t id);
+  // Ends every generation at the next step with FinishReason::Error and this message.
+  void fail_all(const std::string& message);
 
   struct Load {
     size_t running = 0, waiting = 0;
@@ -95,6 +97,7 @@ class ModelInstance {
   };
   std::deque<Pending> incoming_;
   std::vector<uint64_t> cancels_;
+  std::string fail_all_message_;  // set by fail_all, applied by the worker
   std::map<uint64_t, GenerationCallback> callbacks_;  // by public id
   std::map<uint64_t, uint64_t> public_of_;            // scheduler id -> public id
   std::map<uint64_t, uint64_t> scheduler_of_;         // public id -> scheduler id

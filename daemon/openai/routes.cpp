@@ -107,11 +107,13 @@ struct Reply {
 };
 
 // One choice being generated: lives on the loop thread from submit to its last byte.
+}  // namespace
+
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
-  Generation(Metrics& metrics, std::shared_ptr<Reply> reply, size_t index, std::shared_ptr<ModelHandle> model,
+  Generation(ApiContext& api, Metrics& metrics, std::shared_ptr<Reply> reply, size_t index, std::shared_ptr<ModelHandle> model,
              GenerationBody body, OutputParser parser)
-      : metrics_(metrics), reply_(std::move(reply)), ex_(reply_->ex), index_(index), model_(std::move(model)),
+      : api_(api), metrics_(metrics), reply_(std::move(reply)), ex_(reply_->ex), index_(index), model_(std::move(model)),
         body_(std::move(body)), prompt_tokens_(reply_->prompt_tokens), stream_(model_->text_stream(true)),
         stop_(body_.stop), parser_(parser), id_(reply_->id), created_(reply_->created), started_(Clock::now()) {}
 
@@ -119,8 +121,12 @@ class Generation : public std::enable_shared_from_this<Generation> {
     auto self = shared_from_this();
     if (body_.stream && body_.chat)
       send_chunk([](JsonWriter& w) { w.key("role").string("assistant").key("content").string(""); }, nullptr);
-    engine_id_ = model_->submit(body_.generation, bridge.make_callback([self](const GenerationEvent& e) { self->on_event(e); }));
-    std::weak_ptr<Generation> weak = self;  // the reply must not keep its choices alive
+    api_.generations.insert(self);
+    std::weak_ptr<Generation> weak = self;
+    engine_id_ = model_->submit(body_.generation, bridge.make_callback([weak](const GenerationEvent& e) {
+      if (auto g = weak.lock()) g->on_event(e);
+    }));
+    // The reply must not keep its choices alive either.
     reply_->cancels.push_back([weak] {
       if (auto g = weak.lock()) g->model_->cancel(g->engine_id_);
     });
@@ -149,7 +155,11 @@ class Generation : public std::enable_shared_from_this<Generation> {
       stop_requested_ = true;
       model_->cancel(engine_id_);  // a stop string ends generation at once
     }
-    if (e.finished) finish(e.result);
+    if (e.finished) {
+      auto self = shared_from_this();  // alive until this call returns
+      finish(e.result);
+      api_.generations.erase(self);
+    }
   }
 
   void emit(const std::string& text) {
@@ -364,6 +374,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     ex_->respond(json_ok(w.take()));
   }
 
+  ApiContext& api_;
   Metrics& metrics_;
   std::shared_ptr<Reply> reply_;
   std::shared_ptr<http::Exchange> ex_;
@@ -383,6 +394,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
   uint64_t engine_id_ = 0;
   bool finished_ = false, stop_requested_ = false;
 };
+
+namespace {
 
 void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex, bool chat) {
   const http::Request& req = ex->request();
@@ -438,7 +451,7 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
     GenerationBody choice = body;
     // Each choice samples on its own: seed + index keeps a seeded request reproducible.
     if (choice.generation.sampling.seed) *choice.generation.sampling.seed += uint64_t(i);
-    std::make_shared<Generation>(api.metrics, reply, size_t(i), model, std::move(choice), parser)->start(api.bridge);
+    std::make_shared<Generation>(api, api.metrics, reply, size_t(i), model, std::move(choice), parser)->start(api.bridge);
   }
   ex->on_close([reply] {
     reply->client_gone = true;

@@ -1,7 +1,9 @@
 // The OpenAI API and llama-server's helper routes, on the TCP listener.
 #pragma once
 
+#include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,12 +21,18 @@ struct LoadingModels {
   std::vector<std::string> names;
 };
 
+class Generation;
+
 struct ApiContext {
   Engine& engine;
   EngineBridge& bridge;
   const Config& config;
   Metrics& metrics;
   LoadingModels& loading;
+  // Generations in flight, owned here on the loop thread: engine worker threads hold only weak
+  // references, so a generation (and the model it keeps alive after an unload) is always destroyed on
+  // the loop thread, never on the worker it would have to join.
+  std::set<std::shared_ptr<Generation>> generations;
 };
 
 void add_openai_routes(http::Router& router, ApiContext& api);

@@ -1,0 +1,170 @@
+// ftllmctl load / unload / list: models come and go while the daemon serves.
+#include <simdjson.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "commands.h"
+#include "json_fields.h"
+#include "table.h"
+
+namespace ftllm::client {
+
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Sends a request; on failure prints the one-line reason and returns the exit code (0 on success).
+int call(const CommandContext& ctx, const std::string& method, const std::string& target, const std::string& body,
+         AdminReply& reply) {
+  AdminFailure failure;
+  if (!ctx.client.call(method, target, body, reply, failure)) {
+    std::fprintf(stderr, "ftllmctl: %s\n", failure.message.c_str());
+    return failure.not_running ? 3 : 4;
+  }
+  return 0;
+}
+
+// The daemon's error message from its JSON error envelope, or the raw body.
+std::string error_message(const AdminReply& reply) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string body(reply.body);
+  std::string_view m;
+  if (parser.parse(body)["error"]["message"].get(m) == simdjson::SUCCESS) return std::string(m);
+  return reply.body;
+}
+
+}  // namespace
+
+int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
+  std::string model;
+  std::map<std::string, std::string> opts;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    static const std::map<std::string, std::string> keys = {
+        {"--name", "name"}, {"-t", "threads"}, {"--threads", "threads"}, {"--ctx", "context_length"},
+        {"--max_sequences", "max_sequences"}, {"--chat_template", "chat_template"}, {"--dtype", "dtype"},
+        {"--device", "device"}};
+    if (auto k = keys.find(a); k != keys.end()) {
+      if (i + 1 >= args.size()) return std::fprintf(stderr, "ftllmctl: %s needs a value\n", a.c_str()), 2;
+      opts[k->second] = args[++i];
+    } else if (a.starts_with("-")) {
+      return std::fprintf(stderr, "ftllmctl: load: unknown option %s\n", a.c_str()), 2;
+    } else if (model.empty()) {
+      model = a;
+    } else {
+      return std::fprintf(stderr, "ftllmctl: load takes one MODEL\n"), 2;
+    }
+  }
+  if (model.empty()) return std::fprintf(stderr, "usage: ftllmctl load MODEL [--name N] [-t N] [--ctx N] [--chat_template F]\n"), 2;
+  // The daemon resolves the path, so make it absolute here, where the user typed it.
+  if (model[0] != '/') {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd)) model = std::string(cwd) + "/" + model;
+  }
+  std::string body = "{\"model\": " + quote(model);
+  for (auto& [k, v] : opts) {
+    bool number = k == "threads" || k == "context_length" || k == "max_sequences";
+    if (number && v.find_first_not_of("0123456789") != std::string::npos)
+      return std::fprintf(stderr, "ftllmctl: %s needs a number, not %s\n", k.c_str(), v.c_str()), 2;
+    body += ", " + quote(k) + ": " + (number ? v : quote(v));
+  }
+  body += "}";
+  AdminReply reply;
+  if (int rc = call(ctx, "POST", "/admin/v1/models", body, reply)) return rc;
+  if (reply.status != 200) {
+    std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str());
+    return 1;
+  }
+  // Newline-delimited progress events; the last says how it ended.
+  simdjson::dom::parser parser;
+  int rc = 1;
+  std::string last_error = "the daemon ended the load without saying how";
+  size_t start = 0;
+  while (start < reply.body.size()) {
+    size_t nl = reply.body.find('\n', start);
+    std::string line = reply.body.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+    start = nl == std::string::npos ? reply.body.size() : nl + 1;
+    if (line.empty()) continue;
+    if (ctx.json) std::printf("%s\n", line.c_str());
+    simdjson::padded_string padded(line);
+    simdjson::dom::element e;
+    if (parser.parse(padded).get(e)) continue;
+    std::string_view event = field<std::string_view>(e, "event"), name = field<std::string_view>(e, "name"), message;
+    if (event == "loading" && !ctx.json) std::printf("loading %.*s ...\n", int(name.size()), name.data());
+    if (event == "loaded") {
+      int64_t ms = field<int64_t>(e, "load_ms");
+      if (!ctx.json) std::printf("loaded %.*s in %lld ms\n", int(name.size()), name.data(), (long long)ms);
+      rc = 0;
+    }
+    if (event == "error" && !e["message"].get(message)) last_error = message;
+  }
+  if (rc != 0) std::fprintf(stderr, "ftllmctl: %s\n", last_error.c_str());
+  return rc;
+}
+
+int cmd_unload(const CommandContext& ctx, const std::vector<std::string>& args) {
+  std::string name;
+  bool force = false;
+  for (const std::string& a : args) {
+    if (a == "--force") force = true;
+    else if (a.starts_with("-")) return std::fprintf(stderr, "ftllmctl: unload: unknown option %s\n", a.c_str()), 2;
+    else name = a;
+  }
+  if (name.empty()) return std::fprintf(stderr, "usage: ftllmctl unload NAME [--force]\n"), 2;
+  AdminReply reply;
+  if (int rc = call(ctx, "DELETE", "/admin/v1/models/" + name + (force ? "?force=1" : ""), "", reply)) return rc;
+  if (reply.status != 200) {
+    std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str());
+    return 1;
+  }
+  if (ctx.json) {
+    std::printf("%s\n", reply.body.c_str());
+  } else {
+    simdjson::dom::parser parser;
+    simdjson::padded_string body(reply.body);
+    simdjson::dom::element doc;
+    int64_t running = parser.parse(body).get(doc) ? 0 : field<int64_t>(doc, "requests_running");
+    std::printf("unloaded %s%s\n", name.c_str(),
+                running == 0 ? "" : force ? " (its running requests were ended)" : " (its running requests finish first)");
+  }
+  return 0;
+}
+
+int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
+  if (!args.empty()) return std::fprintf(stderr, "ftllmctl: list takes no arguments\n"), 2;
+  AdminReply reply;
+  if (int rc = call(ctx, "GET", "/admin/v1/models", "", reply)) return rc;
+  if (reply.status != 200) {
+    std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str());
+    return 1;
+  }
+  if (ctx.json) return std::printf("%s\n", reply.body.c_str()), 0;
+  simdjson::dom::parser parser;
+  simdjson::padded_string body(reply.body);
+  simdjson::dom::array models;
+  if (parser.parse(body)["models"].get(models)) return std::fprintf(stderr, "ftllmctl: the daemon's reply has no models list\n"), 1;
+  if (models.size() == 0) return std::printf("no models loaded (load one with: ftllmctl load MODEL)\n"), 0;
+  Table t({"MODEL", "ARCHITECTURE", "RUNNING", "WAITING", "KV USED", "SOURCE"});
+  for (auto m : models) {
+    auto name = field<std::string_view>(m, "name"), arch = field<std::string_view>(m, "architecture"),
+         source = field<std::string_view>(m, "source");
+    auto running = field<int64_t>(m, "requests_running"), waiting = field<int64_t>(m, "requests_waiting"),
+         used = field<int64_t>(m, "kv_blocks_used"), total = field<int64_t>(m, "kv_blocks_total");
+    t.add({std::string(name), std::string(arch), std::to_string(running), std::to_string(waiting),
+           total ? std::to_string(used * 100 / total) + "%" : "-", std::string(source)});
+  }
+  std::fputs(t.render().c_str(), stdout);
+  return 0;
+}
+
+}  // namespace ftllm::client

@@ -1,0 +1,147 @@
+// Models loaded and unloaded with ftllmctl while the daemon serves.
+#include <simdjson.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "../common/real_model.h"
+#include "daemon_process.h"
+
+using namespace ftllm::test;
+
+namespace {
+
+std::string ctl(const DaemonProcess& d, const std::string& args) {
+  return env_or_fail("FTLLMCTL") + " --socket " + d.socket_path() + " " + args;
+}
+
+// A streamed completion of `tokens` tokens; returns the whole SSE text.
+std::string stream(const DaemonProcess& d, const std::string& model, int tokens) {
+  std::string body = R"({"model": ")" + model + R"(", "prompt": "Once upon a time", "max_tokens": )" + std::to_string(tokens) +
+                     R"(, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}})";
+  return run_command("curl -s -N --max-time 120 -d '" + body + "' " + d.base_url() + "/v1/completions").out;
+}
+
+int64_t rss_kib(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  int64_t v = 0;
+  while (in >> key)
+    if (key == "VmRSS:") return in >> v, v;
+  return 0;
+}
+
+int running(const DaemonProcess& d, const std::string& model) {
+  CommandResult s = run_command(ctl(d, "list --json"));
+  simdjson::dom::parser p;
+  for (auto m : p.parse(s.out)["models"].get_array())
+    if (std::string_view(m["name"]) == model) return int(int64_t(m["requests_running"]));
+  return -1;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(admin)
+
+BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  const std::string gguf = smollm2_gguf_path();
+  CommandResult empty = run_command(ctl(d, "list"));
+  BOOST_TEST(empty.out == "no models loaded (load one with: ftllmctl load MODEL)\n");
+
+  CommandResult a = run_command(ctl(d, "load " + gguf + " --name a -t 1 --ctx 256"));
+  BOOST_TEST(a.exit_code == 0, a.err);
+  BOOST_TEST(a.out.find("loaded a in ") != std::string::npos, a.out);
+  int64_t rss_one = rss_kib(d.pid());
+  CommandResult b = run_command(ctl(d, "load " + gguf + " --name b -t 1 --ctx 256 --json"));
+  BOOST_TEST(b.exit_code == 0, b.err);
+  BOOST_TEST(b.out.find(R"({"event":"loaded","name":"b")") != std::string::npos, b.out);
+  int64_t rss_two = rss_kib(d.pid());
+  CommandResult list = run_command(ctl(d, "list"));
+  BOOST_TEST(list.out.find("\na ") != std::string::npos);
+  BOOST_TEST(list.out.find("\nb ") != std::string::npos);
+
+  // Both serve at once; a is unloaded while b streams, and b's stream completes.
+  std::string b_stream;
+  std::thread streaming([&] { b_stream = stream(d, "b", 40); });
+  std::string a_stream = stream(d, "a", 5);
+  BOOST_TEST(a_stream.find("[DONE]") != std::string::npos);
+  for (int i = 0; i < 100 && running(d, "b") == 0; ++i) usleep(20000);
+  CommandResult unload_a = run_command(ctl(d, "unload a"));
+  BOOST_TEST(unload_a.exit_code == 0, unload_a.err);
+  streaming.join();
+  BOOST_TEST(b_stream.find(R"("completion_tokens":40)") != std::string::npos, b_stream.substr(0, 300));
+  BOOST_TEST(b_stream.find("[DONE]") != std::string::npos);
+  BOOST_TEST(run_command("curl -s -o /dev/null -w '%{http_code}' -d '{\"model\": \"a\", \"prompt\": \"x\"}' " + d.base_url() +
+                         "/v1/completions").out == "404");
+  // Its memory is returned (the GGUF is dequantised to about 540 MB of float32).
+  int64_t rss_after = 0;
+  for (int i = 0; i < 50; ++i) {
+    rss_after = rss_kib(d.pid());
+    if (rss_after < rss_two - 300 * 1024) break;
+    usleep(50000);
+  }
+  BOOST_TEST_MESSAGE("RSS with one model " << rss_one / 1024 << " MiB, two " << rss_two / 1024 << " MiB, after unloading one "
+                                           << rss_after / 1024 << " MiB");
+  BOOST_TEST(rss_after < rss_two - 300 * 1024);
+
+  // Unloading b during its own stream: no new requests, the running one completes.
+  std::thread own([&] { b_stream = stream(d, "b", 40); });
+  for (int i = 0; i < 100 && running(d, "b") == 0; ++i) usleep(20000);
+  BOOST_TEST(run_command(ctl(d, "unload b")).exit_code == 0);
+  own.join();
+  BOOST_TEST(b_stream.find(R"("completion_tokens":40)") != std::string::npos, b_stream.substr(0, 300));
+  BOOST_TEST(run_command(ctl(d, "list")).out.find("no models loaded") == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(forced_unload_ends_running_streams_with_an_error) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  BOOST_REQUIRE(run_command(ctl(d, "load " + smollm2_gguf_path() + " --name c -t 1 --ctx 512")).exit_code == 0);
+  std::string out;
+  std::thread streaming([&] { out = stream(d, "c", 400); });
+  for (int i = 0; i < 100 && running(d, "c") == 0; ++i) usleep(20000);
+  CommandResult forced = run_command(ctl(d, "unload c --force"));
+  BOOST_TEST(forced.exit_code == 0, forced.err);
+  BOOST_TEST(forced.out == "unloaded c (its running requests were ended)\n");
+  streaming.join();
+  BOOST_TEST(out.find("was unloaded (ftllmctl unload --force)") != std::string::npos, out.substr(0, 300));
+  BOOST_TEST(out.find("[DONE]") != std::string::npos);
+  BOOST_TEST(run_command("curl -s " + d.base_url() + "/health").out == R"({"status":"ok"})");
+}
+
+BOOST_AUTO_TEST_CASE(failed_loads_and_exit_codes) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  std::string corrupt = dir.file("corrupt.gguf");
+  std::ofstream(corrupt) << "GGUF\x03\x00\x00\x00 not really";
+  CommandResult bad = run_command(ctl(d, "load " + corrupt));
+  BOOST_TEST(bad.exit_code == 1);
+  BOOST_TEST(bad.err.find("cannot load " + corrupt) != std::string::npos, bad.err);
+  BOOST_TEST(bad.err.find("truncated") != std::string::npos, bad.err);
+  BOOST_TEST(run_command(ctl(d, "list")).out.find("no models loaded") == 0u);  // nothing half-loaded
+
+  CommandResult unknown = run_command(ctl(d, "unload nope"));
+  BOOST_TEST(unknown.exit_code == 1);
+  BOOST_TEST(unknown.err == "ftllmctl: no model named nope is loaded (loaded: none)\n");
+  BOOST_TEST(run_command(ctl(d, "load")).exit_code == 2);
+  BOOST_TEST(run_command(ctl(d, "load x --threads many")).exit_code == 2);
+  BOOST_TEST(run_command(ctl(d, "frobnicate")).exit_code == 2);
+  CommandResult dtype = run_command(ctl(d, "load " + smollm2_gguf_path() + " --dtype int4"));
+  BOOST_TEST(dtype.exit_code == 1);
+  BOOST_TEST(dtype.err.find("dtype int4 is not supported yet") != std::string::npos);
+  BOOST_TEST(run_command(ctl(d, "status")).exit_code == 0);
+
+  std::string socket = d.socket_path();
+  BOOST_TEST(d.stop(SIGTERM) == 0);
+  CommandResult down = run_command(env_or_fail("FTLLMCTL") + " --socket " + socket + " list");
+  BOOST_TEST(down.exit_code == 3);
+  BOOST_TEST(down.err.find("ftllmd is not running") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
