@@ -120,6 +120,7 @@ const std::map<std::string, Section, std::less<>>& schema() {
            {"max_waiting", size_key(&Config::max_waiting, 1, 1 << 20)},
            {"idle_timeout_seconds", size_key(&Config::idle_timeout_seconds, 1, 86400)},
            {"request_timeout_seconds", size_key(&Config::request_timeout_seconds, 1, 3600)},
+           {"shutdown_timeout_seconds", size_key(&Config::shutdown_timeout_seconds, 0, 86400)},
        }},
       {"admin",
        {

@@ -26,6 +26,7 @@ struct Config {
   size_t max_waiting = 256;  // requests queued per model before new ones get 503
   size_t idle_timeout_seconds = 75;     // a keep-alive connection with nothing to do is closed
   size_t request_timeout_seconds = 30;  // a request not fully received by then gets 408
+  size_t shutdown_timeout_seconds = 30; // on SIGTERM, running streams get this long to finish
 
   std::string admin_socket = "/run/ftllmd/admin.sock";
   std::string admin_socket_group = "ftllm";

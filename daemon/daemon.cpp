@@ -56,13 +56,28 @@ struct Daemon {
   std::string load_error;
   int exit_code = 0;
   std::string where;
+  uv_timer_t drain{};
+  uint64_t drain_deadline = 0;
   bool stopping = false;
 
+  // Stops accepting, lets running requests finish (up to shutdown_timeout_seconds), then closes.
   void stop(const char* why) {
     if (stopping) return;
     stopping = true;
-    log_info(std::string("stopping (") + why + ")");
-    sd_notify(0, "STOPPING=1\nSTATUS=stopping");
+    log_info(std::string("stopping (") + why + "): finishing " + std::to_string(api->generations.size()) + " running requests");
+    sd_notify(0, "STOPPING=1\nSTATUS=stopping: finishing running requests");
+    public_server->stop_accepting();
+    admin_server->stop_accepting();
+    drain_deadline = uv_now(&loop) + config.shutdown_timeout_seconds * 1000;
+    uv_timer_init(&loop, &drain);
+    drain.data = this;
+    uv_timer_start(&drain, [](uv_timer_t* t) { static_cast<Daemon*>(t->data)->check_drained(); }, 0, 50);
+  }
+
+  void check_drained() {
+    if (!api->generations.empty() && uv_now(&loop) < drain_deadline) return;
+    if (!api->generations.empty()) log_warn(std::to_string(api->generations.size()) + " requests still running at the shutdown timeout are cut off");
+    uv_close(reinterpret_cast<uv_handle_t*>(&drain), nullptr);
     public_server->close();
     admin_server->close();
     bridge->close();

@@ -73,6 +73,11 @@ class Connection {
     }
   }
 
+  // Closes now unless a response is in progress (draining: that one finishes first).
+  void close_if_idle() {
+    if (!active_) close();
+  }
+
   // Called by the active exchange.
   void write(std::string bytes) { send(std::move(bytes), false); }
   void responded(const Request& r, int status) {
@@ -80,7 +85,7 @@ class Connection {
   }
   void exchange_done(bool keep_alive) {
     active_.reset();
-    if (!keep_alive || server_.closed_) {
+    if (!keep_alive || server_.closed_ || !server_.accepting_) {
       draining_ = true;
       shutdown_after_writes();
       return;
@@ -392,13 +397,20 @@ void Server::on_sweep(uv_timer_t* timer) {
 
 void Server::forget(Connection* c) { connections_.erase(c->position); }
 
-void Server::close() {
-  if (closed_) return;
-  closed_ = true;
+void Server::stop_accepting() {
+  if (!accepting_) return;
+  accepting_ = false;
   if (tcp_) uv_close(reinterpret_cast<uv_handle_t*>(tcp_.get()), nullptr);
   if (pipe_) uv_close(reinterpret_cast<uv_handle_t*>(pipe_.get()), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&sweep_), nullptr);
   if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
+  for (auto it = connections_.begin(); it != connections_.end();) (*it++)->close_if_idle();
+}
+
+void Server::close() {
+  if (closed_) return;
+  stop_accepting();
+  closed_ = true;
+  uv_close(reinterpret_cast<uv_handle_t*>(&sweep_), nullptr);
   for (Connection* c : connections_) c->close();
 }
 

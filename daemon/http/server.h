@@ -42,6 +42,9 @@ class Server {
   // Called with every request's status once its response starts (for metrics).
   void on_response(std::function<void(const Request&, int)> f) { on_response_ = std::move(f); }
 
+  // Stops listening (and removes the socket file); idle connections close, busy ones close once their
+  // response is done. Running responses carry on: the daemon drains them before close().
+  void stop_accepting();
   // Stops listening and closes every connection; the loop ends once all handles are closed.
   void close();
 
@@ -62,7 +65,7 @@ class Server {
   std::string unix_path_;  // removed on close
   std::list<Connection*> connections_;
   std::vector<char> read_buffer_;  // shared: reads are handled synchronously on the loop thread
-  bool closed_ = false;
+  bool closed_ = false, accepting_ = true;
   std::function<void(const Request&, int)> on_response_;
 };
 

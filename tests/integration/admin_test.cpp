@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -142,6 +143,40 @@ BOOST_AUTO_TEST_CASE(failed_loads_and_exit_codes) {
   CommandResult down = run_command(env_or_fail("FTLLMCTL") + " --socket " + socket + " list");
   BOOST_TEST(down.exit_code == 3);
   BOOST_TEST(down.err.find("ftllmd is not running") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_drains_running_streams) {
+  TempDir dir;
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512"});
+  std::string out;
+  std::thread streaming([&] { out = stream(d, "m", 60); });
+  for (int i = 0; i < 100 && running(d, "m") == 0; ++i) usleep(20000);
+  ::kill(d.pid(), SIGTERM);
+  BOOST_TEST(d.next_notification().find("STOPPING=1") != std::string::npos);
+  usleep(100000);
+  // No new connections while draining...
+  BOOST_TEST(run_command("curl -s -o /dev/null -w '%{http_code}' " + d.base_url() + "/health").out == "000");
+  streaming.join();
+  // ...but the running stream finishes whole, and the daemon exits 0 after it.
+  BOOST_TEST(out.find(R"("completion_tokens":60)") != std::string::npos, out.substr(0, 300));
+  BOOST_TEST(out.find("[DONE]") != std::string::npos);
+  BOOST_TEST(d.stop(0) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_cuts_streams_off_at_the_shutdown_timeout) {
+  TempDir dir;
+  std::string conf = dir.file("ftllmd.conf");
+  std::ofstream(conf) << "[server]\nshutdown_timeout_seconds = 1\n";
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512", "--config", conf});
+  std::thread streaming([&] { stream(d, "m", 500); });
+  for (int i = 0; i < 100 && running(d, "m") == 0; ++i) usleep(20000);
+  auto t0 = std::chrono::steady_clock::now();
+  BOOST_TEST(d.stop(SIGTERM) == 0);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST(took < 4.0, "took " << took << " s");
+  BOOST_TEST(took > 0.9, "took " << took << " s");
+  streaming.join();
+  BOOST_TEST(d.log().find("cut off") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
