@@ -21,6 +21,8 @@ const char* kUsage =
     "  load MODEL [--name N] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
     "                                load a model while the daemon serves\n"
     "  unload NAME [--force]         stop serving a model (running requests finish, or end with --force)\n"
+    "  rebalance NAME [-t N] [--device cpu]\n"
+    "                                change a model's placement live; requests in flight carry on\n"
     "\n"
     "The socket is --socket, else $FTLLMD_SOCKET, else admin.socket of the config file\n"
     "(--config, default " FTLLM_DEFAULT_CONFIG "), else /run/ftllmd/admin.sock.\n";
@@ -84,7 +86,8 @@ int main(int argc, char** argv) {
 
   using Command = int (*)(const CommandContext&, const std::vector<std::string>&);
   const std::map<std::string, Command> commands = {
-      {"status", &cmd_status}, {"list", &cmd_list}, {"load", &cmd_load}, {"unload", &cmd_unload}};
+      {"status", &cmd_status}, {"list", &cmd_list}, {"load", &cmd_load}, {"unload", &cmd_unload},
+      {"rebalance", &cmd_rebalance}};
   auto it = commands.find(rest[0]);
   if (it == commands.end())
     return std::fprintf(stderr, "ftllmctl: unknown command \"%s\"\n\n%s", rest[0].c_str(), kUsage), 2;

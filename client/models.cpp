@@ -140,6 +140,33 @@ int cmd_unload(const CommandContext& ctx, const std::vector<std::string>& args) 
   return 0;
 }
 
+int cmd_rebalance(const CommandContext& ctx, const std::vector<std::string>& args) {
+  std::string name, threads, device;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if ((a == "-t" || a == "--threads" || a == "--device") && i + 1 < args.size()) (a == "--device" ? device : threads) = args[++i];
+    else if (a.starts_with("-")) return std::fprintf(stderr, "ftllmctl: rebalance: unknown option %s\n", a.c_str()), 2;
+    else name = a;
+  }
+  if (name.empty() || (threads.empty() && device.empty()))
+    return std::fprintf(stderr, "usage: ftllmctl rebalance NAME [-t N] [--device cpu]\n"), 2;
+  if (!threads.empty() && threads.find_first_not_of("0123456789") != std::string::npos)
+    return std::fprintf(stderr, "ftllmctl: -t needs a number, not %s\n", threads.c_str()), 2;
+  std::string body = "{";
+  if (!threads.empty()) body += "\"threads\": " + threads;
+  if (!device.empty()) body += std::string(threads.empty() ? "" : ", ") + "\"device\": " + quote(device);
+  body += "}";
+  AdminReply reply;
+  if (int rc = call(ctx, "POST", "/admin/v1/models/" + name + "/rebalance", body, reply)) return rc;
+  if (reply.status != 200) {
+    std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str());
+    return 1;
+  }
+  if (ctx.json) std::printf("%s\n", reply.body.c_str());
+  else std::printf("rebalanced %s%s\n", name.c_str(), threads.empty() ? "" : (" to " + threads + " threads").c_str());
+  return 0;
+}
+
 int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
   if (!args.empty()) return std::fprintf(stderr, "ftllmctl: list takes no arguments\n"), 2;
   AdminReply reply;
@@ -154,13 +181,14 @@ int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
   simdjson::dom::array models;
   if (parser.parse(body)["models"].get(models)) return std::fprintf(stderr, "ftllmctl: the daemon's reply has no models list\n"), 1;
   if (models.size() == 0) return std::printf("no models loaded (load one with: ftllmctl load MODEL)\n"), 0;
-  Table t({"MODEL", "ARCHITECTURE", "RUNNING", "WAITING", "KV USED", "SOURCE"});
+  Table t({"MODEL", "ARCHITECTURE", "DEVICE", "THREADS", "RUNNING", "WAITING", "KV USED", "SOURCE"});
   for (auto m : models) {
     auto name = field<std::string_view>(m, "name"), arch = field<std::string_view>(m, "architecture"),
          source = field<std::string_view>(m, "source");
     auto running = field<int64_t>(m, "requests_running"), waiting = field<int64_t>(m, "requests_waiting"),
          used = field<int64_t>(m, "kv_blocks_used"), total = field<int64_t>(m, "kv_blocks_total");
-    t.add({std::string(name), std::string(arch), std::to_string(running), std::to_string(waiting),
+    t.add({std::string(name), std::string(arch), std::string(field<std::string_view>(m, "device")),
+           std::to_string(field<int64_t>(m, "threads")), std::to_string(running), std::to_string(waiting),
            total ? std::to_string(used * 100 / total) + "%" : "-", std::string(source)});
   }
   std::fputs(t.render().c_str(), stdout);

@@ -20,7 +20,8 @@ void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
     ModelHandle::Load load = handle->load();
     w.key("requests_running").number(uint64_t(load.running)).key("requests_waiting").number(uint64_t(load.waiting));
     w.key("kv_blocks_used").number(load.kv_blocks_used).key("kv_blocks_total").number(load.kv_blocks_total);
-    w.key("context_length").number(handle->context_length());
+    w.key("context_length").number(handle->context_length()).key("threads").number(load.threads);
+    w.key("device").string("cpu");
   }
   w.end_object();
 }
@@ -120,6 +121,31 @@ void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& in
     return http::Response{200, "application/json", {}, w.take()};
   });
   router.add_async("POST", "/admin/v1/models", [&engine, &bridge](const auto& ex) { load_model(ex, engine, bridge); });
+  // POST /admin/v1/models/NAME/rebalance {"threads": N, "device": "cpu"}: placement changed live.
+  router.add_prefix("POST", "/admin/v1/models/", [&engine](const http::Request& req) {
+    std::string_view rest = req.path().substr(std::string_view("/admin/v1/models/").size());
+    if (!rest.ends_with("/rebalance")) return http::not_found(req);
+    std::string name(rest.substr(0, rest.size() - std::string_view("/rebalance").size()));
+    auto handle = engine.model(name);
+    if (!handle) return admin_error(404, "no model named " + name + " is loaded", "model_not_found");
+    simdjson::dom::parser parser;
+    simdjson::padded_string text(req.body);
+    simdjson::dom::element body;
+    if (parser.parse(text).get(body) || body.type() != simdjson::dom::element_type::OBJECT)
+      return admin_error(400, "the body must be a JSON object such as {\"threads\": 4}", "invalid_json");
+    std::string_view device;
+    if (!body["device"].get(device) && device != "cpu")
+      return admin_error(400, "device " + std::string(device) + " is not available: this build places models on the cpu only", "unsupported_device");
+    int64_t threads = 0;
+    if (!body["threads"].get(threads) && (threads < 1 || threads > 1024))
+      return admin_error(400, "threads must be from 1 to 1024", "invalid_threads");
+    if (threads > 0) handle->set_threads(int(threads));
+    log_info("rebalanced " + name + (threads ? " to " + std::to_string(threads) + " threads" : std::string()));
+    JsonWriter w;
+    w.begin_object().key("rebalanced").string(name).key("threads").number(threads ? threads : int64_t(handle->load().threads));
+    w.key("device").string("cpu").end_object();
+    return http::Response{200, "application/json", {}, w.take()};
+  });
   // DELETE /admin/v1/models/NAME[?force=1]: new requests get 404 at once; running ones finish (they keep
   // the model alive until then), or with force end now with an error.
   router.add_prefix("DELETE", "/admin/v1/models/", [&engine](const http::Request& req) {

@@ -88,10 +88,11 @@ uint64_t ModelHandle::submit(GenerationRequest request, GenerationCallback callb
 
 void ModelHandle::cancel(uint64_t id) const { impl_->cancel(id); }
 void ModelHandle::fail_all(const std::string& message) const { impl_->fail_all(message); }
+void ModelHandle::set_threads(int threads) const { impl_->set_threads(threads); }
 
 ModelHandle::Load ModelHandle::load() const {
   auto l = impl_->load_now();
-  return {l.running, l.waiting, l.kv_blocks_used, l.kv_blocks_total};
+  return {l.running, l.waiting, l.kv_blocks_used, l.kv_blocks_total, l.threads};
 }
 
 Engine::Engine() = default;

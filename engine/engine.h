@@ -103,8 +103,11 @@ class ModelHandle {
   struct Load {
     size_t running = 0, waiting = 0;
     int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+    int threads = 0;
   };
   Load load() const;
+  // Changes the model's compute threads live (between two steps); requests in flight carry on.
+  void set_threads(int threads) const;
 
  private:
   std::shared_ptr<ModelInstance> impl_;

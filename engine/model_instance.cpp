@@ -97,11 +97,12 @@ ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::De
     : options_(std::move(options)),
       model_(std::move(model)),
       weight_file_bytes_(weight_bytes),
-      pool_(options_.threads),
+      pool_(std::make_unique<cpu::ThreadPool>(options_.threads)),
       kv_(model_->config().num_layers, model_->config().num_kv_heads, model_->config().head_dim, kKvBlockTokens,
           options_.max_sequences * ((context_of(options_, model_->config()) + kKvBlockTokens - 1) / kKvBlockTokens)),
       // Prompts are fed in slices of at most 512 tokens per step so running streams keep flowing.
       scheduler_({512, options_.max_sequences}) {
+  current_threads_ = pool_->size();
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -155,6 +156,14 @@ void ModelInstance::cancel(uint64_t id) {
   wake_.notify_one();
 }
 
+void ModelInstance::set_threads(int threads) {
+  {
+    std::lock_guard lock(mu_);
+    pending_threads_ = threads;
+  }
+  wake_.notify_one();
+}
+
 void ModelInstance::fail_all(const std::string& message) {
   {
     std::lock_guard lock(mu_);
@@ -170,6 +179,7 @@ ModelInstance::Load ModelInstance::load_now() const {
   l.waiting = waiting_;
   l.kv_blocks_total = kv_.num_blocks();
   l.kv_blocks_used = kv_.num_blocks() - kv_.free_blocks();
+  l.threads = current_threads_;
   return l;
 }
 
@@ -178,11 +188,14 @@ void ModelInstance::worker_loop() {
     std::vector<Pending> arrivals;
     std::vector<uint64_t> cancels;
     std::string fail_message;
+    int threads = 0;
     {
       std::unique_lock lock(mu_);
       wake_.wait(lock, [&] {
-        return stop_ || !incoming_.empty() || !cancels_.empty() || !fail_all_message_.empty() || !scheduler_.idle();
+        return stop_ || !incoming_.empty() || !cancels_.empty() || !fail_all_message_.empty() || pending_threads_ ||
+               !scheduler_.idle();
       });
+      threads = std::exchange(pending_threads_, 0);
       fail_message = std::exchange(fail_all_message_, {});
       if (stop_) {
         // Everything still queued or running ends as cancelled, so no caller waits forever.
@@ -231,6 +244,7 @@ void ModelInstance::worker_loop() {
     }
     {
       std::lock_guard compute(compute_mu_);
+      if (threads > 0 && threads != pool_->size()) pool_ = std::make_unique<cpu::ThreadPool>(threads);
       if (!scheduler_.idle()) step();
       // Report finished sequences (cancelled ones included) and free their pages.
       for (scheduler::Finished& f : scheduler_.take_finished()) {
@@ -252,6 +266,7 @@ void ModelInstance::worker_loop() {
       }
     }
     std::lock_guard lock(mu_);
+    current_threads_ = pool_->size();
     running_ = scheduler_.running();
     waiting_ = scheduler_.waiting() + incoming_.size();
     if (stop_ && scheduler_.idle() && callbacks_.empty()) return;
@@ -285,7 +300,7 @@ void ModelInstance::step() {
   });
   if (batch.tokens.empty()) return;
 
-  ops::Context ctx{pool_, cpu::best_kernels()};
+  ops::Context ctx{*pool_, cpu::best_kernels()};
   std::vector<scheduler::Scheduler::Sampled> sampled;
   try {
     Tensor logits = model_->forward(ctx, batch, kv_, seqs);
@@ -346,7 +361,7 @@ std::vector<std::vector<float>> ModelInstance::prompt_logits(const std::vector<i
     batch.seq.push_back(0);
   }
   batch.logit_rows = positions_wanted;
-  ops::Context ctx{pool_, cpu::best_kernels()};
+  ops::Context ctx{*pool_, cpu::best_kernels()};
   Tensor logits = model_->forward(ctx, batch, kv_, {&kv});
   kv.release(kv_);
   std::vector<std::vector<float>> out;
@@ -363,7 +378,7 @@ std::vector<float> ModelInstance::decode_logits(const std::vector<int32_t>& toke
   kvcache::SequenceKv kv;
   if (tokens.empty() || prefill == 0 || prefill > tokens.size() || !kv.reserve(kv_, int64_t(tokens.size())))
     throw EngineError("decode_logits: need 1 <= prefill <= tokens, and room in the KV cache");
-  ops::Context ctx{pool_, cpu::best_kernels()};
+  ops::Context ctx{*pool_, cpu::best_kernels()};
   Tensor logits;
   size_t done = 0;
   while (done < tokens.size()) {

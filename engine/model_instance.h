@@ -54,8 +54,13 @@ class ModelInstance {
   struct Load {
     size_t running = 0, waiting = 0;
     int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+    int threads = 0;
   };
   Load load_now() const;
+
+  // Changes the compute threads between two steps: running generations pause for that moment and go on
+  // with the same results (every output element is computed by one thread, whatever their number).
+  void set_threads(int threads);
 
   // Runs the requests to completion, batched together; results in request order.
   std::vector<GenerationResult> generate(std::vector<GenerationRequest> requests);
@@ -81,7 +86,7 @@ class ModelInstance {
   std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
   jinja::Object special_tokens_;
   std::string chat_template_error_;
-  cpu::ThreadPool pool_;
+  std::unique_ptr<cpu::ThreadPool> pool_;  // replaced between steps by set_threads
 
   std::mutex compute_mu_;  // the KV pool and thread pool: the worker's steps, and the test helpers
   kvcache::KvPool kv_;
@@ -98,11 +103,13 @@ class ModelInstance {
   std::deque<Pending> incoming_;
   std::vector<uint64_t> cancels_;
   std::string fail_all_message_;  // set by fail_all, applied by the worker
+  int pending_threads_ = 0;       // set by set_threads, applied by the worker
   std::map<uint64_t, GenerationCallback> callbacks_;  // by public id
   std::map<uint64_t, uint64_t> public_of_;            // scheduler id -> public id
   std::map<uint64_t, uint64_t> scheduler_of_;         // public id -> scheduler id
   uint64_t next_id_ = 1;
   size_t running_ = 0, waiting_ = 0;
+  int current_threads_ = 0;
   bool stop_ = false;
   std::thread worker_;
 };

@@ -145,6 +145,30 @@ BOOST_AUTO_TEST_CASE(failed_loads_and_exit_codes) {
   BOOST_TEST(down.err.find("ftllmd is not running") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(rebalance_during_a_stream_changes_nothing_but_the_threads) {
+  TempDir dir;
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512"});
+  const std::string body = R"({"model": "m", "prompt": "The sea", "max_tokens": 60, "temperature": 0.9, "seed": 3, "ignore_eos": true})";
+  auto complete = [&] { return run_command("curl -s -d '" + body + "' " + d.base_url() + "/v1/completions").out; };
+  auto text_of = [](const std::string& json) {
+    simdjson::dom::parser p;
+    return std::string(std::string_view(p.parse(json)["choices"].at(0)["text"]));
+  };
+  std::string undisturbed = text_of(complete());
+  std::string disturbed;
+  std::thread request([&] { disturbed = text_of(complete()); });
+  for (int i = 0; i < 100 && running(d, "m") == 0; ++i) usleep(20000);
+  CommandResult r = run_command(ctl(d, "rebalance m -t 2"));
+  BOOST_TEST(r.exit_code == 0, r.err);
+  BOOST_TEST(r.out == "rebalanced m to 2 threads\n");
+  request.join();
+  BOOST_TEST(disturbed == undisturbed);
+  BOOST_TEST(run_command(ctl(d, "list")).out.find("cpu      2 ") != std::string::npos, run_command(ctl(d, "list")).out);
+  BOOST_TEST(run_command(ctl(d, "rebalance m --device cuda")).exit_code == 1);
+  BOOST_TEST(run_command(ctl(d, "rebalance nope -t 2")).exit_code == 1);
+  BOOST_TEST(run_command(ctl(d, "rebalance m")).exit_code == 2);
+}
+
 BOOST_AUTO_TEST_CASE(sigterm_drains_running_streams) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512"});
