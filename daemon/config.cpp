@@ -166,9 +166,51 @@ std::string known_keys(const Section& section) {
   return list;
 }
 
+// [[model]] entries: path (required), name, threads, context_length, max_sequences, chat_template.
+std::string parse_models(const toml::node& node, Config& cfg, const std::string& source, ConfigError& error) {
+  const toml::array* list = node.as_array();
+  if (!list || !list->is_array_of_tables()) {
+    error = error_at(source, node.source(), "model entries must be [[model]] tables");
+    return error.reason;
+  }
+  for (const toml::node& entry : *list) {
+    const toml::table& t = *entry.as_table();
+    ModelEntry m;
+    for (auto&& [key, value] : t) {
+      const std::string k(key.str());
+      auto fail = [&](const std::string& why) {
+        error = error_at(source, value.source(), "model." + k + " " + why);
+        return error.reason;
+      };
+      if (k == "path" || k == "name" || k == "chat_template") {
+        auto v = value.value<std::string>();
+        if (!value.is_string() || !v) return fail("must be a string");
+        (k == "path" ? m.path : k == "name" ? m.name : m.chat_template) = *v;
+      } else if (k == "threads" || k == "context_length" || k == "max_sequences") {
+        if (!value.is_integer() || *value.value<int64_t>() < 1) return fail("must be a positive integer");
+        int64_t v = *value.value<int64_t>();
+        if (k == "threads") m.threads = int(v);
+        else if (k == "context_length") m.context_length = v;
+        else m.max_sequences = int(std::min<int64_t>(v, 1024));
+      } else {
+        error = error_at(source, key.source(),
+                         "unknown key \"" + k + "\" in [[model]]; known keys: chat_template, context_length, max_sequences, name, path, threads");
+        return error.reason;
+      }
+    }
+    if (m.path.empty()) {
+      error = error_at(source, t.source(), "a [[model]] needs a path");
+      return error.reason;
+    }
+    cfg.models.push_back(m);
+  }
+  return {};
+}
+
 }  // namespace
 
 ConfigResult parse_config(std::string_view toml_text, std::string source_name) {
+  ConfigError error;
   toml::table root;
   try {
     root = toml::parse(toml_text, source_name);
@@ -179,6 +221,10 @@ ConfigResult parse_config(std::string_view toml_text, std::string source_name) {
   Config cfg;
   const auto& sections = schema();
   for (auto&& [section_name, section_node] : root) {
+    if (section_name.str() == "model") {
+      if (std::string why = parse_models(section_node, cfg, source_name, error); !why.empty()) return {std::nullopt, error};
+      continue;
+    }
     auto section = sections.find(section_name.str());
     if (section == sections.end()) {
       std::string names;

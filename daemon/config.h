@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ftllm::daemon {
 
@@ -15,6 +16,14 @@ struct ListenAddress {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   std::string to_string() const;  // "127.0.0.1:8080", "[::1]:8080"
+};
+
+// A model to load at start ([[model]] in the file), with the options `ftllmctl load` takes.
+struct ModelEntry {
+  std::string path, name, chat_template;
+  int threads = 0;
+  int64_t context_length = 0;
+  int max_sequences = 8;
 };
 
 struct Config {
@@ -33,6 +42,7 @@ struct Config {
   uint32_t admin_socket_mode = 0660;
 
   LogLevel log_level = LogLevel::Info;
+  std::vector<ModelEntry> models;
 };
 
 // Where and why a configuration is wrong. line/column are 1-based; 0 when the error has no position

@@ -57,6 +57,8 @@ struct Daemon {
   int exit_code = 0;
   std::string where;
   uv_timer_t drain{};
+  uv_timer_t watchdog{};
+  bool watchdog_started = false;
   uint64_t drain_deadline = 0;
   bool stopping = false;
 
@@ -78,6 +80,7 @@ struct Daemon {
     if (!api->generations.empty() && uv_now(&loop) < drain_deadline) return;
     if (!api->generations.empty()) log_warn(std::to_string(api->generations.size()) + " requests still running at the shutdown timeout are cut off");
     uv_close(reinterpret_cast<uv_handle_t*>(&drain), nullptr);
+    if (watchdog_started) uv_close(reinterpret_cast<uv_handle_t*>(&watchdog), nullptr);
     public_server->close();
     admin_server->close();
     bridge->close();
@@ -90,6 +93,15 @@ struct Daemon {
   void ready() {
     log_info("ftllmd " FTLLM_VERSION " serving the " + where);
     sd_notifyf(0, "READY=1\nSTATUS=serving the %s\nMAINPID=%lu", where.c_str(), (unsigned long)getpid());
+  }
+
+  // WatchdogSec= in the unit: ping from the event loop, so a stuck loop gets the daemon restarted.
+  void start_watchdog() {
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) return;
+    uv_timer_init(&loop, &watchdog);
+    watchdog_started = true;
+    uv_timer_start(&watchdog, [](uv_timer_t*) { sd_notify(0, "WATCHDOG=1"); }, 0, std::max<uint64_t>(1, usec / 2000));
   }
 
   void load_in_background(std::vector<ModelLoadOptions> models) {
@@ -162,7 +174,7 @@ int run_daemon(const Options& options, Config config) {
 
   // Models named on the command line are resident before the daemon reports ready.
   std::vector<ModelLoadOptions> preload;
-  if (std::string why = model_load_options(options, preload); !why.empty()) {
+  if (std::string why = model_load_options(options, d.config, preload); !why.empty()) {
     log_error(why);
     uv_loop_close(&d.loop);
     return 2;
@@ -215,6 +227,7 @@ int run_daemon(const Options& options, Config config) {
   }
 
   d.where = "OpenAI API on http://" + d.public_server->address() + ", admin API on " + d.admin_server->address();
+  d.start_watchdog();
   if (preload.empty()) d.ready();
   else d.load_in_background(std::move(preload));
 

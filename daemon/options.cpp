@@ -106,7 +106,10 @@ bool positive_number(const std::string& text, int64_t& out) {
 }
 }  // namespace
 
-std::string model_load_options(const Options& o, std::vector<ModelLoadOptions>& out) {
+std::string model_load_options(const Options& o, const Config& config, std::vector<ModelLoadOptions>& out) {
+  // The config file's [[model]] entries first, then the command line's.
+  for (const ModelEntry& e : config.models)
+    out.push_back(ModelLoadOptions{e.path, e.name, e.threads, e.context_length, e.max_sequences, e.chat_template});
   if (o.model_name && o.models.size() != 1) return "--name needs exactly one MODEL";
   if (o.dtype && *o.dtype != "auto")
     return "--dtype " + *o.dtype + " is not supported yet: models run in the dtype their files store (use --dtype auto)";

@@ -41,8 +41,9 @@ OptionsResult parse_options(const std::vector<std::string>& args);
 // Applies the command-line overrides to a config; returns what was wrong with one, or empty.
 std::string apply_overrides(const Options& options, Config& config);
 
-// The engine load options for the preloaded models; returns what was wrong, or empty.
-std::string model_load_options(const Options& options, std::vector<ModelLoadOptions>& out);
+// The engine load options for the preloaded models (the config's [[model]] entries, then the command
+// line's); returns what was wrong, or empty.
+std::string model_load_options(const Options& options, const Config& config, std::vector<ModelLoadOptions>& out);
 
 const char* usage();
 

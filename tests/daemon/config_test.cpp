@@ -67,6 +67,32 @@ level = "debug"
   BOOST_TEST(int(c.log_level) == int(LogLevel::Debug));
 }
 
+BOOST_AUTO_TEST_CASE(model_entries_preload_in_order) {
+  ConfigResult r = parse_config(R"(
+[[model]]
+path = "/models/a.gguf"
+name = "a"
+threads = 2
+
+[[model]]
+path = "/models/b"
+context_length = 4096
+)",
+                                "m.conf");
+  BOOST_REQUIRE_MESSAGE(r.config.has_value(), (r.error ? r.error->to_string() : ""));
+  BOOST_REQUIRE_EQUAL(r.config->models.size(), 2u);
+  BOOST_TEST(r.config->models[0].name == "a");
+  BOOST_TEST(r.config->models[0].threads == 2);
+  BOOST_TEST(r.config->models[1].path == "/models/b");
+  BOOST_TEST(r.config->models[1].context_length == 4096);
+  ConfigError e = expect_error("[[model]]\nname = \"x\"\n");
+  BOOST_TEST(e.reason == "a [[model]] needs a path");
+  e = expect_error("[[model]]\npath = \"p\"\nthreds = 2\n");
+  BOOST_TEST(e.line == 3u);
+  BOOST_TEST(e.reason.find("unknown key \"threds\" in [[model]]") == 0u);
+  BOOST_TEST(expect_error("[[model]]\npath = \"p\"\nthreads = 0\n").reason == "model.threads must be a positive integer");
+}
+
 BOOST_AUTO_TEST_CASE(empty_file_gives_defaults) {
   ConfigResult r = parse_config("# nothing\n", "empty.conf");
   BOOST_REQUIRE(r.config);

@@ -169,6 +169,19 @@ BOOST_AUTO_TEST_CASE(rebalance_during_a_stream_changes_nothing_but_the_threads) 
   BOOST_TEST(run_command(ctl(d, "rebalance m")).exit_code == 2);
 }
 
+BOOST_AUTO_TEST_CASE(config_models_preload_and_the_watchdog_pings) {
+  TempDir dir;
+  std::string conf = dir.file("ftllmd.conf");
+  std::ofstream(conf) << "[[model]]\npath = \"" << smollm2_gguf_path() << "\"\nname = \"fromconf\"\nthreads = 1\ncontext_length = 256\n";
+  setenv("WATCHDOG_USEC", "200000", 1);  // as systemd sets it for WatchdogSec=
+  DaemonProcess d(dir, {"--config", conf});
+  unsetenv("WATCHDOG_USEC");
+  BOOST_TEST(run_command("curl -s " + d.base_url() + "/v1/models").out.find(R"("id":"fromconf")") != std::string::npos);
+  int pings = 0;
+  for (int i = 0; i < 20 && pings < 2; ++i) pings += d.next_notification(std::chrono::milliseconds(500)).find("WATCHDOG=1") != std::string::npos;
+  BOOST_TEST(pings >= 2);
+}
+
 BOOST_AUTO_TEST_CASE(sigterm_drains_running_streams) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512"});

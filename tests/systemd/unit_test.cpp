@@ -51,6 +51,16 @@ BOOST_AUTO_TEST_CASE(unit_passes_systemd_analyze_verify) {
   BOOST_TEST(r.output == "", "systemd-analyze said:\n" << r.output);
 }
 
+BOOST_AUTO_TEST_CASE(unit_exposure_is_low) {
+  Run r = run("systemd-analyze security --offline=true " + env("FTLLMD_UNIT_FOR_TEST"));
+  size_t at = r.output.find("Overall exposure level for");
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, r.output);
+  size_t colon = r.output.find(':', at);
+  double exposure = std::stod(r.output.substr(colon + 1));
+  BOOST_TEST_MESSAGE("systemd-analyze security exposure: " << exposure);
+  BOOST_TEST(exposure <= 3.0, "exposure " << exposure);
+}
+
 BOOST_AUTO_TEST_CASE(unit_is_a_notify_service_with_the_config) {
   std::string unit = read_file(env("FTLLMD_UNIT"));
   BOOST_TEST(unit.find("\nType=notify\n") != std::string::npos);
@@ -58,6 +68,7 @@ BOOST_AUTO_TEST_CASE(unit_is_a_notify_service_with_the_config) {
   BOOST_TEST(unit.find("/ftllmd/ftllmd.conf\n") != std::string::npos);
   BOOST_TEST(unit.find("\nRuntimeDirectory=ftllmd\n") != std::string::npos);
   BOOST_TEST(unit.find("ExecReload=/bin/kill -HUP $MAINPID") != std::string::npos);
+  BOOST_TEST(unit.find("\nWatchdogSec=30s\n") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(meson_install_places_unit_binaries_and_config) {
