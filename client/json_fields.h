@@ -3,12 +3,33 @@
 
 #include <simdjson.h>
 
+#include <cstdio>
+#include <string>
+#include <string_view>
+
 namespace ftllm::client {
 
 template <typename T>
 T field(simdjson::dom::element e, const char* key, T fallback = {}) {
   T value;
   return e[key].get(value) == simdjson::SUCCESS ? value : fallback;
+}
+
+// A JSON string literal for `s` (UTF-8 passes through; quotes, backslashes and controls are escaped).
+inline std::string json_quote(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += char(c);
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      out += b;
+    } else out += char(c);
+  }
+  return out + "\"";
 }
 
 }  // namespace ftllm::client

@@ -23,6 +23,8 @@ const char* kUsage =
     "  unload NAME [--force]         stop serving a model (running requests finish, or end with --force)\n"
     "  rebalance NAME [-t N] [--device cpu]\n"
     "                                change a model's placement live; requests in flight carry on\n"
+    "  chat NAME [--system TEXT] [--max_tokens N] [--temperature T] [--hide_reasoning]\n"
+    "                                an interactive streaming chat (/reset, /exit)\n"
     "\n"
     "The socket is --socket, else $FTLLMD_SOCKET, else admin.socket of the config file\n"
     "(--config, default " FTLLM_DEFAULT_CONFIG "), else /run/ftllmd/admin.sock.\n";
@@ -87,7 +89,7 @@ int main(int argc, char** argv) {
   using Command = int (*)(const CommandContext&, const std::vector<std::string>&);
   const std::map<std::string, Command> commands = {
       {"status", &cmd_status}, {"list", &cmd_list}, {"load", &cmd_load}, {"unload", &cmd_unload},
-      {"rebalance", &cmd_rebalance}};
+      {"rebalance", &cmd_rebalance}, {"chat", &cmd_chat}};
   auto it = commands.find(rest[0]);
   if (it == commands.end())
     return std::fprintf(stderr, "ftllmctl: unknown command \"%s\"\n\n%s", rest[0].c_str(), kUsage), 2;

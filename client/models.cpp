@@ -14,14 +14,7 @@ namespace ftllm::client {
 
 namespace {
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
+std::string quote(const std::string& s) { return json_quote(s); }
 
 // Sends a request; on failure prints the one-line reason and returns the exit code (0 on success).
 int call(const CommandContext& ctx, const std::string& method, const std::string& target, const std::string& body,

@@ -182,6 +182,27 @@ BOOST_AUTO_TEST_CASE(config_models_preload_and_the_watchdog_pings) {
   BOOST_TEST(pings >= 2);
 }
 
+BOOST_AUTO_TEST_CASE(ftllmctl_chat_keeps_history_and_resets) {
+  TempDir dir;
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "2", "--ctx", "512"});
+  CommandResult chat = run_command("printf 'What is 2+2?\\nAnd 3+3?\\n/reset\\nHi\\n/exit\\n' | " +
+                                   ctl(d, "chat m --max_tokens 16 --temperature 0"));
+  BOOST_REQUIRE_EQUAL(chat.exit_code, 0);
+  // The same conversations through the API, whole: the chat must have sent exactly these.
+  auto answer = [&](const std::string& messages) {
+    std::string body = R"({"model": "m", "max_tokens": 16, "temperature": 0, "messages": [)" + messages + "]}";
+    simdjson::dom::parser p;
+    return std::string(std::string_view(
+        p.parse(run_command("curl -s -d '" + body + "' " + d.base_url() + "/v1/chat/completions").out)["choices"].at(0)["message"]["content"]));
+  };
+  std::string first = answer(R"({"role": "user", "content": "What is 2+2?"})");
+  std::string second = answer(R"({"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": ")" + first +
+                              R"("}, {"role": "user", "content": "And 3+3?"})");
+  std::string after_reset = answer(R"({"role": "user", "content": "Hi"})");
+  BOOST_TEST(chat.out == first + "\n" + second + "\n(conversation reset)\n" + after_reset + "\n");
+  BOOST_TEST(run_command(ctl(d, "chat nope") + " </dev/null").exit_code == 1);
+}
+
 BOOST_AUTO_TEST_CASE(sigterm_drains_running_streams) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512"});
