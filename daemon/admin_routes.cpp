@@ -45,6 +45,7 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
   o.path = sv;
   if (!body["name"].get(sv)) o.name = sv;
   if (!body["chat_template"].get(sv)) o.chat_template = sv;
+  if (!body["cache_dir"].get(sv)) o.cache_dir = sv;
   int64_t n;
   if (!body["threads"].get(n)) o.threads = int(n);
   if (!body["context_length"].get(n)) o.context_length = n;

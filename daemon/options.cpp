@@ -27,7 +27,7 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
       {"-t", &Options::threads},             {"--threads", &Options::threads},
       {"--chat_template", &Options::chat_template}, {"--ctx", &Options::context},
       {"--max_sequences", &Options::max_sequences}, {"--dtype", &Options::dtype},
-      {"--device", &Options::device},
+      {"--device", &Options::device},        {"--cache_dir", &Options::cache_dir},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -109,7 +109,7 @@ bool positive_number(const std::string& text, int64_t& out) {
 std::string model_load_options(const Options& o, const Config& config, std::vector<ModelLoadOptions>& out) {
   // The config file's [[model]] entries first, then the command line's.
   for (const ModelEntry& e : config.models)
-    out.push_back(ModelLoadOptions{e.path, e.name, e.threads, e.context_length, e.max_sequences, e.chat_template});
+    out.push_back(ModelLoadOptions{e.path, e.name, e.threads, e.context_length, e.max_sequences, e.chat_template, ""});
   if (o.model_name && o.models.size() != 1) return "--name needs exactly one MODEL";
   if (o.dtype && *o.dtype != "auto")
     return "--dtype " + *o.dtype + " is not supported yet: models run in the dtype their files store (use --dtype auto)";
@@ -132,6 +132,7 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
       m.max_sequences = int32_t(n);
     }
     if (o.chat_template) m.chat_template = *o.chat_template;
+    if (o.cache_dir) m.cache_dir = *o.cache_dir;
     out.push_back(m);
   }
   return {};

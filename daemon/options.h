@@ -26,6 +26,7 @@ struct Options {
   std::optional<std::string> max_sequences;  // --max_sequences N: sequences decoded together
   std::optional<std::string> dtype;          // --dtype: only the stored dtype for now
   std::optional<std::string> device;         // --device: only cpu for now
+  std::optional<std::string> cache_dir;      // --cache_dir: the Hugging Face cache for "org/name" models
   bool hide_input = false;                   // --hide_input: prompts never reach the log
   bool help = false;
   bool version = false;

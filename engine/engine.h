@@ -46,12 +46,13 @@ struct ModelInfo {
 };
 
 struct ModelLoadOptions {
-  std::string path;            // a Hugging Face model directory (config.json, *.safetensors)
+  std::string path;            // a Hugging Face directory, a .gguf file, or "org/name" in the Hugging Face cache
   std::string name;            // defaults to the directory's name
   int threads = 0;             // 0: one per core
   int64_t context_length = 0;  // 0: the model's own maximum, capped at 8192
   int32_t max_sequences = 8;
   std::string chat_template;   // a file that overrides the model's own template (--chat_template)
+  std::string cache_dir;       // where to find "org/name" models (default $HF_HOME/hub), offline
 };
 
 class ModelInstance;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "core/error.h"
@@ -49,7 +50,75 @@ std::unique_ptr<tokenizer::ChatTemplate> parse_chat_template(const std::string& 
 
 }  // namespace
 
-std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& options) {
+namespace {
+
+// "org/name" in the Hugging Face cache ($HF_HOME/hub, ~/.cache/huggingface/hub, or cache_dir), offline:
+// the snapshot refs/main points at. Empty when it is not there.
+std::string resolve_hf_cache(const std::string& repo, const std::string& cache_dir) {
+  static const std::regex repo_id(R"([A-Za-z0-9][\w.-]*/[\w.-]+)");
+  if (!std::regex_match(repo, repo_id)) return {};
+  std::vector<fs::path> roots;
+  if (!cache_dir.empty()) roots.push_back(cache_dir);
+  if (const char* hub = std::getenv("HF_HUB_CACHE")) roots.push_back(hub);
+  if (const char* home = std::getenv("HF_HOME")) roots.push_back(fs::path(home) / "hub");
+  if (const char* home = std::getenv("HOME")) roots.push_back(fs::path(home) / ".cache" / "huggingface" / "hub");
+  std::string folder = "models--" + repo.substr(0, repo.find('/')) + "--" + repo.substr(repo.find('/') + 1);
+  for (const fs::path& root : roots) {
+    fs::path base = root / folder;
+    std::ifstream ref(base / "refs" / "main");
+    std::string revision;
+    if (ref >> revision && fs::is_directory(base / "snapshots" / revision)) return (base / "snapshots" / revision).string();
+    std::error_code ec;  // no refs/main: the only snapshot, if there is one
+    std::vector<fs::path> snapshots;
+    for (auto& e : fs::directory_iterator(base / "snapshots", ec)) snapshots.push_back(e.path());
+    if (snapshots.size() == 1) return snapshots[0].string();
+  }
+  return {};
+}
+
+uint64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return UINT64_MAX;
+}
+
+}  // namespace
+
+// Refuses a KV cache that cannot fit in the memory available now, with what to change.
+ModelLoadOptions ModelInstance::check_kv_fits(ModelLoadOptions o, const model::ModelConfig& c) {
+  const uint64_t blocks = uint64_t(o.max_sequences) * uint64_t((context_of(o, c) + kKvBlockTokens - 1) / kKvBlockTokens);
+  const uint64_t bytes = uint64_t(c.num_layers) * 2 * blocks * kKvBlockTokens * uint64_t(c.num_kv_heads * c.head_dim) * 4;
+  const uint64_t available = available_memory();
+  if (bytes > available) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg,
+                  "the KV cache for %d sequences of %lld tokens needs %.1f GiB but only %.1f GiB of memory is available; "
+                  "lower the context (--ctx) or the sequences (--max_sequences)",
+                  o.max_sequences, (long long)context_of(o, c), double(bytes) / (1 << 30), double(available) / (1 << 30));
+    throw EngineError(msg);
+  }
+  return o;
+}
+
+std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& requested) {
+  ModelLoadOptions options = requested;
+  if (!fs::exists(options.path)) {
+    std::string cached = resolve_hf_cache(options.path, options.cache_dir);
+    if (cached.empty() && options.path.find('/') != std::string::npos && options.path[0] != '/' && options.path[0] != '.')
+      throw EngineError(options.path + " is neither a path nor a model in the Hugging Face cache (" +
+                        (options.cache_dir.empty() ? std::string("$HF_HOME/hub") : options.cache_dir) +
+                        "); download it there first, or give a directory or .gguf file");
+    if (!cached.empty()) {
+      if (options.name.empty()) options.name = options.path.substr(options.path.find('/') + 1);
+      options.path = cached;
+    }
+  }
   fs::path dir(options.path);
   std::unique_ptr<ModelInstance> m;
   std::string template_source;
@@ -94,7 +163,7 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& optio
 }
 
 ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::DecoderModel> model, size_t weight_bytes)
-    : options_(std::move(options)),
+    : options_(check_kv_fits(std::move(options), model->config())),
       model_(std::move(model)),
       weight_file_bytes_(weight_bytes),
       pool_(std::make_unique<cpu::ThreadPool>(options_.threads)),

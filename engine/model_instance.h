@@ -76,6 +76,7 @@ class ModelInstance {
 
  private:
   ModelInstance(ModelLoadOptions options, std::unique_ptr<model::DecoderModel> model, size_t weight_bytes);
+  static ModelLoadOptions check_kv_fits(ModelLoadOptions options, const model::ModelConfig& config);
   void worker_loop();
   void step();  // one plan / forward / commit; worker thread, compute_mu_ held
 

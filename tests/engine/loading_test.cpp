@@ -38,7 +38,7 @@ struct ModelCopy {
 
 std::string load_error(const fs::path& dir) {
   Engine engine;
-  Status s = engine.load({dir.string(), "m", 1, 64, 1, ""});
+  Status s = engine.load({dir.string(), "m", 1, 64, 1, "", ""});
   BOOST_REQUIRE_MESSAGE(!s.ok, "the load should have failed");
   BOOST_TEST(s.message.starts_with("cannot load " + dir.string() + ": "));
   BOOST_TEST(engine.models().empty());  // nothing half-loaded
@@ -79,7 +79,7 @@ BOOST_AUTO_TEST_SUITE(load_errors)
 BOOST_AUTO_TEST_CASE(the_intact_copy_loads) {
   ModelCopy m;
   Engine engine;
-  Status s = engine.load({m.dir.string(), "llama", 1, 64, 1, ""});
+  Status s = engine.load({m.dir.string(), "llama", 1, 64, 1, "", ""});
   BOOST_TEST(s.ok, s.message);
   BOOST_TEST(engine.models().size() == 1u);
   BOOST_TEST(engine.models()[0].architecture == "LlamaForCausalLM");
@@ -206,8 +206,8 @@ BOOST_AUTO_TEST_CASE(sharded_checkpoint_with_index_loads_and_generates_the_same)
   write(m.dir / "model.safetensors.index.json", index + "}}");
 
   Engine sharded, single;
-  BOOST_REQUIRE(sharded.load({m.dir.string(), "m", 1, 64, 1, ""}).ok);
-  BOOST_REQUIRE(single.load({kLlama.string(), "m", 1, 64, 1, ""}).ok);
+  BOOST_REQUIRE(sharded.load({m.dir.string(), "m", 1, 64, 1, "", ""}).ok);
+  BOOST_REQUIRE(single.load({kLlama.string(), "m", 1, 64, 1, "", ""}).ok);
   GenerationRequest r;
   r.prompt = {5, 6, 7, 8};
   r.sampling.temperature = 0;
@@ -222,9 +222,48 @@ BOOST_AUTO_TEST_CASE(sharded_checkpoint_with_index_loads_and_generates_the_same)
   BOOST_TEST(load_error(m.dir).find("model-00002-of-00002.safetensors named in the index is missing") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(repo_ids_resolve_offline_in_the_hugging_face_cache) {
+  char tmpl[] = "/tmp/ftllm-hub-XXXXXX";
+  fs::path hub = mkdtemp(tmpl);
+  fs::path snapshot = hub / "models--test--tiny-llama" / "snapshots" / "abc123";
+  fs::create_directories(snapshot);
+  fs::create_directories(hub / "models--test--tiny-llama" / "refs");
+  write(hub / "models--test--tiny-llama" / "refs" / "main", "abc123");
+  for (auto& e : fs::directory_iterator(kLlama)) fs::copy(e.path(), snapshot / e.path().filename());
+  Engine engine;
+  ModelLoadOptions o;
+  o.path = "test/tiny-llama";
+  o.cache_dir = hub.string();
+  o.threads = 1;
+  o.context_length = 64;
+  o.max_sequences = 1;
+  Status s = engine.load(o);
+  BOOST_TEST(s.ok, s.message);
+  BOOST_TEST(engine.models().at(0).name == "tiny-llama");
+  o.path = "test/not-downloaded";
+  Status missing = engine.load(o);
+  BOOST_TEST(!missing.ok);
+  BOOST_TEST(missing.message.find("test/not-downloaded is neither a path nor a model in the Hugging Face cache") != std::string::npos,
+             missing.message);
+  fs::remove_all(hub);
+}
+
+BOOST_AUTO_TEST_CASE(a_kv_cache_larger_than_memory_is_refused_with_what_to_change) {
+  Engine engine;
+  ModelLoadOptions o;
+  o.path = kLlama.string();
+  o.context_length = int64_t(1) << 33;  // 8G tokens: no machine has that much memory for it
+  o.max_sequences = 8;
+  Status s = engine.load(o);
+  BOOST_TEST(!s.ok);
+  BOOST_TEST(s.message.find("the KV cache for 8 sequences") != std::string::npos, s.message);
+  BOOST_TEST(s.message.find("lower the context (--ctx)") != std::string::npos);
+  BOOST_TEST(engine.models().empty());
+}
+
 BOOST_AUTO_TEST_CASE(not_a_model_directory) {
   Engine engine;
-  Status s = engine.load({"/nonexistent/model", "m", 1, 64, 1, ""});
+  Status s = engine.load({"/nonexistent/model", "m", 1, 64, 1, "", ""});
   BOOST_TEST(!s.ok);
   BOOST_TEST(s.message == "cannot load /nonexistent/model: /nonexistent/model is not a model directory "
                           "(expected config.json and *.safetensors) or a .gguf file");
@@ -234,8 +273,8 @@ BOOST_AUTO_TEST_CASE(a_failed_load_leaves_other_models_serving) {
   ModelCopy good, bad;
   write(bad.weights(), "garbage!garbage!");
   Engine engine;
-  BOOST_REQUIRE(engine.load({good.dir.string(), "good", 1, 64, 1, ""}).ok);
-  BOOST_TEST(!engine.load({bad.dir.string(), "bad", 1, 64, 1, ""}).ok);
+  BOOST_REQUIRE(engine.load({good.dir.string(), "good", 1, 64, 1, "", ""}).ok);
+  BOOST_TEST(!engine.load({bad.dir.string(), "bad", 1, 64, 1, "", ""}).ok);
   GenerationRequest r;
   r.prompt = {5, 6, 7};
   r.sampling.temperature = 0;
