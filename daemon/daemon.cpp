@@ -197,10 +197,33 @@ int run_daemon(const Options& options, Config config) {
   d.admin_server = std::make_unique<http::Server>(&d.loop, d.admin_router, admin_limits);
   d.public_server->on_response([&d](const http::Request& r, int status) { d.metrics.request(r.path(), status); });
 
-  std::string error = d.public_server->listen_tcp(d.config.listen.host, d.config.listen.port);
-  if (error.empty())
-    error = d.admin_server->listen_unix(d.config.admin_socket, d.config.admin_socket_mode,
-                                        d.config.admin_socket_group);
+  // Socket activation (ftllmd.socket): systemd passes the listening sockets, named "api" and "admin"
+  // (or told apart by kind); whatever it does not pass is opened as configured.
+  bool have_api = false, have_admin = false;
+  std::string error;
+  char** fd_names = nullptr;
+  int passed = sd_listen_fds_with_names(1, &fd_names);
+  for (int i = 0; i < passed && error.empty(); ++i) {
+    int fd = SD_LISTEN_FDS_START + i;
+    std::string name = fd_names && fd_names[i] ? fd_names[i] : "";
+    bool is_unix = sd_is_socket_unix(fd, SOCK_STREAM, 1, nullptr, 0) > 0;
+    if ((name == "admin" || (name != "api" && is_unix)) && !have_admin) {
+      error = d.admin_server->adopt(fd, false);
+      have_admin = true;
+    } else if (!have_api && sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, 1, 0) > 0) {
+      error = d.public_server->adopt(fd, true);
+      have_api = true;
+    } else {
+      log_warn("ignoring socket " + std::to_string(fd) + (name.empty() ? "" : " (" + name + ")") + " passed by systemd");
+    }
+  }
+  if (fd_names) {
+    for (int i = 0; i < passed; ++i) free(fd_names[i]);
+    free(fd_names);
+  }
+  if (error.empty() && !have_api) error = d.public_server->listen_tcp(d.config.listen.host, d.config.listen.port);
+  if (error.empty() && !have_admin)
+    error = d.admin_server->listen_unix(d.config.admin_socket, d.config.admin_socket_mode, d.config.admin_socket_group);
   if (!error.empty()) {
     log_error(error);
     d.public_server->close();

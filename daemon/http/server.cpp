@@ -1,5 +1,6 @@
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -360,6 +361,43 @@ std::string Server::listen_unix(const std::string& path, unsigned mode, const st
     }
   }
   chmod(path.c_str(), mode);
+  if (!sweep_started_) uv_timer_start(&sweep_, &Server::on_sweep, 1000, 1000), sweep_started_ = true;
+  return {};
+}
+
+std::string Server::adopt(int fd, bool is_tcp) {
+  int rc;
+  uv_stream_t* stream;
+  if (is_tcp) {
+    tcp_ = std::make_unique<uv_tcp_t>();
+    uv_tcp_init(loop_, tcp_.get());
+    tcp_->data = this;
+    rc = uv_tcp_open(tcp_.get(), fd);
+    stream = reinterpret_cast<uv_stream_t*>(tcp_.get());
+  } else {
+    pipe_ = std::make_unique<uv_pipe_t>();
+    uv_pipe_init(loop_, pipe_.get(), 0);
+    pipe_->data = this;
+    rc = uv_pipe_open(pipe_.get(), fd);
+    stream = reinterpret_cast<uv_stream_t*>(pipe_.get());
+  }
+  if (rc == 0) rc = uv_listen(stream, 511, &Server::on_connection);
+  if (rc < 0) return std::string("cannot listen on the socket systemd passed (fd ") + std::to_string(fd) + "): " + uv_error(rc);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (is_tcp && getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    bool v6 = addr.ss_family == AF_INET6;
+    const void* ip = v6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr)
+                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr);
+    inet_ntop(addr.ss_family, ip, buf, sizeof buf);
+    uint16_t port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    address_ = (v6 ? "[" + std::string(buf) + "]" : std::string(buf)) + ":" + std::to_string(port);
+  } else if (!is_tcp) {
+    sockaddr_un un{};
+    socklen_t ulen = sizeof un;
+    address_ = getsockname(fd, reinterpret_cast<sockaddr*>(&un), &ulen) == 0 ? std::string(un.sun_path) : "socket from systemd";
+  }
   if (!sweep_started_) uv_timer_start(&sweep_, &Server::on_sweep, 1000, 1000), sweep_started_ = true;
   return {};
 }

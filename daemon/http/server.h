@@ -35,6 +35,8 @@ class Server {
   // Each returns an empty string once listening, else what went wrong and what to do about it.
   std::string listen_tcp(const std::string& host, uint16_t port);
   std::string listen_unix(const std::string& path, unsigned mode, const std::string& group);
+  // A listening socket handed over by systemd (socket activation); systemd keeps owning its path.
+  std::string adopt(int fd, bool is_tcp);
 
   // "127.0.0.1:8080" (the real port when 0 was asked for) or the socket path.
   const std::string& address() const { return address_; }

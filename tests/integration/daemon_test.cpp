@@ -183,6 +183,27 @@ BOOST_AUTO_TEST_CASE(slow_and_idle_connections_time_out) {
   expect_serving(d);
 }
 
+BOOST_AUTO_TEST_CASE(socket_activation_through_systemd_socket_activate) {
+  // systemd-socket-activate opens both sockets, starts ftllmd on the first connection and passes them
+  // with the sd_listen_fds protocol, as ftllmd.socket does.
+  TempDir dir;
+  const int port = 20000 + getpid() % 20000;
+  const std::string socket = dir.file("admin.sock");
+  std::string cmd = "systemd-socket-activate -l 127.0.0.1:" + std::to_string(port) + " -l " + socket + " " +
+                    env_or_fail("FTLLMD") + " --listen 127.0.0.1:1 --admin-socket " + dir.file("unused.sock") +
+                    " >/dev/null 2>" + dir.file("log") + " & echo $!";
+  int pid = std::stoi(run_command(cmd).out);
+  usleep(200000);
+  CommandResult health = run_command("curl -s --max-time 10 http://127.0.0.1:" + std::to_string(port) + "/health");
+  BOOST_TEST(health.out == R"({"status":"ok"})");
+  CommandResult status = run_command(env_or_fail("FTLLMCTL") + " --socket " + socket + " status --json");
+  BOOST_TEST(status.exit_code == 0, status.err);
+  BOOST_TEST(status.out.find("\"listen\":\"127.0.0.1:" + std::to_string(port) + "\"") != std::string::npos, status.out);
+  BOOST_TEST(::access(dir.file("unused.sock").c_str(), F_OK) != 0);  // the passed sockets were used
+  ::kill(pid, SIGTERM);
+  usleep(200000);
+}
+
 BOOST_AUTO_TEST_CASE(api_key_guards_the_api_but_not_health) {
   TempDir dir;
   DaemonProcess d(dir, {"--api_key", "sk-secret"});

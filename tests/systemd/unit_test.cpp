@@ -51,6 +51,17 @@ BOOST_AUTO_TEST_CASE(unit_passes_systemd_analyze_verify) {
   BOOST_TEST(r.output == "", "systemd-analyze said:\n" << r.output);
 }
 
+BOOST_AUTO_TEST_CASE(socket_unit_passes_verify_with_its_service) {
+  char tmpl[] = "/tmp/ftllm-units-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::filesystem::copy_file(env("FTLLMD_UNIT_FOR_TEST"), dir + "/ftllmd.service");
+  std::filesystem::copy_file(std::string(FTLLM_SOURCE_ROOT) + "/systemd/ftllmd.socket", dir + "/ftllmd.socket");
+  Run r = run("systemd-analyze verify " + dir + "/ftllmd.socket " + dir + "/ftllmd.service");
+  std::filesystem::remove_all(dir);
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_TEST(r.output == "", "systemd-analyze said:\n" << r.output);
+}
+
 BOOST_AUTO_TEST_CASE(unit_exposure_is_low) {
   Run r = run("systemd-analyze security --offline=true " + env("FTLLMD_UNIT_FOR_TEST"));
   size_t at = r.output.find("Overall exposure level for");
@@ -77,7 +88,7 @@ BOOST_AUTO_TEST_CASE(meson_install_places_unit_binaries_and_config) {
   std::string dest = tmpl;
   Run r = run(env("MESON") + " install -C " + env("BUILD_ROOT") + " --no-rebuild --quiet --destdir " + dest);
   BOOST_TEST_REQUIRE(r.exit_code == 0, r.output);
-  bool unit = false, daemon = false, ctl = false, conf = false, sysusers = false;
+  bool unit = false, daemon = false, ctl = false, conf = false, sysusers = false, socket = false;
   for (auto& e : std::filesystem::recursive_directory_iterator(dest)) {
     std::string p = e.path().string();
     unit |= p.ends_with("/systemd/system/ftllmd.service");
@@ -85,6 +96,7 @@ BOOST_AUTO_TEST_CASE(meson_install_places_unit_binaries_and_config) {
     ctl |= p.ends_with("/bin/ftllmctl");
     conf |= p.ends_with("/ftllmd/ftllmd.conf");
     sysusers |= p.ends_with("/sysusers.d/ftllm.conf");
+    socket |= p.ends_with("/systemd/system/ftllmd.socket");
   }
   std::filesystem::remove_all(dest);
   BOOST_TEST(unit);
@@ -92,4 +104,5 @@ BOOST_AUTO_TEST_CASE(meson_install_places_unit_binaries_and_config) {
   BOOST_TEST(ctl);
   BOOST_TEST(conf);
   BOOST_TEST(sysusers);
+  BOOST_TEST(socket);
 }
