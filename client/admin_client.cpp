@@ -14,44 +14,33 @@ namespace {
 
 constexpr size_t kMaxReplyBytes = 64 * 1024 * 1024;  // a reply larger than this is not from ftllmd
 
+// Parses the reply as it arrives, so streamed bodies reach `on_body` at once.
 struct ResponseParse {
   AdminReply* reply;
+  const std::function<void(std::string_view)>* on_body;
   bool complete = false;
 };
 
-bool parse_response(const std::string& raw, AdminReply& reply, std::string& why) {
+llhttp_settings_t response_settings() {
   llhttp_settings_t settings;
   llhttp_settings_init(&settings);
   settings.on_body = [](llhttp_t* p, const char* at, size_t len) {
-    static_cast<ResponseParse*>(p->data)->reply->body.append(at, len);
+    auto* s = static_cast<ResponseParse*>(p->data);
+    s->reply->body.append(at, len);
+    if (*s->on_body) (*s->on_body)(std::string_view(at, len));
     return 0;
   };
   settings.on_message_complete = [](llhttp_t* p) {
     static_cast<ResponseParse*>(p->data)->complete = true;
     return 0;
   };
-  llhttp_t parser;
-  llhttp_init(&parser, HTTP_RESPONSE, &settings);
-  ResponseParse state{&reply};
-  parser.data = &state;
-  llhttp_errno_t err = llhttp_execute(&parser, raw.data(), raw.size());
-  if (err == HPE_OK && !state.complete) err = llhttp_finish(&parser);
-  if (err != HPE_OK && err != HPE_PAUSED_UPGRADE) {
-    why = std::string("malformed reply: ") + llhttp_get_error_reason(&parser);
-    return false;
-  }
-  if (!state.complete) {
-    why = "the daemon closed the connection before the reply was complete";
-    return false;
-  }
-  reply.status = parser.status_code;
-  return true;
+  return settings;
 }
 
 }  // namespace
 
 bool AdminClient::call(const std::string& method, const std::string& target, const std::string& body,
-                       AdminReply& reply, AdminFailure& failure) const {
+                       AdminReply& reply, AdminFailure& failure, const std::function<void(std::string_view)>& on_body) const {
   sockaddr_un addr{};
   if (path_.size() >= sizeof addr.sun_path) {
     failure = {false, "socket path " + path_ + " is too long"};
@@ -93,8 +82,14 @@ bool AdminClient::call(const std::string& method, const std::string& target, con
     sent += size_t(n);
   }
 
-  std::string raw;
+  llhttp_settings_t settings = response_settings();
+  llhttp_t parser;
+  llhttp_init(&parser, HTTP_RESPONSE, &settings);
+  ResponseParse state{&reply, &on_body};
+  parser.data = &state;
   char buf[16384];
+  size_t received = 0;
+  llhttp_errno_t err = HPE_OK;
   for (;;) {
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n < 0 && errno == EINTR) continue;
@@ -104,19 +99,26 @@ bool AdminClient::call(const std::string& method, const std::string& target, con
       return false;
     }
     if (n == 0) break;
-    raw.append(buf, size_t(n));
-    if (raw.size() > kMaxReplyBytes) {
+    received += size_t(n);
+    if (received > kMaxReplyBytes) {
       failure = {false, "reply larger than " + std::to_string(kMaxReplyBytes) + " bytes; is this ftllmd's socket?"};
       ::close(fd);
       return false;
     }
+    err = llhttp_execute(&parser, buf, size_t(n));
+    if (err != HPE_OK || state.complete) break;
   }
   ::close(fd);
-  std::string why;
-  if (!parse_response(raw, reply, why)) {
-    failure = {false, why};
+  if (err == HPE_OK && !state.complete) err = llhttp_finish(&parser);
+  if (err != HPE_OK && err != HPE_PAUSED_UPGRADE) {
+    failure = {false, std::string("malformed reply: ") + llhttp_get_error_reason(&parser)};
     return false;
   }
+  if (!state.complete) {
+    failure = {false, "the daemon closed the connection before the reply was complete"};
+    return false;
+  }
+  reply.status = parser.status_code;
   return true;
 }
 

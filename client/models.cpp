@@ -72,35 +72,75 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
     body += ", " + quote(k) + ": " + (number ? v : quote(v));
   }
   body += "}";
+  // Newline-delimited progress events, shown as they come: a bar on a terminal, plain lines otherwise.
+  const bool tty = isatty(STDOUT_FILENO);
+  simdjson::dom::parser parser;
+  int rc = 1;
+  std::string last_error = "the daemon ended the load without saying how", pending;
+  bool bar_open = false;
+  auto handle_line = [&](const std::string& line) {
+    if (line.empty()) return;
+    if (ctx.json) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+    simdjson::padded_string padded(line);
+    simdjson::dom::element e;
+    if (parser.parse(padded).get(e)) return;
+    std::string_view event = field<std::string_view>(e, "event"), name = field<std::string_view>(e, "name"), message;
+    if (ctx.json) {
+      if (event == "loaded") rc = 0;
+      if (event == "error" && !e["message"].get(message)) last_error = message;
+      return;
+    }
+    if (event == "loading") std::printf("loading %.*s\n", int(name.size()), name.data());
+    if (event == "progress") {
+      auto phase = field<std::string_view>(e, "phase");
+      auto done = field<uint64_t>(e, "bytes_done"), total = field<uint64_t>(e, "bytes_total");
+      double share = total ? double(done) / double(total) : 0.0;
+      if (tty) {
+        std::string bar(size_t(share * 30), '#');
+        bar.resize(30, '.');
+        std::printf("\r  %-10.*s [%s] %5.1f%%  %.1f / %.1f MB", int(phase.size()), phase.data(), bar.c_str(), 100 * share,
+                    double(done) / 1e6, double(total) / 1e6);
+        bar_open = true;
+      } else if (total) {
+        std::printf("  %-10.*s %5.1f%%  %.1f / %.1f MB\n", int(phase.size()), phase.data(), 100 * share, double(done) / 1e6,
+                    double(total) / 1e6);
+      } else {
+        std::printf("  %.*s\n", int(phase.size()), phase.data());
+      }
+    }
+    if (event == "loaded" || event == "error") {
+      if (bar_open) std::printf("\n");
+      bar_open = false;
+    }
+    if (event == "loaded") {
+      std::printf("loaded %.*s in %lld ms\n", int(name.size()), name.data(), (long long)field<int64_t>(e, "load_ms"));
+      rc = 0;
+    }
+    if (event == "error" && !e["message"].get(message)) last_error = message;
+    std::fflush(stdout);
+  };
   AdminReply reply;
-  if (int rc = call(ctx, "POST", "/admin/v1/models", body, reply)) return rc;
+  AdminFailure failure;
+  bool ok = ctx.client.call("POST", "/admin/v1/models", body, reply, failure, [&](std::string_view chunk) {
+    pending.append(chunk);
+    for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+      std::string line = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
+      handle_line(line);
+    }
+  });
+  if (!ok) {
+    std::fprintf(stderr, "ftllmctl: %s\n", failure.message.c_str());
+    return failure.not_running ? 3 : 4;
+  }
   if (reply.status != 200) {
     std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str());
     return 1;
   }
-  // Newline-delimited progress events; the last says how it ended.
-  simdjson::dom::parser parser;
-  int rc = 1;
-  std::string last_error = "the daemon ended the load without saying how";
-  size_t start = 0;
-  while (start < reply.body.size()) {
-    size_t nl = reply.body.find('\n', start);
-    std::string line = reply.body.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-    start = nl == std::string::npos ? reply.body.size() : nl + 1;
-    if (line.empty()) continue;
-    if (ctx.json) std::printf("%s\n", line.c_str());
-    simdjson::padded_string padded(line);
-    simdjson::dom::element e;
-    if (parser.parse(padded).get(e)) continue;
-    std::string_view event = field<std::string_view>(e, "event"), name = field<std::string_view>(e, "name"), message;
-    if (event == "loading" && !ctx.json) std::printf("loading %.*s ...\n", int(name.size()), name.data());
-    if (event == "loaded") {
-      int64_t ms = field<int64_t>(e, "load_ms");
-      if (!ctx.json) std::printf("loaded %.*s in %lld ms\n", int(name.size()), name.data(), (long long)ms);
-      rc = 0;
-    }
-    if (event == "error" && !e["message"].get(message)) last_error = message;
-  }
+  handle_line(pending);
   if (rc != 0) std::fprintf(stderr, "ftllmctl: %s\n", last_error.c_str());
   return rc;
 }

@@ -64,6 +64,17 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
   ex->send(w.take() + "\n");
   auto status = std::make_shared<Status>();
   auto started = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  // Progress lines, at most one per phase and per 5% of bytes, go out through the bridge as they happen.
+  auto last = std::make_shared<std::pair<std::string, uint64_t>>();
+  o.progress = [&bridge, ex, last](const std::string& phase, uint64_t done, uint64_t total) {
+    uint64_t step = total ? done * 20 / total : 0;
+    if (phase == last->first && step == last->second) return;
+    *last = {phase, step};
+    JsonWriter w;
+    w.begin_object().key("event").string("progress").key("phase").string(phase);
+    w.key("bytes_done").number(done).key("bytes_total").number(total).end_object();
+    bridge.post([ex, line = w.take()] { ex->send(line + "\n"); });
+  };
   bridge.run_in_background([&engine, o, status] { *status = engine.load(o); },
                            [ex, status, started, name] {
                              JsonWriter done;

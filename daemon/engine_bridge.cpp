@@ -55,6 +55,8 @@ GenerationCallback EngineBridge::make_callback(std::function<void(const Generati
   };
 }
 
+void EngineBridge::post(std::function<void()> task) { state_->post(std::move(task)); }
+
 void EngineBridge::run_in_background(std::function<void()> work, std::function<void()> then) {
   std::weak_ptr<State> weak = state_;
   jobs_.emplace_back([weak, work = std::move(work), then = std::move(then)]() mutable {

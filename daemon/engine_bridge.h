@@ -24,6 +24,8 @@ class EngineBridge {
 
   // A callback for the engine: each event it receives reaches `deliver` on the loop thread, in order.
   GenerationCallback make_callback(std::function<void(const GenerationEvent&)> deliver);
+  // Runs `task` on the loop thread, from any thread (dropped after close()).
+  void post(std::function<void()> task);
   // Runs `work` on a thread of its own, then `then` on the loop thread (not at all after close()).
   void run_in_background(std::function<void()> work, std::function<void()> then);
   // Stops delivering (what is in flight is dropped), waits for background jobs, releases the loop handle.

@@ -108,8 +108,15 @@ bool positive_number(const std::string& text, int64_t& out) {
 
 std::string model_load_options(const Options& o, const Config& config, std::vector<ModelLoadOptions>& out) {
   // The config file's [[model]] entries first, then the command line's.
-  for (const ModelEntry& e : config.models)
-    out.push_back(ModelLoadOptions{e.path, e.name, e.threads, e.context_length, e.max_sequences, e.chat_template, ""});
+  for (const ModelEntry& e : config.models) {
+    ModelLoadOptions& m = out.emplace_back();
+    m.path = e.path;
+    m.name = e.name;
+    m.threads = e.threads;
+    m.context_length = e.context_length;
+    m.max_sequences = e.max_sequences;
+    m.chat_template = e.chat_template;
+  }
   if (o.model_name && o.models.size() != 1) return "--name needs exactly one MODEL";
   if (o.dtype && *o.dtype != "auto")
     return "--dtype " + *o.dtype + " is not supported yet: models run in the dtype their files store (use --dtype auto)";

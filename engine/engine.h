@@ -45,6 +45,10 @@ struct ModelInfo {
   std::string architecture;
 };
 
+// How far a load has come: phase ("reading", "converting", "binding", "ready") and bytes of the weight
+// files handled out of their total. Called on the loading thread.
+using LoadProgress = std::function<void(const std::string& phase, uint64_t done, uint64_t total)>;
+
 struct ModelLoadOptions {
   std::string path;            // a Hugging Face directory, a .gguf file, or "org/name" in the Hugging Face cache
   std::string name;            // defaults to the directory's name
@@ -53,6 +57,7 @@ struct ModelLoadOptions {
   int32_t max_sequences = 8;
   std::string chat_template;   // a file that overrides the model's own template (--chat_template)
   std::string cache_dir;       // where to find "org/name" models (default $HF_HOME/hub), offline
+  LoadProgress progress;       // optional
 };
 
 class ModelInstance;

@@ -123,7 +123,12 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
   std::unique_ptr<ModelInstance> m;
   std::string template_source;
   if (dir.extension() == ".gguf" && fs::is_regular_file(dir)) {
-    model::GgufModel g = model::load_gguf_model(options.path);
+    const uint64_t file_bytes = fs::file_size(dir);
+    if (options.progress) options.progress("reading", 0, file_bytes);
+    model::GgufModel g = model::load_gguf_model(options.path, [&](uint64_t done, uint64_t total) {
+      if (options.progress) options.progress("converting", done, total);
+    });
+    if (options.progress) options.progress("binding", file_bytes, file_bytes);
     const model::Architecture& arch = model::find_architecture(g.config.architecture);
     auto decoder = std::make_unique<model::DecoderModel>(g.config, arch.spec(g.config), g.weights);
     ModelLoadOptions o = options;
@@ -146,7 +151,9 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
                                      (dir / "generation_config.json").string());
     const model::Architecture& arch = model::find_architecture(config.architecture);
     model::DecoderSpec spec = arch.spec(config);
+    if (options.progress) options.progress("reading", 0, 0);
     model::WeightStore weights = model::WeightStore::open_directory(options.path);
+    if (options.progress) options.progress("binding", weights.file_bytes(), weights.file_bytes());
     auto decoder = std::make_unique<model::DecoderModel>(config, spec, weights);
     ModelLoadOptions o = options;
     if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().filename().string();
@@ -159,6 +166,7 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
   }
   if (!options.chat_template.empty()) template_source = read_file(options.chat_template);
   m->chat_template_ = parse_chat_template(template_source, m->chat_template_error_);
+  if (options.progress) options.progress("ready", m->weight_file_bytes(), m->weight_file_bytes());
   return m;
 }
 

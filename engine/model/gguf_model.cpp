@@ -114,7 +114,7 @@ const std::pair<const char*, const char*> kLayerNames[] = {
 
 }  // namespace
 
-GgufModel load_gguf_model(const std::string& path) {
+GgufModel load_gguf_model(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) {
   GgufFile g = GgufFile::open(path);
   std::string arch = g.get_string("general.architecture").value_or("");
   if (arch != "llama")
@@ -123,9 +123,13 @@ GgufModel load_gguf_model(const std::string& path) {
   m.config = config_from_metadata(g, arch);
   const ModelConfig& c = m.config;
 
+  uint64_t total = 0, done = 0;
+  for (const GgufTensor& t : g.tensors()) total += t.bytes;
   auto add = [&](const std::string& gguf_name, const std::string& hf_name, int64_t unpermute_heads = 0) {
     const GgufTensor* t = g.tensor(gguf_name);
     if (!t) return;  // binding reports what is missing, under the Hugging Face name
+    done += t->bytes;
+    if (progress) progress(done, total);
     StoredTensor s = convert(g, *t, hf_name);
     m.weights.add(unpermute_heads ? unpermute_rows(s, unpermute_heads) : s);
   };

@@ -3,6 +3,8 @@
 // quantisation issue replaces this with kernels that compute on the blocks).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "model_config.h"
@@ -16,6 +18,8 @@ struct GgufModel {
 };
 
 // Throws EngineError naming what is missing or unsupported.
-GgufModel load_gguf_model(const std::string& path);
+// `progress` (optional) hears bytes of tensor data converted so far, out of the file's total.
+GgufModel load_gguf_model(const std::string& path,
+                          const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
 
 }  // namespace ftllm::model

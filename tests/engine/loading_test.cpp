@@ -24,6 +24,16 @@ std::string read(const fs::path& p) {
 
 void write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
+ModelLoadOptions opts(const std::string& path, const std::string& name) {
+  ModelLoadOptions o;
+  o.path = path;
+  o.name = name;
+  o.threads = 1;
+  o.context_length = 64;
+  o.max_sequences = 1;
+  return o;
+}
+
 // A copy of the llama fixture in a fresh directory, for a test to break.
 struct ModelCopy {
   fs::path dir;
@@ -38,7 +48,7 @@ struct ModelCopy {
 
 std::string load_error(const fs::path& dir) {
   Engine engine;
-  Status s = engine.load({dir.string(), "m", 1, 64, 1, "", ""});
+  Status s = engine.load(opts(dir.string(), "m"));
   BOOST_REQUIRE_MESSAGE(!s.ok, "the load should have failed");
   BOOST_TEST(s.message.starts_with("cannot load " + dir.string() + ": "));
   BOOST_TEST(engine.models().empty());  // nothing half-loaded
@@ -79,7 +89,7 @@ BOOST_AUTO_TEST_SUITE(load_errors)
 BOOST_AUTO_TEST_CASE(the_intact_copy_loads) {
   ModelCopy m;
   Engine engine;
-  Status s = engine.load({m.dir.string(), "llama", 1, 64, 1, "", ""});
+  Status s = engine.load(opts(m.dir.string(), "llama"));
   BOOST_TEST(s.ok, s.message);
   BOOST_TEST(engine.models().size() == 1u);
   BOOST_TEST(engine.models()[0].architecture == "LlamaForCausalLM");
@@ -206,8 +216,8 @@ BOOST_AUTO_TEST_CASE(sharded_checkpoint_with_index_loads_and_generates_the_same)
   write(m.dir / "model.safetensors.index.json", index + "}}");
 
   Engine sharded, single;
-  BOOST_REQUIRE(sharded.load({m.dir.string(), "m", 1, 64, 1, "", ""}).ok);
-  BOOST_REQUIRE(single.load({kLlama.string(), "m", 1, 64, 1, "", ""}).ok);
+  BOOST_REQUIRE(sharded.load(opts(m.dir.string(), "m")).ok);
+  BOOST_REQUIRE(single.load(opts(kLlama.string(), "m")).ok);
   GenerationRequest r;
   r.prompt = {5, 6, 7, 8};
   r.sampling.temperature = 0;
@@ -263,7 +273,7 @@ BOOST_AUTO_TEST_CASE(a_kv_cache_larger_than_memory_is_refused_with_what_to_chang
 
 BOOST_AUTO_TEST_CASE(not_a_model_directory) {
   Engine engine;
-  Status s = engine.load({"/nonexistent/model", "m", 1, 64, 1, "", ""});
+  Status s = engine.load(opts("/nonexistent/model", "m"));
   BOOST_TEST(!s.ok);
   BOOST_TEST(s.message == "cannot load /nonexistent/model: /nonexistent/model is not a model directory "
                           "(expected config.json and *.safetensors) or a .gguf file");
@@ -273,8 +283,8 @@ BOOST_AUTO_TEST_CASE(a_failed_load_leaves_other_models_serving) {
   ModelCopy good, bad;
   write(bad.weights(), "garbage!garbage!");
   Engine engine;
-  BOOST_REQUIRE(engine.load({good.dir.string(), "good", 1, 64, 1, "", ""}).ok);
-  BOOST_TEST(!engine.load({bad.dir.string(), "bad", 1, 64, 1, "", ""}).ok);
+  BOOST_REQUIRE(engine.load(opts(good.dir.string(), "good")).ok);
+  BOOST_TEST(!engine.load(opts(bad.dir.string(), "bad")).ok);
   GenerationRequest r;
   r.prompt = {5, 6, 7};
   r.sampling.temperature = 0;

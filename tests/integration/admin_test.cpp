@@ -58,10 +58,12 @@ BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
   CommandResult a = run_command(ctl(d, "load " + gguf + " --name a -t 1 --ctx 256"));
   BOOST_TEST(a.exit_code == 0, a.err);
   BOOST_TEST(a.out.find("loaded a in ") != std::string::npos, a.out);
+  BOOST_TEST(a.out.find("  converting 100.0%  96.6 / 96.6 MB\n") != std::string::npos, a.out);  // progress, plain off a terminal
   int64_t rss_one = rss_kib(d.pid());
   CommandResult b = run_command(ctl(d, "load " + gguf + " --name b -t 1 --ctx 256 --json"));
   BOOST_TEST(b.exit_code == 0, b.err);
   BOOST_TEST(b.out.find(R"({"event":"loaded","name":"b")") != std::string::npos, b.out);
+  BOOST_TEST(b.out.find(R"({"event":"progress","phase":"converting")") != std::string::npos, b.out);
   int64_t rss_two = rss_kib(d.pid());
   CommandResult list = run_command(ctl(d, "list"));
   BOOST_TEST(list.out.find("\na ") != std::string::npos);
