@@ -99,12 +99,27 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     std::printf("models: none loaded\n");
     return 0;
   }
-  Table model_table({"MODEL", "ARCHITECTURE", "SOURCE"});
+  Table model_table({"MODEL", "ARCHITECTURE", "PARAMS", "DTYPES", "PLACEMENT", "WEIGHTS", "KV", "RUNNING", "TOK/S", "SOURCE"});
   for (auto m : models) {
     auto name = field<std::string_view>(m, "name");
     auto arch = field<std::string_view>(m, "architecture");
     auto source = field<std::string_view>(m, "source");
-    if (args.empty() || name == args[0]) model_table.add({std::string(name), std::string(arch), std::string(source)});
+    char params[32], tps[32];
+    std::snprintf(params, sizeof params, "%.1fM", double(field<uint64_t>(m, "parameters")) / 1e6);
+    std::snprintf(tps, sizeof tps, "%.1f", field<double>(m, "tokens_per_second"));
+    std::string placement;
+    simdjson::dom::array places;
+    if (!m["placement"].get(places))
+      for (auto p : places)
+        placement += (placement.empty() ? "" : " ") + std::string(field<std::string_view>(p, "device")) + ":" +
+                     std::string(field<std::string_view>(p, "layers"));
+    simdjson::dom::element mem;
+    uint64_t weights = 0, kv = 0;
+    if (!m["memory"]["cpu"].get(mem)) weights = field<uint64_t>(mem, "weight_bytes"), kv = field<uint64_t>(mem, "kv_bytes");
+    if (args.empty() || name == args[0])
+      model_table.add({std::string(name), std::string(arch), params, std::string(field<std::string_view>(m, "dtypes")), placement,
+                       format_bytes(double(weights)), format_bytes(double(kv)), std::to_string(field<int64_t>(m, "requests_running")),
+                       tps, std::string(source)});
   }
   std::fputs(model_table.render().c_str(), stdout);
   return 0;

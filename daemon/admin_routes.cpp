@@ -22,6 +22,14 @@ void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
     w.key("kv_blocks_used").number(load.kv_blocks_used).key("kv_blocks_total").number(load.kv_blocks_total);
     w.key("context_length").number(handle->context_length()).key("threads").number(load.threads);
     w.key("device").string("cpu");
+    w.key("tokens_per_second").number(load.tokens_per_second);
+    ModelHandle::Footprint f = handle->footprint();
+    w.key("parameters").number(f.parameters).key("dtypes").string(f.dtypes);
+    w.key("placement").begin_array().begin_object().key("device").string("cpu").key("layers");
+    w.string(f.layers ? "0-" + std::to_string(f.layers - 1) : "none").end_object().end_array();
+    // Weights as bound (mapped files count where used in place) and the KV pool as reserved.
+    w.key("memory").begin_object().key("cpu").begin_object();
+    w.key("weight_bytes").number(f.weight_bytes).key("kv_bytes").number(f.kv_bytes).end_object().end_object();
   }
   w.end_object();
 }

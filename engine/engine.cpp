@@ -92,7 +92,11 @@ void ModelHandle::set_threads(int threads) const { impl_->set_threads(threads); 
 
 ModelHandle::Load ModelHandle::load() const {
   auto l = impl_->load_now();
-  return {l.running, l.waiting, l.kv_blocks_used, l.kv_blocks_total, l.threads};
+  return {l.running, l.waiting, l.kv_blocks_used, l.kv_blocks_total, l.threads, l.tokens_per_second};
+}
+
+ModelHandle::Footprint ModelHandle::footprint() const {
+  return {impl_->parameter_count(), impl_->weight_bytes(), impl_->kv_bytes(), impl_->dtypes(), impl_->config().num_layers};
 }
 
 Engine::Engine() = default;

@@ -110,8 +110,15 @@ class ModelHandle {
     size_t running = 0, waiting = 0;
     int64_t kv_blocks_used = 0, kv_blocks_total = 0;
     int threads = 0;
+    double tokens_per_second = 0;  // generated over the last 10 seconds
   };
   Load load() const;
+  struct Footprint {
+    uint64_t parameters = 0, weight_bytes = 0, kv_bytes = 0;
+    std::string dtypes;  // "bfloat16", "float32", ...
+    int64_t layers = 0;
+  };
+  Footprint footprint() const;
   // Changes the model's compute threads live (between two steps); requests in flight carry on.
   void set_threads(int threads) const;
 

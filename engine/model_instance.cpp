@@ -257,6 +257,11 @@ ModelInstance::Load ModelInstance::load_now() const {
   l.kv_blocks_total = kv_.num_blocks();
   l.kv_blocks_used = kv_.num_blocks() - kv_.free_blocks();
   l.threads = current_threads_;
+  const auto now = std::chrono::steady_clock::now();
+  size_t tokens = 0;
+  for (auto& [t, n] : recent_tokens_)
+    if (now - t <= std::chrono::seconds(10)) tokens += n;
+  l.tokens_per_second = double(tokens) / 10.0;
   return l;
 }
 
@@ -387,6 +392,12 @@ void ModelInstance::step() {
   } catch (const std::exception& e) {
     for (const auto& item : plan.items) scheduler_.fail(item.seq_id, std::string("generation failed: ") + e.what());
     return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    recent_tokens_.emplace_back(now, sampled.size());
+    while (!recent_tokens_.empty() && now - recent_tokens_.front().first > std::chrono::seconds(10)) recent_tokens_.pop_front();
   }
   // New tokens go out before any finish event of the same step.
   std::map<uint64_t, GenerationEvent> by_sequence;

@@ -3,6 +3,7 @@
 // another serves.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -55,7 +56,12 @@ class ModelInstance {
     size_t running = 0, waiting = 0;
     int64_t kv_blocks_used = 0, kv_blocks_total = 0;
     int threads = 0;
+    double tokens_per_second = 0;  // generated over the last 10 seconds
   };
+  uint64_t parameter_count() const { return model_->parameter_count(); }
+  uint64_t weight_bytes() const { return model_->weight_bytes(); }
+  uint64_t kv_bytes() const { return kv_.bytes(); }
+  const std::string& dtypes() const { return model_->dtypes(); }
   Load load_now() const;
 
   // Changes the compute threads between two steps: running generations pause for that moment and go on
@@ -111,6 +117,7 @@ class ModelInstance {
   uint64_t next_id_ = 1;
   size_t running_ = 0, waiting_ = 0;
   int current_threads_ = 0;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, size_t>> recent_tokens_;  // for tokens/s
   bool stop_ = false;
   std::thread worker_;
 };

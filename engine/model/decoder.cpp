@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "../core/error.h"
 #include "rope.h"
@@ -51,6 +52,27 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightSto
     layers_.push_back(std::move(L));
   }
   inv_freq_ = rope_inv_freq(c.rope, d);
+
+  // What the bound weights amount to (the tied LM head counted once).
+  std::map<std::string, uint64_t> by_dtype;
+  auto count = [&](const Tensor& t) {
+    parameters_ += uint64_t(t.numel());
+    weight_bytes_ += t.bytes();
+    by_dtype[std::string(dtype_name(t.dtype))] += uint64_t(t.numel());
+  };
+  auto count_opt = [&](const std::optional<Tensor>& t) {
+    if (t) count(*t);
+  };
+  count(embed_);
+  count(final_norm_);
+  if (!c.tie_word_embeddings) count(lm_head_);
+  for (const LayerWeights& L : layers_) {
+    for (const Tensor* t : {&L.attn_norm, &L.q, &L.k, &L.v, &L.o, &L.mlp_norm, &L.gate, &L.up, &L.down}) count(*t);
+    for (const std::optional<Tensor>* t : {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.q_norm, &L.k_norm, &L.gate_bias,
+                                           &L.up_bias, &L.down_bias})
+      count_opt(*t);
+  }
+  for (auto& [name, n] : by_dtype) dtypes_ += (dtypes_.empty() ? "" : ", ") + name;
 }
 
 Tensor DecoderModel::forward(ops::Context& ctx, const Batch& b, kvcache::KvPool& pool,

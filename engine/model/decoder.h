@@ -36,6 +36,10 @@ class DecoderModel {
   DecoderModel(ModelConfig config, DecoderSpec spec, const WeightStore& weights);
 
   const ModelConfig& config() const { return config_; }
+  // Parameters and the bytes their tensors take, and the dtypes they are stored in ("bf16", "f32").
+  uint64_t parameter_count() const { return parameters_; }
+  uint64_t weight_bytes() const { return weight_bytes_; }
+  const std::string& dtypes() const { return dtypes_; }
 
   // Writes the batch's keys and values into the cache and returns float32 logits [logit_rows, vocab].
   Tensor forward(ops::Context& ctx, const Batch& batch, kvcache::KvPool& pool,
@@ -47,6 +51,8 @@ class DecoderModel {
   Tensor embed_, final_norm_, lm_head_;
   std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_;
+  uint64_t parameters_ = 0, weight_bytes_ = 0;
+  std::string dtypes_;
 };
 
 }  // namespace ftllm::model

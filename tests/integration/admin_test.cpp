@@ -60,6 +60,15 @@ BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
   BOOST_TEST(a.out.find("loaded a in ") != std::string::npos, a.out);
   BOOST_TEST(a.out.find("  converting 100.0%  96.6 / 96.6 MB\n") != std::string::npos, a.out);  // progress, plain off a terminal
   int64_t rss_one = rss_kib(d.pid());
+  {
+    simdjson::dom::parser p;
+    simdjson::dom::element m = p.parse(run_command(ctl(d, "status a --json")).out)["models"].at(0);
+    BOOST_TEST(int64_t(m["parameters"]) > 134000000);  // SmolLM2-135M
+    BOOST_TEST(int64_t(m["parameters"]) < 135000000);
+    BOOST_TEST(std::string_view(m["dtypes"]) == "float32");  // GGUF blocks are dequantised at load (for now)
+    BOOST_TEST(std::string_view(m["placement"].at(0)["layers"]) == "0-29");
+    BOOST_TEST(int64_t(m["memory"]["cpu"]["weight_bytes"]) > 500000000);
+  }
   CommandResult b = run_command(ctl(d, "load " + gguf + " --name b -t 1 --ctx 256 --json"));
   BOOST_TEST(b.exit_code == 0, b.err);
   BOOST_TEST(b.out.find(R"({"event":"loaded","name":"b")") != std::string::npos, b.out);
