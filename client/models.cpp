@@ -182,7 +182,7 @@ int cmd_rebalance(const CommandContext& ctx, const std::vector<std::string>& arg
     else name = a;
   }
   if (name.empty() || (threads.empty() && device.empty()))
-    return std::fprintf(stderr, "usage: ftllmctl rebalance NAME [-t N] [--device cpu]\n"), 2;
+    return std::fprintf(stderr, "usage: ftllmctl rebalance NAME [-t N] [--device cpu|numa|numa:N|{'cpu':1,'numa:0':1}]\n"), 2;
   if (!threads.empty() && threads.find_first_not_of("0123456789") != std::string::npos)
     return std::fprintf(stderr, "ftllmctl: -t needs a number, not %s\n", threads.c_str()), 2;
   std::string body = "{";
@@ -196,7 +196,9 @@ int cmd_rebalance(const CommandContext& ctx, const std::vector<std::string>& arg
     return 1;
   }
   if (ctx.json) std::printf("%s\n", reply.body.c_str());
-  else std::printf("rebalanced %s%s\n", name.c_str(), threads.empty() ? "" : (" to " + threads + " threads").c_str());
+  else
+    std::printf("rebalanced %s%s%s\n", name.c_str(), threads.empty() ? "" : (" to " + threads + " threads").c_str(),
+                device.empty() ? "" : (" on " + device).c_str());
   return 0;
 }
 
@@ -214,13 +216,19 @@ int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
   simdjson::dom::array models;
   if (parser.parse(body)["models"].get(models)) return std::fprintf(stderr, "ftllmctl: the daemon's reply has no models list\n"), 1;
   if (models.size() == 0) return std::printf("no models loaded (load one with: ftllmctl load MODEL)\n"), 0;
-  Table t({"MODEL", "ARCHITECTURE", "DEVICE", "THREADS", "RUNNING", "WAITING", "KV USED", "SOURCE"});
+  Table t({"MODEL", "ARCHITECTURE", "PLACEMENT", "THREADS", "RUNNING", "WAITING", "KV USED", "SOURCE"});
   for (auto m : models) {
     auto name = field<std::string_view>(m, "name"), arch = field<std::string_view>(m, "architecture"),
          source = field<std::string_view>(m, "source");
     auto running = field<int64_t>(m, "requests_running"), waiting = field<int64_t>(m, "requests_waiting"),
          used = field<int64_t>(m, "kv_blocks_used"), total = field<int64_t>(m, "kv_blocks_total");
-    t.add({std::string(name), std::string(arch), std::string(field<std::string_view>(m, "device")),
+    std::string placement;
+    simdjson::dom::array places;
+    if (!m["placement"].get(places))
+      for (auto p : places)
+        placement += (placement.empty() ? "" : " ") + std::string(field<std::string_view>(p, "device")) + ":" +
+                     std::string(field<std::string_view>(p, "layers"));
+    t.add({std::string(name), std::string(arch), placement,
            std::to_string(field<int64_t>(m, "threads")), std::to_string(running), std::to_string(waiting),
            total ? std::to_string(used * 100 / total) + "%" : "-", std::string(source)});
   }

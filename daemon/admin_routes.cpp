@@ -21,12 +21,20 @@ void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
     w.key("requests_running").number(uint64_t(load.running)).key("requests_waiting").number(uint64_t(load.waiting));
     w.key("kv_blocks_used").number(load.kv_blocks_used).key("kv_blocks_total").number(load.kv_blocks_total);
     w.key("context_length").number(handle->context_length()).key("threads").number(load.threads);
-    w.key("device").string("cpu");
     w.key("tokens_per_second").number(load.tokens_per_second);
     ModelHandle::Footprint f = handle->footprint();
     w.key("parameters").number(f.parameters).key("dtypes").string(f.dtypes);
-    w.key("placement").begin_array().begin_object().key("device").string("cpu").key("layers");
-    w.string(f.layers ? "0-" + std::to_string(f.layers - 1) : "none").end_object().end_array();
+    // "cpu:0-14 numa:0:15-29" as [{"device": "cpu", "layers": "0-14"}, ...]
+    w.key("placement").begin_array();
+    std::string placement = handle->placement();
+    for (size_t start = 0; start < placement.size();) {
+      size_t space = placement.find(' ', start);
+      std::string part = placement.substr(start, space == std::string::npos ? std::string::npos : space - start);
+      start = space == std::string::npos ? placement.size() : space + 1;
+      size_t colon = part.rfind(':');
+      w.begin_object().key("device").string(part.substr(0, colon)).key("layers").string(part.substr(colon + 1)).end_object();
+    }
+    w.end_array();
     // Weights as bound (mapped files count where used in place) and the KV pool as reserved.
     w.key("memory").begin_object().key("cpu").begin_object();
     w.key("weight_bytes").number(f.weight_bytes).key("kv_bytes").number(f.kv_bytes).end_object().end_object();
@@ -60,8 +68,7 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
   if (!body["max_sequences"].get(n)) o.max_sequences = int32_t(n);
   if ((!body["dtype"].get(sv) && sv != "auto") )
     return ex->respond(admin_error(400, "dtype " + std::string(sv) + " is not supported yet: models run in the dtype their files store", "unsupported_dtype"));
-  if (!body["device"].get(sv) && sv != "cpu")
-    return ex->respond(admin_error(400, "device " + std::string(sv) + " is not supported yet: this build runs models on the cpu", "unsupported_device"));
+  if (!body["device"].get(sv)) o.device = sv;
   const std::string name = o.name.empty() ? o.path : o.name;
   if (!o.name.empty() && engine.model(o.name))
     return ex->respond(admin_error(409, "a model named " + o.name + " is already loaded; unload it first or pick another --name", "name_taken"));
@@ -153,17 +160,18 @@ void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& in
     simdjson::dom::element body;
     if (parser.parse(text).get(body) || body.type() != simdjson::dom::element_type::OBJECT)
       return admin_error(400, "the body must be a JSON object such as {\"threads\": 4}", "invalid_json");
-    std::string_view device;
-    if (!body["device"].get(device) && device != "cpu")
-      return admin_error(400, "device " + std::string(device) + " is not available: this build places models on the cpu only", "unsupported_device");
     int64_t threads = 0;
     if (!body["threads"].get(threads) && (threads < 1 || threads > 1024))
       return admin_error(400, "threads must be from 1 to 1024", "invalid_threads");
+    std::string_view device;
+    if (!body["device"].get(device))
+      if (Status s = handle->set_placement(std::string(device)); !s.ok) return admin_error(400, s.message, "invalid_device");
     if (threads > 0) handle->set_threads(int(threads));
-    log_info("rebalanced " + name + (threads ? " to " + std::to_string(threads) + " threads" : std::string()));
+    log_info("rebalanced " + name + (threads ? " to " + std::to_string(threads) + " threads" : std::string()) +
+             (device.empty() ? std::string() : " on " + std::string(device)));
     JsonWriter w;
     w.begin_object().key("rebalanced").string(name).key("threads").number(threads ? threads : int64_t(handle->load().threads));
-    w.key("device").string("cpu").end_object();
+    w.key("device").string(device.empty() ? "unchanged" : std::string(device)).end_object();
     return http::Response{200, "application/json", {}, w.take()};
   });
   // DELETE /admin/v1/models/NAME[?force=1]: new requests get 404 at once; running ones finish (they keep

@@ -120,7 +120,6 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
   if (o.model_name && o.models.size() != 1) return "--name needs exactly one MODEL";
   if (o.dtype && *o.dtype != "auto")
     return "--dtype " + *o.dtype + " is not supported yet: models run in the dtype their files store (use --dtype auto)";
-  if (o.device && *o.device != "cpu") return "--device " + *o.device + " is not supported yet: this build runs models on the cpu";
   for (const std::string& path : o.models) {
     ModelLoadOptions m;
     m.path = path;
@@ -140,6 +139,7 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
     }
     if (o.chat_template) m.chat_template = *o.chat_template;
     if (o.cache_dir) m.cache_dir = *o.cache_dir;
+    if (o.device) m.device = *o.device;
     out.push_back(m);
   }
   return {};

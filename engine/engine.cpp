@@ -4,6 +4,7 @@
 #include "cpu/numa_topology.h"
 #include "ftllm_version.h"
 #include "model_instance.h"
+#include "placement.h"
 #ifdef FTLLM_WITH_CUDA
 #include "cuda/cuda_devices.h"
 #endif
@@ -89,6 +90,17 @@ uint64_t ModelHandle::submit(GenerationRequest request, GenerationCallback callb
 void ModelHandle::cancel(uint64_t id) const { impl_->cancel(id); }
 void ModelHandle::fail_all(const std::string& message) const { impl_->fail_all(message); }
 void ModelHandle::set_threads(int threads) const { impl_->set_threads(threads); }
+
+Status ModelHandle::set_placement(const std::string& device) const {
+  try {
+    impl_->set_placement(resolve_placement(device, impl_->config().num_layers));
+  } catch (const std::exception& e) {
+    return Status::error(e.what());
+  }
+  return Status::success();
+}
+
+std::string ModelHandle::placement() const { return placement_string(impl_->placement()); }
 
 ModelHandle::Load ModelHandle::load() const {
   auto l = impl_->load_now();

@@ -57,6 +57,7 @@ struct ModelLoadOptions {
   int32_t max_sequences = 8;
   std::string chat_template;   // a file that overrides the model's own template (--chat_template)
   std::string cache_dir;       // where to find "org/name" models (default $HF_HOME/hub), offline
+  std::string device = "cpu";  // "cpu", "numa", "numa:N", or {'cpu':1,'numa:0':1} to split the layers
   LoadProgress progress;       // optional
 };
 
@@ -121,6 +122,9 @@ class ModelHandle {
   Footprint footprint() const;
   // Changes the model's compute threads live (between two steps); requests in flight carry on.
   void set_threads(int threads) const;
+  // Moves layers between devices live (fastllm's --device syntax); an invalid spec changes nothing.
+  Status set_placement(const std::string& device) const;
+  std::string placement() const;  // "cpu:0-29", "cpu:0-14 numa:0:15-29"
 
  private:
   std::shared_ptr<ModelInstance> impl_;

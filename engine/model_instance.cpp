@@ -180,6 +180,7 @@ ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::De
       // Prompts are fed in slices of at most 512 tokens per step so running streams keep flowing.
       scheduler_({512, options_.max_sequences}) {
   current_threads_ = pool_->size();
+  apply_placement(resolve_placement(options_.device, model_->config().num_layers), 0);
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -233,6 +234,47 @@ void ModelInstance::cancel(uint64_t id) {
   wake_.notify_one();
 }
 
+void ModelInstance::set_placement(std::vector<LayerRange> placement) {
+  {
+    std::lock_guard lock(mu_);
+    pending_placement_ = std::move(placement);
+  }
+  wake_.notify_one();
+}
+
+std::vector<LayerRange> ModelInstance::placement() const {
+  std::lock_guard lock(mu_);
+  return placement_;
+}
+
+void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threads) {
+  if (threads <= 0) threads = pool_->size();
+  if (threads != pool_->size()) pool_ = std::make_unique<cpu::ThreadPool>(threads);
+  device_contexts_.clear();
+  device_pools_.clear();
+  layer_ctx_.clear();
+  bool all_cpu = true;
+  for (const LayerRange& r : placement) all_cpu = all_cpu && r.device == "cpu";
+  if (!all_cpu) {
+    static ops::Context* none = nullptr;
+    layer_ctx_.assign(size_t(config().num_layers), none);
+    main_ctx_ = std::make_unique<ops::Context>(ops::Context{*pool_, cpu::best_kernels()});
+    for (const LayerRange& r : placement) {
+      ops::Context* ctx = main_ctx_.get();
+      if (r.device != "cpu") {
+        if (!device_pools_.count(r.device))
+          device_pools_[r.device] = std::make_unique<cpu::ThreadPool>(threads, std::stoi(r.device.substr(5)));
+        if (!device_contexts_.count(r.device))
+          device_contexts_[r.device] = std::make_unique<ops::Context>(ops::Context{*device_pools_[r.device], cpu::best_kernels()});
+        ctx = device_contexts_[r.device].get();
+      }
+      for (int64_t l = r.first; l < r.first + r.count; ++l) layer_ctx_[size_t(l)] = ctx;
+    }
+  }
+  std::lock_guard lock(mu_);
+  placement_ = std::move(placement);
+}
+
 void ModelInstance::set_threads(int threads) {
   {
     std::lock_guard lock(mu_);
@@ -271,13 +313,15 @@ void ModelInstance::worker_loop() {
     std::vector<uint64_t> cancels;
     std::string fail_message;
     int threads = 0;
+    std::optional<std::vector<LayerRange>> placement;
     {
       std::unique_lock lock(mu_);
       wake_.wait(lock, [&] {
         return stop_ || !incoming_.empty() || !cancels_.empty() || !fail_all_message_.empty() || pending_threads_ ||
-               !scheduler_.idle();
+               pending_placement_ || !scheduler_.idle();
       });
       threads = std::exchange(pending_threads_, 0);
+      if (pending_placement_) placement = std::exchange(pending_placement_, std::nullopt);
       fail_message = std::exchange(fail_all_message_, {});
       if (stop_) {
         // Everything still queued or running ends as cancelled, so no caller waits forever.
@@ -326,7 +370,8 @@ void ModelInstance::worker_loop() {
     }
     {
       std::lock_guard compute(compute_mu_);
-      if (threads > 0 && threads != pool_->size()) pool_ = std::make_unique<cpu::ThreadPool>(threads);
+      if (placement) apply_placement(std::move(*placement), threads);
+      else if (threads > 0 && threads != pool_->size()) apply_placement(this->placement(), threads);
       if (!scheduler_.idle()) step();
       // Report finished sequences (cancelled ones included) and free their pages.
       for (scheduler::Finished& f : scheduler_.take_finished()) {
@@ -385,7 +430,7 @@ void ModelInstance::step() {
   ops::Context ctx{*pool_, cpu::best_kernels()};
   std::vector<scheduler::Scheduler::Sampled> sampled;
   try {
-    Tensor logits = model_->forward(ctx, batch, kv_, seqs);
+    Tensor logits = model_->forward(ctx, batch, kv_, seqs, layer_contexts());
     std::vector<float*> rows;
     for (size_t r = 0; r < plan.items.size(); ++r) rows.push_back(logits.as<float>() + int64_t(r) * c.vocab_size);
     sampled = scheduler_.commit(plan, rows, c.vocab_size);
@@ -450,7 +495,7 @@ std::vector<std::vector<float>> ModelInstance::prompt_logits(const std::vector<i
   }
   batch.logit_rows = positions_wanted;
   ops::Context ctx{*pool_, cpu::best_kernels()};
-  Tensor logits = model_->forward(ctx, batch, kv_, {&kv});
+  Tensor logits = model_->forward(ctx, batch, kv_, {&kv}, layer_contexts());
   kv.release(kv_);
   std::vector<std::vector<float>> out;
   for (size_t r = 0; r < positions_wanted.size(); ++r) {
@@ -478,7 +523,7 @@ std::vector<float> ModelInstance::decode_logits(const std::vector<int32_t>& toke
       batch.seq.push_back(0);
     }
     batch.logit_rows = {int64_t(n) - 1};
-    logits = model_->forward(ctx, batch, kv_, {&kv});
+    logits = model_->forward(ctx, batch, kv_, {&kv}, layer_contexts());
     done += n;
   }
   kv.release(kv_);

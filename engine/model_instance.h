@@ -10,12 +10,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cpu/thread_pool.h"
 #include "engine.h"
+#include "placement.h"
 #include "kvcache/kv_cache.h"
 #include "model/decoder.h"
 #include "model/weights.h"
@@ -67,6 +69,9 @@ class ModelInstance {
   // Changes the compute threads between two steps: running generations pause for that moment and go on
   // with the same results (every output element is computed by one thread, whatever their number).
   void set_threads(int threads);
+  // Moves layers to other devices between two steps (each NUMA device gets a pool bound to its node).
+  void set_placement(std::vector<LayerRange> placement);
+  std::vector<LayerRange> placement() const;
 
   // Runs the requests to completion, batched together; results in request order.
   std::vector<GenerationResult> generate(std::vector<GenerationRequest> requests);
@@ -94,6 +99,14 @@ class ModelInstance {
   jinja::Object special_tokens_;
   std::string chat_template_error_;
   std::unique_ptr<cpu::ThreadPool> pool_;  // replaced between steps by set_threads
+  // Layers placed on NUMA devices run on pools bound to those nodes; all of this is rebuilt between steps.
+  std::vector<LayerRange> placement_;
+  std::map<std::string, std::unique_ptr<cpu::ThreadPool>> device_pools_;
+  std::map<std::string, std::unique_ptr<ops::Context>> device_contexts_;
+  std::vector<ops::Context*> layer_ctx_;  // empty: every layer on pool_
+  std::unique_ptr<ops::Context> main_ctx_;  // pool_'s context for the layers left on the cpu
+  void apply_placement(std::vector<LayerRange> placement, int threads);  // worker, compute_mu_ held
+  const std::vector<ops::Context*>* layer_contexts() const { return layer_ctx_.empty() ? nullptr : &layer_ctx_; }
 
   std::mutex compute_mu_;  // the KV pool and thread pool: the worker's steps, and the test helpers
   kvcache::KvPool kv_;
@@ -111,6 +124,7 @@ class ModelInstance {
   std::vector<uint64_t> cancels_;
   std::string fail_all_message_;  // set by fail_all, applied by the worker
   int pending_threads_ = 0;       // set by set_threads, applied by the worker
+  std::optional<std::vector<LayerRange>> pending_placement_;
   std::map<uint64_t, GenerationCallback> callbacks_;  // by public id
   std::map<uint64_t, uint64_t> public_of_;            // scheduler id -> public id
   std::map<uint64_t, uint64_t> scheduler_of_;         // public id -> scheduler id

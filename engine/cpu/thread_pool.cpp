@@ -2,13 +2,19 @@
 
 #include <immintrin.h>
 
+#include <numa.h>
+
 #include <algorithm>
 
 namespace ftllm::cpu {
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, int numa_node) : numa_node_(numa_node) {
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 1; i < threads; ++i)
+    workers_.emplace_back([this] {
+      if (numa_node_ >= 0 && numa_available() >= 0) numa_run_on_node(numa_node_);
+      worker_loop();
+    });
 }
 
 ThreadPool::~ThreadPool() {

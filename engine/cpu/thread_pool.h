@@ -13,13 +13,15 @@ namespace ftllm::cpu {
 
 class ThreadPool {
  public:
-  // `threads` counts the caller: 1 means no workers. 0 means one per online core.
-  explicit ThreadPool(int threads = 0);
+  // `threads` counts the caller: 1 means no workers. 0 means one per online core. With `numa_node` >= 0
+  // the workers run on that node's cores (and so first-touch its memory).
+  explicit ThreadPool(int threads = 0, int numa_node = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
+  int numa_node() const { return numa_node_; }
 
   // Calls fn(begin, end) over [0, n) in chunks of at least `grain`, spread over all threads; returns
   // when every chunk is done. Not reentrant: fn must not call parallel_for on the same pool.
@@ -30,6 +32,7 @@ class ThreadPool {
   void work_on_current_job();
 
   std::vector<std::thread> workers_;
+  int numa_node_ = -1;
   std::mutex mu_;
   std::condition_variable wake_;
   uint64_t generation_ = 0;  // guarded by mu_; bumped per job

@@ -75,8 +75,10 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightSto
   for (auto& [name, n] : by_dtype) dtypes_ += (dtypes_.empty() ? "" : ", ") + name;
 }
 
-Tensor DecoderModel::forward(ops::Context& ctx, const Batch& b, kvcache::KvPool& pool,
-                             const std::vector<kvcache::SequenceKv*>& sequences) const {
+Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
+                             const std::vector<kvcache::SequenceKv*>& sequences,
+                             const std::vector<ops::Context*>* layer_ctx) const {
+  ops::Context& ctx = main_ctx;
   const ModelConfig& c = config_;
   const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
   const int64_t q_dim = c.num_heads * d, kv_dim = c.num_kv_heads * d, B = pool.block_tokens();
@@ -98,6 +100,7 @@ Tensor DecoderModel::forward(ops::Context& ctx, const Batch& b, kvcache::KvPool&
 
   for (int64_t l = 0; l < int64_t(layers_.size()); ++l) {
     const LayerWeights& L = layers_[size_t(l)];
+    ops::Context& ctx = layer_ctx ? *(*layer_ctx)[size_t(l)] : main_ctx;
     ops::rmsnorm(ctx, x, L.attn_norm, eps, h);
     ops::linear(ctx, h, L.q, opt(L.q_bias), q);
     ops::linear(ctx, h, L.k, opt(L.k_bias), k);

@@ -42,8 +42,11 @@ class DecoderModel {
   const std::string& dtypes() const { return dtypes_; }
 
   // Writes the batch's keys and values into the cache and returns float32 logits [logit_rows, vocab].
+  // `layer_ctx`, when given, holds one context per layer (layers placed on different thread pools);
+  // `ctx` runs everything else.
   Tensor forward(ops::Context& ctx, const Batch& batch, kvcache::KvPool& pool,
-                 const std::vector<kvcache::SequenceKv*>& sequences) const;
+                 const std::vector<kvcache::SequenceKv*>& sequences,
+                 const std::vector<ops::Context*>* layer_ctx = nullptr) const;
 
  private:
   ModelConfig config_;

@@ -174,7 +174,17 @@ BOOST_AUTO_TEST_CASE(rebalance_during_a_stream_changes_nothing_but_the_threads) 
   BOOST_TEST(r.out == "rebalanced m to 2 threads\n");
   request.join();
   BOOST_TEST(disturbed == undisturbed);
-  BOOST_TEST(run_command(ctl(d, "list")).out.find("cpu      2 ") != std::string::npos, run_command(ctl(d, "list")).out);
+  BOOST_TEST(run_command(ctl(d, "list")).out.find("cpu:0-29    2 ") != std::string::npos, run_command(ctl(d, "list")).out);
+  // Layers split between cpu and a NUMA-bound pool, midway through another request: same output again.
+  std::string again;
+  std::thread second([&] { again = text_of(complete()); });
+  for (int i = 0; i < 100 && running(d, "m") == 0; ++i) usleep(20000);
+  CommandResult split = run_command(ctl(d, "rebalance m --device \"{'cpu':1,'numa:0':1}\""));
+  BOOST_TEST(split.exit_code == 0, split.err);
+  second.join();
+  BOOST_TEST(again == undisturbed);
+  BOOST_TEST(run_command(ctl(d, "list")).out.find("cpu:0-14 numa:0:15-29") != std::string::npos, run_command(ctl(d, "list")).out);
+  BOOST_TEST(run_command(ctl(d, "rebalance m --device numa:7")).exit_code == 1);
   BOOST_TEST(run_command(ctl(d, "rebalance m --device cuda")).exit_code == 1);
   BOOST_TEST(run_command(ctl(d, "rebalance nope -t 2")).exit_code == 1);
   BOOST_TEST(run_command(ctl(d, "rebalance m")).exit_code == 2);
