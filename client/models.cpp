@@ -46,10 +46,13 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
     static const std::map<std::string, std::string> keys = {
         {"--name", "name"}, {"-t", "threads"}, {"--threads", "threads"}, {"--ctx", "context_length"},
         {"--max_sequences", "max_sequences"}, {"--chat_template", "chat_template"}, {"--dtype", "dtype"},
-        {"--device", "device"}, {"--cache_dir", "cache_dir"}};
+        {"--device", "device"}, {"--cache_dir", "cache_dir"}, {"--moe_dtype", "moe_dtype"},
+        {"--moe_device", "moe_device"}, {"--moe_experts", "moe_experts"}};
     if (auto k = keys.find(a); k != keys.end()) {
       if (i + 1 >= args.size()) return std::fprintf(stderr, "ftllmctl: %s needs a value\n", a.c_str()), 2;
       opts[k->second] = args[++i];
+    } else if (a == "--cuda_se") {
+      opts["cuda_se"] = "true";
     } else if (a.starts_with("-")) {
       return std::fprintf(stderr, "ftllmctl: load: unknown option %s\n", a.c_str()), 2;
     } else if (model.empty()) {
@@ -66,8 +69,8 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
   }
   std::string body = "{\"model\": " + quote(model);
   for (auto& [k, v] : opts) {
-    bool number = k == "threads" || k == "context_length" || k == "max_sequences";
-    if (number && v.find_first_not_of("0123456789") != std::string::npos)
+    bool number = k == "threads" || k == "context_length" || k == "max_sequences" || k == "moe_experts" || k == "cuda_se";
+    if (number && k != "cuda_se" && v.find_first_not_of("0123456789") != std::string::npos)
       return std::fprintf(stderr, "ftllmctl: %s needs a number, not %s\n", k.c_str(), v.c_str()), 2;
     body += ", " + quote(k) + ": " + (number ? v : quote(v));
   }

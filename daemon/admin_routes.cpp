@@ -69,6 +69,11 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
   if ((!body["dtype"].get(sv) && sv != "auto") )
     return ex->respond(admin_error(400, "dtype " + std::string(sv) + " is not supported yet: models run in the dtype their files store", "unsupported_dtype"));
   if (!body["device"].get(sv)) o.device = sv;
+  for (const char* moe : {"moe_dtype", "moe_device", "moe_experts", "cuda_se"})
+    if (!body[moe].error())
+      return ex->respond(admin_error(400, std::string(moe) + " applies to mixture-of-experts models, which this build does not load yet; "
+                                                            "load without it",
+                                     "unsupported_option"));
   const std::string name = o.name.empty() ? o.path : o.name;
   if (!o.name.empty() && engine.model(o.name))
     return ex->respond(admin_error(409, "a model named " + o.name + " is already loaded; unload it first or pick another --name", "name_taken"));

@@ -147,6 +147,9 @@ BOOST_AUTO_TEST_CASE(failed_loads_and_exit_codes) {
   CommandResult dtype = run_command(ctl(d, "load " + smollm2_gguf_path() + " --dtype int4"));
   BOOST_TEST(dtype.exit_code == 1);
   BOOST_TEST(dtype.err.find("dtype int4 is not supported yet") != std::string::npos);
+  CommandResult moe = run_command(ctl(d, "load " + smollm2_gguf_path() + " --moe_device cpu"));
+  BOOST_TEST(moe.exit_code == 1);
+  BOOST_TEST(moe.err.find("moe_device applies to mixture-of-experts models") != std::string::npos, moe.err);
   BOOST_TEST(run_command(ctl(d, "status")).exit_code == 0);
 
   std::string socket = d.socket_path();
