@@ -459,14 +459,22 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
   });
 }
 
-// Parses a helper route's body, or answers with the error.
-bool parse_body(const std::shared_ptr<http::Exchange>& ex, simdjson::dom::parser& parser, simdjson::dom::element& out) {
-  simdjson::padded_string text(ex->request().body);
-  if (parser.parse(text).get(out) || out.type() != simdjson::dom::element_type::OBJECT) {
-    ex->respond(api_error({400, "the body must be a JSON object", "", "invalid_request_error", "invalid_json"}));
-    return false;
-  }
-  return true;
+// A helper route (llama-server's shapes): the API key, a JSON object body, and the model it names (or the
+// only one loaded) are checked before `fn` runs.
+http::Handler helper_route(ApiContext& api,
+                           std::function<http::Response(simdjson::dom::element, ModelHandle&, const http::Request&)> fn) {
+  return [&api, fn = std::move(fn)](const http::Request& req) -> http::Response {
+    if (auto denied = check_key(api.config, req)) return *denied;
+    simdjson::dom::parser parser;
+    simdjson::padded_string text(req.body);
+    simdjson::dom::element body;
+    if (parser.parse(text).get(body) || body.type() != simdjson::dom::element_type::OBJECT)
+      return api_error({400, "the body must be a JSON object", "", "invalid_request_error", "invalid_json"});
+    ApiError err;
+    auto model = model_for(api.engine, body, err);
+    if (!model) return api_error(err);
+    return fn(body, *model, req);
+  };
 }
 
 }  // namespace
@@ -508,78 +516,57 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
   router.add_async("POST", "/v1/chat/completions", [&api](const auto& ex) { handle_generation(api, ex, true); });
   router.add_async("POST", "/v1/completions", [&api](const auto& ex) { handle_generation(api, ex, false); });
 
-  router.add_async("POST", "/tokenize", [&api](const std::shared_ptr<http::Exchange>& ex) {
-    if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);
-    simdjson::dom::parser parser;
-    simdjson::dom::element body;
-    if (!parse_body(ex, parser, body)) return;
-    ApiError err;
-    auto model = model_for(api.engine, body, err);
-    if (!model) return ex->respond(api_error(err));
+  router.add("POST", "/tokenize", helper_route(api, [](simdjson::dom::element body, ModelHandle& model, const http::Request&) {
     std::string_view content;
-    if (body["content"].get(content)) return ex->respond(api_error({400, "'content' is required and must be a string", "content"}));
+    if (body["content"].get(content)) return api_error({400, "'content' is required and must be a string", "content"});
     bool add_special = false;
     if (body["add_special"].get(add_special)) add_special = false;
     std::vector<int32_t> ids;
-    if (Status s = model->tokenize(content, add_special, true, ids); !s.ok) return ex->respond(api_error({400, s.message}));
+    if (Status s = model.tokenize(content, add_special, true, ids); !s.ok) return api_error({400, s.message});
     JsonWriter w;
     w.begin_object().key("tokens").begin_array();
     for (int32_t id : ids) w.number(id);
     w.end_array().end_object();
-    ex->respond(json_ok(w.take()));
-  });
-  router.add_async("POST", "/detokenize", [&api](const std::shared_ptr<http::Exchange>& ex) {
-    if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);
-    simdjson::dom::parser parser;
-    simdjson::dom::element body;
-    if (!parse_body(ex, parser, body)) return;
-    ApiError err;
-    auto model = model_for(api.engine, body, err);
-    if (!model) return ex->respond(api_error(err));
+    return json_ok(w.take());
+  }));
+  router.add("POST", "/detokenize", helper_route(api, [](simdjson::dom::element body, ModelHandle& model, const http::Request&) {
     simdjson::dom::array tokens;
-    if (body["tokens"].get(tokens)) return ex->respond(api_error({400, "'tokens' is required and must be an array of ids", "tokens"}));
+    if (body["tokens"].get(tokens)) return api_error({400, "'tokens' is required and must be an array of ids", "tokens"});
     std::vector<int32_t> ids;
     for (auto t : tokens) {
       int64_t v;
-      if (t.get(v)) return ex->respond(api_error({400, "'tokens' must hold integers", "tokens"}));
+      if (t.get(v)) return api_error({400, "'tokens' must hold integers", "tokens"});
       ids.push_back(int32_t(v));
     }
     std::string text;
-    if (Status s = model->detokenize(ids, false, text); !s.ok) return ex->respond(api_error({400, s.message}));
+    if (Status s = model.detokenize(ids, false, text); !s.ok) return api_error({400, s.message});
     JsonWriter w;
     w.begin_object().key("content").string(text).end_object();
-    ex->respond(json_ok(w.take()));
-  });
-  router.add_async("POST", "/apply-template", [&api](const std::shared_ptr<http::Exchange>& ex) {
-    if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);
-    simdjson::dom::parser parser;
-    simdjson::dom::element body;
-    if (!parse_body(ex, parser, body)) return;
-    ApiError err;
-    auto model = model_for(api.engine, body, err);
-    if (!model) return ex->respond(api_error(err));
+    return json_ok(w.take());
+  }));
+  router.add("POST", "/apply-template", helper_route(api, [](simdjson::dom::element body, ModelHandle& model, const http::Request& req) {
     // The same parsing as chat completions, so the prompt is exactly what /v1/chat/completions feeds.
-    std::string with_model = ex->request().body;
+    std::string with_model = req.body;
     GenerationBody parsed;
     JsonWriter fixed;
     if (body["model"].error()) {
       simdjson::dom::object obj = body;
-      fixed.begin_object().key("model").string(model->name());
+      fixed.begin_object().key("model").string(model.name());
       for (auto [k, v] : obj) fixed.key(k).raw(simdjson::to_string(v));
       fixed.end_object();
       with_model = fixed.take();
     }
-    if (auto e = parse_generation_body(with_model, true, parsed)) return ex->respond(api_error(*e));
+    if (auto e = parse_generation_body(with_model, true, parsed)) return api_error(*e);
     bool add_generation_prompt = true;
     if (body["add_generation_prompt"].get(add_generation_prompt)) add_generation_prompt = true;
     parsed.chat_input.add_generation_prompt = add_generation_prompt;
     std::string prompt;
-    if (Status s = model->apply_chat_template(parsed.chat_input, prompt); !s.ok)
-      return ex->respond(api_error({400, s.message, "messages", "invalid_request_error", "chat_template_error"}));
+    if (Status s = model.apply_chat_template(parsed.chat_input, prompt); !s.ok)
+      return api_error({400, s.message, "messages", "invalid_request_error", "chat_template_error"});
     JsonWriter w;
     w.begin_object().key("prompt").string(prompt).end_object();
-    ex->respond(json_ok(w.take()));
-  });
+    return json_ok(w.take());
+  }));
 }
 
 }  // namespace ftllm::daemon
