@@ -15,6 +15,17 @@ T field(simdjson::dom::element e, const char* key, T fallback = {}) {
   return e[key].get(value) == simdjson::SUCCESS ? value : fallback;
 }
 
+// A model's placement as the tables show it: "cpu:0-11 numa:1:12-23".
+inline std::string placement_text(simdjson::dom::element model) {
+  std::string text;
+  simdjson::dom::array places;
+  if (model["placement"].get(places) == simdjson::SUCCESS)
+    for (auto p : places)
+      text += (text.empty() ? "" : " ") + std::string(field<std::string_view>(p, "device")) + ":" +
+              std::string(field<std::string_view>(p, "layers"));
+  return text;
+}
+
 // A JSON string literal for `s` (UTF-8 passes through; quotes, backslashes and controls are escaped).
 inline std::string json_quote(std::string_view s) {
   std::string out = "\"";

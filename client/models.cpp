@@ -225,12 +225,7 @@ int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
          source = field<std::string_view>(m, "source");
     auto running = field<int64_t>(m, "requests_running"), waiting = field<int64_t>(m, "requests_waiting"),
          used = field<int64_t>(m, "kv_blocks_used"), total = field<int64_t>(m, "kv_blocks_total");
-    std::string placement;
-    simdjson::dom::array places;
-    if (!m["placement"].get(places))
-      for (auto p : places)
-        placement += (placement.empty() ? "" : " ") + std::string(field<std::string_view>(p, "device")) + ":" +
-                     std::string(field<std::string_view>(p, "layers"));
+    std::string placement = placement_text(m);
     t.add({std::string(name), std::string(arch), placement,
            std::to_string(field<int64_t>(m, "threads")), std::to_string(running), std::to_string(waiting),
            total ? std::to_string(used * 100 / total) + "%" : "-", std::string(source)});

@@ -107,12 +107,7 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     char params[32], tps[32];
     std::snprintf(params, sizeof params, "%.1fM", double(field<uint64_t>(m, "parameters")) / 1e6);
     std::snprintf(tps, sizeof tps, "%.1f", field<double>(m, "tokens_per_second"));
-    std::string placement;
-    simdjson::dom::array places;
-    if (!m["placement"].get(places))
-      for (auto p : places)
-        placement += (placement.empty() ? "" : " ") + std::string(field<std::string_view>(p, "device")) + ":" +
-                     std::string(field<std::string_view>(p, "layers"));
+    std::string placement = placement_text(m);
     simdjson::dom::element mem;
     uint64_t weights = 0, kv = 0;
     if (!m["memory"]["cpu"].get(mem)) weights = field<uint64_t>(mem, "weight_bytes"), kv = field<uint64_t>(mem, "kv_bytes");

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <map>
 #include <regex>
-#include <sstream>
 
+#include "core/mapped_file.h"
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "model/architecture.h"
@@ -19,14 +19,6 @@ namespace ftllm {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw EngineError("cannot read " + p.string());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 int64_t context_of(const ModelLoadOptions& o, const model::ModelConfig& c) {
   return o.context_length > 0 ? o.context_length : std::min<int64_t>(c.max_position_embeddings, 8192);
@@ -145,9 +137,9 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
       throw EngineError(options.path + " is not a model directory (expected config.json and *.safetensors) or a .gguf file");
     if (!fs::exists(dir / "config.json")) throw EngineError(options.path + " has no config.json");
     model::ModelConfig config =
-        model::parse_model_config(read_file(dir / "config.json"), (dir / "config.json").string());
+        model::parse_model_config(read_text_file(dir / "config.json"), (dir / "config.json").string());
     if (fs::exists(dir / "generation_config.json"))
-      model::merge_generation_config(config, read_file(dir / "generation_config.json"),
+      model::merge_generation_config(config, read_text_file(dir / "generation_config.json"),
                                      (dir / "generation_config.json").string());
     const model::Architecture& arch = model::find_architecture(config.architecture);
     model::DecoderSpec spec = arch.spec(config);
@@ -160,11 +152,11 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
     if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
     m.reset(new ModelInstance(o, std::move(decoder), weights.file_bytes()));
     if (fs::exists(dir / "tokenizer.json"))
-      m->tokenizer_ = tokenizer::Tokenizer::from_json(read_file(dir / "tokenizer.json"), (dir / "tokenizer.json").string());
+      m->tokenizer_ = tokenizer::Tokenizer::from_json(read_text_file(dir / "tokenizer.json"), (dir / "tokenizer.json").string());
     template_source = tokenizer::find_chat_template(options.path);
     m->special_tokens_ = tokenizer::special_tokens_of(options.path);
   }
-  if (!options.chat_template.empty()) template_source = read_file(options.chat_template);
+  if (!options.chat_template.empty()) template_source = read_text_file(options.chat_template);
   m->chat_template_ = parse_chat_template(template_source, m->chat_template_error_);
   if (options.progress) options.progress("ready", m->weight_file_bytes(), m->weight_file_bytes());
   return m;

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "error.h"
 
@@ -38,6 +40,14 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
 
 MappedFile::~MappedFile() {
   if (data_) munmap(data_, size_);
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw EngineError("cannot read " + path.string() + ": " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace ftllm

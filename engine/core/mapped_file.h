@@ -1,8 +1,10 @@
-// A whole file mapped read-only. Weights are used in place from the mapping, never copied when
+// Reading files: a whole file mapped read-only, or a small one read into a string.
+// A mapped file: Weights are used in place from the mapping, never copied when
 // their dtype is the one computed with.
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -26,5 +28,8 @@ class MappedFile {
   size_t size_ = 0;
   std::string path_;
 };
+
+// A small file's whole contents (configs, tokenizer.json, templates); throws EngineError naming it.
+std::string read_text_file(const std::filesystem::path& path);
 
 }  // namespace ftllm

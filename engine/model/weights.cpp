@@ -3,10 +3,9 @@
 #include <simdjson.h>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
+#include "../core/mapped_file.h"
 #include "../core/error.h"
 
 namespace ftllm::model {
@@ -15,18 +14,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw EngineError("cannot read " + p.string());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The shard file names listed in model.safetensors.index.json's weight_map.
 std::set<std::string> shards_of_index(const fs::path& index) {
   simdjson::dom::parser parser;
-  simdjson::padded_string text(read_text(index));
+  simdjson::padded_string text(read_text_file(index));
   simdjson::dom::object weight_map;
   if (parser.parse(text)["weight_map"].get(weight_map))
     throw EngineError(index.string() + ": no \"weight_map\" object; the index is corrupt");

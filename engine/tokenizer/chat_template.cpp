@@ -3,9 +3,8 @@
 #include <simdjson.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "../core/mapped_file.h"
 #include "jinja/render.h"
 
 namespace ftllm::tokenizer {
@@ -33,13 +32,6 @@ jinja::Value from_element(simdjson::dom::element e) {
     case element_type::NULL_VALUE: return jinja::Value::none();
   }
   return jinja::Value::none();
-}
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // transformers fills reasoning_content from older names, and `thinking` for templates that read that.
@@ -96,7 +88,7 @@ std::string ChatTemplate::render(const ChatRequest& r) const {
 std::string find_chat_template(const std::string& model_dir) {
   namespace fs = std::filesystem;
   fs::path dir(model_dir);
-  if (fs::exists(dir / "chat_template.jinja")) return read_file(dir / "chat_template.jinja");
+  if (fs::exists(dir / "chat_template.jinja")) return read_text_file(dir / "chat_template.jinja");
   if (!fs::exists(dir / "tokenizer_config.json")) return {};
   simdjson::dom::parser parser;
   simdjson::dom::element config;
