@@ -140,9 +140,14 @@ GgufFile GgufFile::open(const std::string& path) {
     info.t.name = c.string();
     uint32_t dims = c.read<uint32_t>();
     if (dims == 0 || dims > kMaxDims) throw c.error("tensor " + info.t.name + " has " + std::to_string(dims) + " dimensions");
+    // Bounding the product, not just each dimension, keeps numel() and byte sizes from overflowing.
+    const uint64_t kMaxElements = uint64_t(1) << 48;
+    uint64_t elements = 1;
     for (uint32_t d = 0; d < dims; ++d) {
       uint64_t n = c.read<uint64_t>();
-      if (n == 0 || n > (uint64_t(1) << 40)) throw c.error("tensor " + info.t.name + " has an implausible dimension");
+      if (n == 0 || n > kMaxElements / elements)
+        throw c.error("tensor " + info.t.name + " has an implausible shape (over 2^48 elements)");
+      elements *= n;
       info.t.ne.push_back(int64_t(n));
     }
     info.t.type = c.read<uint32_t>();
@@ -152,7 +157,8 @@ GgufFile GgufFile::open(const std::string& path) {
 
   uint64_t alignment = 32;
   if (auto a = g.get_int("general.alignment")) alignment = uint64_t(*a);
-  if (alignment == 0 || (alignment & (alignment - 1))) throw c.error("general.alignment is not a power of two");
+  if (alignment == 0 || (alignment & (alignment - 1)) || alignment > (uint64_t(1) << 20))
+    throw c.error("general.alignment is not a power of two up to 1 MiB");
   const uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
 
   for (Info& info : infos) {
@@ -164,7 +170,8 @@ GgufFile GgufFile::open(const std::string& path) {
       bytes = uint64_t(info.t.numel() / type->block_values) * type->block_bytes;
     }
     // Tensors of types we cannot read are kept (with no data) so that binding names them in its error.
-    if (type && (data_start + info.offset > f.size() || bytes > f.size() - data_start - info.offset))
+    if (type && (data_start > f.size() || info.offset > f.size() - data_start ||
+                 bytes > f.size() - data_start - info.offset))
       throw EngineError(path + ": tensor " + info.t.name + " lies past the end of the file (" +
                         std::to_string(f.size()) + " bytes): the file is truncated");
     if (type) {

@@ -68,12 +68,15 @@ std::map<std::string, StoredTensor> read_safetensors(const std::string& path) {
     t.dtype_name = dtype;
     t.dtype = parse_dtype(dtype);
     uint64_t numel = 1;
+    bool overflow = false;
     for (auto d : shape) {
       int64_t dim = 0;
       if (d.get(dim) || dim < 0) throw fail("tensor " + name + " has a shape entry that is not a size");
       t.shape.push_back(dim);
-      numel *= uint64_t(dim);
+      // A wrapped product could match the offsets by accident (2^32 x 2^32 floats "need" 0 bytes).
+      overflow |= __builtin_mul_overflow(numel, uint64_t(dim), &numel);
     }
+    if (overflow) throw fail("tensor " + name + " of shape " + shape_string(t.shape) + " is larger than any file");
     uint64_t begin = 0, end = 0;
     if (offsets.at(0).get(begin) || offsets.at(1).get(end))
       throw fail("tensor " + name + " has data_offsets that are not byte positions");
@@ -82,9 +85,10 @@ std::map<std::string, StoredTensor> read_safetensors(const std::string& path) {
                  "] outside the file's " + std::to_string(data_bytes) + " data bytes (truncated file?)");
     size_t esize = element_size(dtype);
     if (esize == 0) throw fail("tensor " + name + " has unknown dtype " + std::string(dtype));
-    if (numel * esize != end - begin)
+    if ((end - begin) % esize != 0 || numel != (end - begin) / esize)  // division: numel * esize may wrap
       throw fail("tensor " + name + " of shape " + shape_string(t.shape) + " in " + std::string(dtype) + " needs " +
-                 std::to_string(numel * esize) + " bytes but its offsets span " + std::to_string(end - begin));
+                 std::to_string(numel) + " x " + std::to_string(esize) + " bytes but its offsets span " +
+                 std::to_string(end - begin));
     t.data = data_start + begin;
     t.bytes = end - begin;
     t.owner = file;
