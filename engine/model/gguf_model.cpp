@@ -5,6 +5,7 @@
 
 #include "../core/error.h"
 #include "../core/tensor.h"
+#include "../cpu/kernels.h"
 #include "../quant/ggml_blocks.h"
 #include "gguf.h"
 
@@ -46,6 +47,16 @@ ModelConfig config_from_metadata(const GgufFile& g, const std::string& arch) {
   return c;
 }
 
+// `s` re-pointed at the float32 buffer `f`, which it keeps alive.
+StoredTensor holding_f32(StoredTensor s, const Tensor& f) {
+  s.dtype = DType::F32;
+  s.dtype_name = "F32";
+  s.data = f.data;
+  s.bytes = f.bytes();
+  s.owner = f.owner;
+  return s;
+}
+
 // The weight in Hugging Face's layout: rows = ne[1], columns = ne[0]. Float formats stay mapped; block
 // formats become float32 buffers.
 StoredTensor convert(const GgufFile& g, const GgufTensor& t, const std::string& hf_name) {
@@ -66,12 +77,7 @@ StoredTensor convert(const GgufFile& g, const GgufTensor& t, const std::string& 
   }
   Tensor f = Tensor::zeros_f32(s.shape);
   quant::dequantize(t.type, t.data, f.as<float>(), t.numel());
-  s.dtype = DType::F32;
-  s.dtype_name = "F32";
-  s.data = f.data;
-  s.bytes = f.bytes();
-  s.owner = f.owner;
-  return s;
+  return holding_f32(std::move(s), f);
 }
 
 // llama.cpp's converter interleaves the two rotary halves of each q/k head; undo it to get back
@@ -80,28 +86,14 @@ StoredTensor unpermute_rows(const StoredTensor& s, int64_t heads) {
   const int64_t rows = s.shape[0], cols = s.shape[1], half = rows / heads / 2;
   Tensor out = Tensor::zeros_f32({rows, cols});
   std::vector<float> src(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    // Widen f16/bf16 views first; float32 copies as is.
-    for (int64_t k = 0; k < cols; ++k) {
-      const size_t i = size_t(r * cols + k);
-      src[i] = *s.dtype == DType::F32 ? static_cast<const float*>(s.data)[i]
-               : *s.dtype == DType::F16 ? f16_to_f32(static_cast<const uint16_t*>(s.data)[i])
-                                        : bf16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
-    }
-  }
+  cpu::best_kernels().to_f32(*s.dtype, s.data, src.data(), rows * cols);  // widen f16/bf16 views
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i)
       for (int64_t j = 0; j < 2; ++j) {
         const int64_t from = h * 2 * half + 2 * i + j, to = h * 2 * half + j * half + i;
         std::memcpy(out.as<float>() + to * cols, src.data() + from * cols, size_t(cols) * 4);
       }
-  StoredTensor r = s;
-  r.dtype = DType::F32;
-  r.dtype_name = "F32";
-  r.data = out.data;
-  r.bytes = out.bytes();
-  r.owner = out.owner;
-  return r;
+  return holding_f32(s, out);
 }
 
 const std::pair<const char*, const char*> kLayerNames[] = {

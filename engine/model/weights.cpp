@@ -6,6 +6,7 @@
 #include <set>
 
 #include "../core/mapped_file.h"
+#include "../cpu/kernels.h"
 #include "../core/error.h"
 
 namespace ftllm::model {
@@ -81,13 +82,7 @@ Tensor WeightStore::matrix(const std::string& name, const std::vector<int64_t>& 
 Tensor WeightStore::vector_f32(const std::string& name, int64_t n) const {
   const StoredTensor& s = get(name, {n});
   Tensor t = Tensor::zeros_f32({n});
-  for (int64_t i = 0; i < n; ++i) {
-    switch (*s.dtype) {
-      case DType::F32: t.as<float>()[i] = static_cast<const float*>(s.data)[i]; break;
-      case DType::F16: t.as<float>()[i] = f16_to_f32(static_cast<const uint16_t*>(s.data)[i]); break;
-      case DType::BF16: t.as<float>()[i] = bf16_to_f32(static_cast<const uint16_t*>(s.data)[i]); break;
-    }
-  }
+  cpu::best_kernels().to_f32(*s.dtype, s.data, t.as<float>(), n);
   return t;
 }
 

@@ -6,7 +6,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 seconds=${1:-300}
-command -v clang++ >/dev/null || sudo apt-get install -y -qq clang >/dev/null
+command -v clang++ >/dev/null ||
+  { echo "fuzz: clang++ not found; install it with: apt-get install clang libclang-rt-14-dev (libFuzzer)" >&2; exit 1; }
 out=$root/build-fuzz
 mkdir -p "$out" "$root/tests/fuzz/corpus"
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
