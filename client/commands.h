@@ -19,6 +19,7 @@ int cmd_unload(const CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_rebalance(const CommandContext& ctx, const std::vector<std::string>& args);
 int cmd_chat(const CommandContext& ctx, const std::vector<std::string>& args);
+int cmd_export(const CommandContext& ctx, const std::vector<std::string>& args);  // local: no daemon
 
 // Exit codes: 0 done, 1 the daemon refused (its reason printed), 2 usage error, 3 daemon not running,
 // 4 the socket could not be used (permission denied, ...).

@@ -25,6 +25,8 @@ const char* kUsage =
     "                                change a model's placement live; requests in flight carry on\n"
     "  chat NAME [--system TEXT] [--max_tokens N] [--temperature T] [--hide_reasoning]\n"
     "                                an interactive streaming chat (/reset, /exit)\n"
+    "  export MODEL -o DIR [--dtype D] [--moe_dtype D] [--dtype_config F] [-t N]\n"
+    "                                convert a model once into a directory that loads without converting\n"
     "\n"
     "The socket is --socket, else $FTLLMD_SOCKET, else admin.socket of the config file\n"
     "(--config, default " FTLLM_DEFAULT_CONFIG "), else /run/ftllmd/admin.sock.\n";
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
   using Command = int (*)(const CommandContext&, const std::vector<std::string>&);
   const std::map<std::string, Command> commands = {
       {"status", &cmd_status}, {"list", &cmd_list}, {"load", &cmd_load}, {"unload", &cmd_unload},
-      {"rebalance", &cmd_rebalance}, {"chat", &cmd_chat}};
+      {"rebalance", &cmd_rebalance}, {"chat", &cmd_chat}, {"export", &cmd_export}};
   auto it = commands.find(rest[0]);
   if (it == commands.end())
     return std::fprintf(stderr, "ftllmctl: unknown command \"%s\"\n\n%s", rest[0].c_str(), kUsage), 2;

@@ -66,10 +66,11 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
   if (!body["threads"].get(n)) o.threads = int(n);
   if (!body["context_length"].get(n)) o.context_length = n;
   if (!body["max_sequences"].get(n)) o.max_sequences = int32_t(n);
-  if ((!body["dtype"].get(sv) && sv != "auto") )
-    return ex->respond(admin_error(400, "dtype " + std::string(sv) + " is not supported yet: models run in the dtype their files store", "unsupported_dtype"));
+  if (!body["dtype"].get(sv)) o.dtype = sv;
+  if (!body["moe_dtype"].get(sv)) o.moe_dtype = sv;
+  if (!body["dtype_config"].get(sv)) o.dtype_config = sv;
   if (!body["device"].get(sv)) o.device = sv;
-  for (const char* moe : {"moe_dtype", "moe_device", "moe_experts", "cuda_se"})
+  for (const char* moe : {"moe_device", "moe_experts", "cuda_se"})
     if (!body[moe].error())
       return ex->respond(admin_error(400, std::string(moe) + " applies to mixture-of-experts models, which this build does not load yet; "
                                                             "load without it",

@@ -166,7 +166,8 @@ std::string known_keys(const Section& section) {
   return list;
 }
 
-// [[model]] entries: path (required), name, threads, context_length, max_sequences, chat_template.
+// [[model]] entries: path (required), name, threads, context_length, max_sequences, chat_template, dtype,
+// moe_dtype, dtype_config.
 std::string parse_models(const toml::node& node, Config& cfg, const std::string& source, ConfigError& error) {
   const toml::array* list = node.as_array();
   if (!list || !list->is_array_of_tables()) {
@@ -182,10 +183,13 @@ std::string parse_models(const toml::node& node, Config& cfg, const std::string&
         error = error_at(source, value.source(), "model." + k + " " + why);
         return error.reason;
       };
-      if (k == "path" || k == "name" || k == "chat_template") {
+      const std::map<std::string, std::string ModelEntry::*> strings = {
+          {"path", &ModelEntry::path},   {"name", &ModelEntry::name},           {"chat_template", &ModelEntry::chat_template},
+          {"dtype", &ModelEntry::dtype}, {"moe_dtype", &ModelEntry::moe_dtype}, {"dtype_config", &ModelEntry::dtype_config}};
+      if (auto field = strings.find(k); field != strings.end()) {
         auto v = value.value<std::string>();
         if (!value.is_string() || !v) return fail("must be a string");
-        (k == "path" ? m.path : k == "name" ? m.name : m.chat_template) = *v;
+        m.*(field->second) = *v;
       } else if (k == "threads" || k == "context_length" || k == "max_sequences") {
         if (!value.is_integer() || *value.value<int64_t>() < 1) return fail("must be a positive integer");
         int64_t v = *value.value<int64_t>();
@@ -194,7 +198,8 @@ std::string parse_models(const toml::node& node, Config& cfg, const std::string&
         else m.max_sequences = int(std::min<int64_t>(v, 1024));
       } else {
         error = error_at(source, key.source(),
-                         "unknown key \"" + k + "\" in [[model]]; known keys: chat_template, context_length, max_sequences, name, path, threads");
+                         "unknown key \"" + k + "\" in [[model]]; known keys: chat_template, context_length, dtype, dtype_config, "
+                         "max_sequences, moe_dtype, name, path, threads");
         return error.reason;
       }
     }

@@ -21,6 +21,7 @@ struct ListenAddress {
 // A model to load at start ([[model]] in the file), with the options `ftllmctl load` takes.
 struct ModelEntry {
   std::string path, name, chat_template;
+  std::string dtype = "auto", moe_dtype = "auto", dtype_config;
   int threads = 0;
   int64_t context_length = 0;
   int max_sequences = 8;

@@ -122,9 +122,14 @@ struct Daemon {
           load_error = s.message;
           break;
         }
+        std::string computed;
+        if (auto handle = engine.model(m.name.empty() ? m.path : m.name)) {
+          ModelHandle::Footprint f = handle->footprint();
+          computed = " (" + f.dtypes + (f.conversion_notes.empty() ? "" : "; " + f.conversion_notes) + ")";
+        }
         log_info("loaded " + m.path + " in " +
                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) +
-                 " ms");
+                 " ms" + computed);
       }
       std::lock_guard lock(loaded_mu);
       if (!loaded_closed) uv_async_send(&loaded);

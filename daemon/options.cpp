@@ -6,6 +6,7 @@ namespace ftllm::daemon {
 
 const char* usage() {
   return "usage: ftllmd [MODEL ...] [--name NAME] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
+         "              [--dtype DTYPE] [--moe_dtype DTYPE] [--dtype_config FILE] [--device DEVICE]\n"
          "              [--config FILE] [--listen HOST:PORT] [--admin-socket PATH] [--api_key KEY]\n"
          "              [--log-level error|warn|info|debug] [--hide_input]\n"
          "       ftllmd --check-config FILE\n"
@@ -13,7 +14,9 @@ const char* usage() {
          "\n"
          "Serves the OpenAI API on --listen (default 127.0.0.1:8080) and the admin API on the Unix socket\n"
          "--admin-socket (default /run/ftllmd/admin.sock), used by ftllmctl. Options override the config file.\n"
-         "MODEL is a Hugging Face model directory or a .gguf file; it is loaded before the daemon reports ready.\n";
+         "MODEL is a Hugging Face model directory or a .gguf file; it is loaded before the daemon reports ready.\n"
+         "DTYPE converts weights while loading: float32, float16, bfloat16, int8, int4, int4g (group 128),\n"
+         "int4g32/64/256, fp8; auto (the default) computes in the dtype the files store.\n";
 }
 
 OptionsResult parse_options(const std::vector<std::string>& args) {
@@ -28,6 +31,7 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
       {"--chat_template", &Options::chat_template}, {"--ctx", &Options::context},
       {"--max_sequences", &Options::max_sequences}, {"--dtype", &Options::dtype},
       {"--device", &Options::device},        {"--cache_dir", &Options::cache_dir},
+      {"--moe_dtype", &Options::moe_dtype},  {"--dtype_config", &Options::dtype_config},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -116,10 +120,11 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
     m.context_length = e.context_length;
     m.max_sequences = e.max_sequences;
     m.chat_template = e.chat_template;
+    m.dtype = e.dtype;
+    m.moe_dtype = e.moe_dtype;
+    m.dtype_config = e.dtype_config;
   }
   if (o.model_name && o.models.size() != 1) return "--name needs exactly one MODEL";
-  if (o.dtype && *o.dtype != "auto")
-    return "--dtype " + *o.dtype + " is not supported yet: models run in the dtype their files store (use --dtype auto)";
   for (const std::string& path : o.models) {
     ModelLoadOptions m;
     m.path = path;
@@ -140,6 +145,9 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
     if (o.chat_template) m.chat_template = *o.chat_template;
     if (o.cache_dir) m.cache_dir = *o.cache_dir;
     if (o.device) m.device = *o.device;
+    if (o.dtype) m.dtype = *o.dtype;
+    if (o.moe_dtype) m.moe_dtype = *o.moe_dtype;
+    if (o.dtype_config) m.dtype_config = *o.dtype_config;
     out.push_back(m);
   }
   return {};

@@ -24,7 +24,9 @@ struct Options {
   std::optional<std::string> chat_template;  // --chat_template FILE
   std::optional<std::string> context;        // --ctx TOKENS: context length per sequence
   std::optional<std::string> max_sequences;  // --max_sequences N: sequences decoded together
-  std::optional<std::string> dtype;          // --dtype: only the stored dtype for now
+  std::optional<std::string> dtype;          // --dtype: compute dtype of linear layers (int4g, int8, fp8, ...)
+  std::optional<std::string> moe_dtype;      // --moe_dtype: compute dtype of routed experts
+  std::optional<std::string> dtype_config;   // --dtype_config FILE: per-tensor dtype rules
   std::optional<std::string> device;         // --device: cpu, numa, numa:N, or {'cpu':1,'numa:0':1}
   std::optional<std::string> cache_dir;      // --cache_dir: the Hugging Face cache for "org/name" models
   bool hide_input = false;                   // --hide_input: prompts never reach the log

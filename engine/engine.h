@@ -58,10 +58,24 @@ struct ModelLoadOptions {
   std::string chat_template;   // a file that overrides the model's own template (--chat_template)
   std::string cache_dir;       // where to find "org/name" models (default $HF_HOME/hub), offline
   std::string device = "cpu";  // "cpu", "numa", "numa:N", or {'cpu':1,'numa:0':1} to split the layers
+  // Compute dtypes (fastllm's --dtype, --moe_dtype, --dtype_config): "auto" keeps what the files store.
+  std::string dtype = "auto", moe_dtype = "auto";
+  std::string dtype_config;    // a JSON file of {"key": REGEX, "dtype": NAME} rules
+  std::string kernels = "auto";  // "scalar" (the reference kernels), "avx2", or the fastest the CPU runs
   LoadProgress progress;       // optional
 };
 
 class ModelInstance;
+
+// ftllmctl export: loads `source` (converting as its dtype options say) and writes it to out_dir as a
+// directory that loads without converting again: model.safetensors, config.json, tokenizer, template.
+struct ExportResult {
+  double load_seconds = 0, write_seconds = 0;
+  uint64_t bytes = 0;     // of model.safetensors
+  std::string dtypes;     // what the tensors are stored in
+  std::string notes;      // tensors the dtype options could not convert, and why
+};
+Status export_model(const ModelLoadOptions& source, const std::string& out_dir, ExportResult& result);
 
 // Called on the model's worker thread (or at once, on the caller's, for a request refused outright);
 // must not block.
@@ -117,6 +131,7 @@ class ModelHandle {
   struct Footprint {
     uint64_t parameters = 0, weight_bytes = 0, kv_bytes = 0;
     std::string dtypes;  // "bfloat16", "float32", ...
+    std::string conversion_notes;  // tensors --dtype could not convert, and why; empty when none
     int64_t layers = 0;
   };
   Footprint footprint() const;

@@ -100,6 +100,9 @@ ModelLoadOptions ModelInstance::check_kv_fits(ModelLoadOptions o, const model::M
 
 std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& requested) {
   ModelLoadOptions options = requested;
+  cpu::kernels_named(options.kernels);  // an unknown or unrunnable kernel set fails the load, not a request
+  const model::DTypeRules rules = model::DTypeRules::parse(options.dtype, options.moe_dtype, options.dtype_config);
+  const int load_threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   if (!fs::exists(options.path)) {
     std::string cached = resolve_hf_cache(options.path, options.cache_dir);
     if (cached.empty() && options.path.find('/') != std::string::npos && options.path[0] != '/' && options.path[0] != '.')
@@ -121,17 +124,16 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
       if (options.progress) options.progress("converting", done, total);
     });
     if (options.progress) options.progress("binding", file_bytes, file_bytes);
+    g.weights.set_dtype_rules(rules, load_threads);
     const model::Architecture& arch = model::find_architecture(g.config.architecture);
     auto decoder = std::make_unique<model::DecoderModel>(g.config, arch.spec(g.config), g.weights);
     ModelLoadOptions o = options;
     if (o.name.empty()) o.name = dir.stem().string();
     m.reset(new ModelInstance(o, std::move(decoder), fs::file_size(dir)));
+    m->conversion_notes_ = g.weights.conversion_notes();
     model::GgufFile file = model::GgufFile::open(options.path);
-    m->tokenizer_ = tokenizer::Tokenizer::from_gguf(file);
+    m->read_gguf_tokenizer(file);
     template_source = file.get_string("tokenizer.chat_template").value_or("");
-    for (auto [key, meta] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"}})
-      if (auto id = file.get_int(meta); id && *id >= 0 && *id < m->tokenizer_->vocab_size())
-        m->special_tokens_.emplace_back(key, jinja::Value::string(m->tokenizer_->token(int32_t(*id))));
   } else {
     if (!fs::is_directory(dir))
       throw EngineError(options.path + " is not a model directory (expected config.json and *.safetensors) or a .gguf file");
@@ -146,20 +148,32 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
     if (options.progress) options.progress("reading", 0, 0);
     model::WeightStore weights = model::WeightStore::open_directory(options.path);
     if (options.progress) options.progress("binding", weights.file_bytes(), weights.file_bytes());
+    weights.set_dtype_rules(rules, load_threads);
     auto decoder = std::make_unique<model::DecoderModel>(config, spec, weights);
     ModelLoadOptions o = options;
     if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().filename().string();
     if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
     m.reset(new ModelInstance(o, std::move(decoder), weights.file_bytes()));
-    if (fs::exists(dir / "tokenizer.json"))
-      m->tokenizer_ = tokenizer::Tokenizer::from_json(read_text_file(dir / "tokenizer.json"), (dir / "tokenizer.json").string());
+    m->conversion_notes_ = weights.conversion_notes();
     template_source = tokenizer::find_chat_template(options.path);
-    m->special_tokens_ = tokenizer::special_tokens_of(options.path);
+    if (fs::exists(dir / "tokenizer.json")) {
+      m->tokenizer_ = tokenizer::Tokenizer::from_json(read_text_file(dir / "tokenizer.json"), (dir / "tokenizer.json").string());
+      m->special_tokens_ = tokenizer::special_tokens_of(options.path);
+    } else if (fs::exists(dir / "tokenizer.gguf")) {  // exported from a GGUF model
+      m->read_gguf_tokenizer(model::GgufFile::open((dir / "tokenizer.gguf").string()));
+    }
   }
   if (!options.chat_template.empty()) template_source = read_text_file(options.chat_template);
   m->chat_template_ = parse_chat_template(template_source, m->chat_template_error_);
   if (options.progress) options.progress("ready", m->weight_file_bytes(), m->weight_file_bytes());
   return m;
+}
+
+void ModelInstance::read_gguf_tokenizer(const model::GgufFile& file) {
+  tokenizer_ = tokenizer::Tokenizer::from_gguf(file);
+  for (auto [key, meta] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"}})
+    if (auto id = file.get_int(meta); id && *id >= 0 && *id < tokenizer_->vocab_size())
+      special_tokens_.emplace_back(key, jinja::Value::string(tokenizer_->token(int32_t(*id))));
 }
 
 ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::DecoderModel> model, size_t weight_bytes)
@@ -250,14 +264,14 @@ void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threa
   if (!all_cpu) {
     static ops::Context* none = nullptr;
     layer_ctx_.assign(size_t(config().num_layers), none);
-    main_ctx_ = std::make_unique<ops::Context>(ops::Context{*pool_, cpu::best_kernels()});
+    main_ctx_ = std::make_unique<ops::Context>(ops::Context{*pool_, kernels()});
     for (const LayerRange& r : placement) {
       ops::Context* ctx = main_ctx_.get();
       if (r.device != "cpu") {
         if (!device_pools_.count(r.device))
           device_pools_[r.device] = std::make_unique<cpu::ThreadPool>(threads, std::stoi(r.device.substr(5)));
         if (!device_contexts_.count(r.device))
-          device_contexts_[r.device] = std::make_unique<ops::Context>(ops::Context{*device_pools_[r.device], cpu::best_kernels()});
+          device_contexts_[r.device] = std::make_unique<ops::Context>(ops::Context{*device_pools_[r.device], kernels()});
         ctx = device_contexts_[r.device].get();
       }
       for (int64_t l = r.first; l < r.first + r.count; ++l) layer_ctx_[size_t(l)] = ctx;
@@ -419,7 +433,7 @@ void ModelInstance::step() {
   });
   if (batch.tokens.empty()) return;
 
-  ops::Context ctx{*pool_, cpu::best_kernels()};
+  ops::Context ctx{*pool_, kernels()};
   std::vector<scheduler::Scheduler::Sampled> sampled;
   try {
     Tensor logits = model_->forward(ctx, batch, kv_, seqs, layer_contexts());
@@ -486,7 +500,7 @@ std::vector<std::vector<float>> ModelInstance::prompt_logits(const std::vector<i
     batch.seq.push_back(0);
   }
   batch.logit_rows = positions_wanted;
-  ops::Context ctx{*pool_, cpu::best_kernels()};
+  ops::Context ctx{*pool_, kernels()};
   Tensor logits = model_->forward(ctx, batch, kv_, {&kv}, layer_contexts());
   kv.release(kv_);
   std::vector<std::vector<float>> out;
@@ -503,7 +517,7 @@ std::vector<float> ModelInstance::decode_logits(const std::vector<int32_t>& toke
   kvcache::SequenceKv kv;
   if (tokens.empty() || prefill == 0 || prefill > tokens.size() || !kv.reserve(kv_, int64_t(tokens.size())))
     throw EngineError("decode_logits: need 1 <= prefill <= tokens, and room in the KV cache");
-  ops::Context ctx{*pool_, cpu::best_kernels()};
+  ops::Context ctx{*pool_, kernels()};
   Tensor logits;
   size_t done = 0;
   while (done < tokens.size()) {

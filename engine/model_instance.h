@@ -15,11 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
 #include "engine.h"
 #include "placement.h"
 #include "kvcache/kv_cache.h"
 #include "model/decoder.h"
+#include "model/gguf.h"
 #include "model/weights.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler.h"
@@ -37,7 +39,9 @@ class ModelInstance {
   ~ModelInstance();  // cancels what is running (each gets its Cancelled event) and stops the worker
 
   const model::ModelConfig& config() const { return model_->config(); }
+  const model::DecoderModel& model() const { return *model_; }
   const ModelLoadOptions& options() const { return options_; }
+  const cpu::Kernels& kernels() const { return cpu::kernels_named(options_.kernels); }
   size_t weight_file_bytes() const { return weight_file_bytes_; }
   int64_t context_length() const;
   // The tokenizer and chat template the model files ship; null when they have none.
@@ -64,6 +68,7 @@ class ModelInstance {
   uint64_t weight_bytes() const { return model_->weight_bytes(); }
   uint64_t kv_bytes() const { return kv_.bytes(); }
   const std::string& dtypes() const { return model_->dtypes(); }
+  const std::string& conversion_notes() const { return conversion_notes_; }
   Load load_now() const;
 
   // Changes the compute threads between two steps: running generations pause for that moment and go on
@@ -91,7 +96,9 @@ class ModelInstance {
   void worker_loop();
   void step();  // one plan / forward / commit; worker thread, compute_mu_ held
 
+  void read_gguf_tokenizer(const model::GgufFile& file);  // vocabulary and bos/eos for the template
   ModelLoadOptions options_;
+  std::string conversion_notes_;
   std::unique_ptr<model::DecoderModel> model_;
   size_t weight_file_bytes_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;

@@ -4,29 +4,100 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 namespace ftllm {
 
-enum class DType : uint8_t { F32, F16, BF16 };
+// Float types, ggml's block formats (read from GGUF) and our own quantized formats (made by --dtype).
+// Every type stores a matrix row by row; a row of K values is an optional header followed by K /
+// block_values blocks, so rows can be addressed, moved and computed on one at a time.
+enum class DType : uint8_t {
+  F32, F16, BF16,
+  Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,  // ggml's, bit for bit
+  I8,      // per output channel: [f32 scale] then K int8
+  I4,      // per output channel: [f32 scale, f32 min] then K/2 bytes, value = scale * q + min
+  I4G32, I4G64, I4G128, I4G256,  // groups of G: [f16 scale, f16 min, G/2 bytes], value = scale * q + min
+  FP8,     // e4m3 in blocks of 128: [f32 scale, 128 bytes], value = e4m3 * scale
+};
 
-constexpr size_t dtype_size(DType t) {
+struct DTypeLayout {
+  int64_t block_values;  // a row's length must be a multiple of this
+  size_t block_bytes;
+  size_t row_header = 0;
+};
+
+constexpr DTypeLayout dtype_layout(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
+    case DType::F32: return {1, 4};
+    case DType::F16: return {1, 2};
+    case DType::BF16: return {1, 2};
+    case DType::Q8_0: return {32, 34};
+    case DType::Q4_0: return {32, 18};
+    case DType::Q4_1: return {32, 20};
+    case DType::Q5_0: return {32, 22};
+    case DType::Q5_1: return {32, 24};
+    case DType::Q2_K: return {256, 84};
+    case DType::Q3_K: return {256, 110};
+    case DType::Q4_K: return {256, 144};
+    case DType::Q5_K: return {256, 176};
+    case DType::Q6_K: return {256, 210};
+    case DType::I8: return {32, 32, 4};
+    case DType::I4: return {32, 16, 8};
+    case DType::I4G32: return {32, 20};
+    case DType::I4G64: return {64, 36};
+    case DType::I4G128: return {128, 68};
+    case DType::I4G256: return {256, 132};
+    case DType::FP8: return {128, 132};
   }
-  return 0;
+  return {1, 0};
 }
+
+constexpr bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// Bytes per element of the float types (0 for the block types: use row_bytes).
+constexpr size_t dtype_size(DType t) { return is_float(t) ? dtype_layout(t).block_bytes : 0; }
+
+// Bytes of one row of `k` values; k must be a multiple of the block (see fits_rows).
+constexpr size_t row_bytes(DType t, int64_t k) {
+  DTypeLayout l = dtype_layout(t);
+  return l.row_header + size_t(k / l.block_values) * l.block_bytes;
+}
+constexpr bool fits_rows(DType t, int64_t k) { return k % dtype_layout(t).block_values == 0; }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "float32";
     case DType::F16: return "float16";
     case DType::BF16: return "bfloat16";
+    case DType::Q8_0: return "q8_0";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q2_K: return "q2_k";
+    case DType::Q3_K: return "q3_k";
+    case DType::Q4_K: return "q4_k";
+    case DType::Q5_K: return "q5_k";
+    case DType::Q6_K: return "q6_k";
+    case DType::I8: return "int8";
+    case DType::I4: return "int4";
+    case DType::I4G32: return "int4g32";
+    case DType::I4G64: return "int4g64";
+    case DType::I4G128: return "int4g128";
+    case DType::I4G256: return "int4g256";
+    case DType::FP8: return "fp8";
   }
   return "?";
 }
+
+constexpr DType kAllDTypes[] = {DType::F32,  DType::F16,  DType::BF16,  DType::Q8_0,   DType::Q4_0,   DType::Q4_1,  DType::Q5_0,
+                                DType::Q5_1, DType::Q2_K, DType::Q3_K,  DType::Q4_K,   DType::Q5_K,   DType::Q6_K,  DType::I8,
+                                DType::I4,   DType::I4G32, DType::I4G64, DType::I4G128, DType::I4G256, DType::FP8};
+
+// fastllm's --dtype spellings: float32/float16/bfloat16 (and fp32, fp16, half, bf16), int8, int4,
+// int4g (group 128) or int4gN, fp8; also every name dtype_name gives. nullopt for anything else.
+std::optional<DType> parse_dtype(std::string_view name);
 
 inline uint32_t float_bits(float f) {
   uint32_t u;

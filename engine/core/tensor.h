@@ -22,7 +22,8 @@ struct Tensor {
     for (int64_t d : shape) n *= d;
     return n;
   }
-  size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
+  // Matrices of a block type are whole rows of the last dimension.
+  size_t bytes() const { return shape.empty() ? row_bytes(dtype, 1) : size_t(numel() / dim(-1)) * row_bytes(dtype, dim(-1)); }
   int64_t dim(int i) const { return shape[size_t(i < 0 ? int(shape.size()) + i : i)]; }
   bool empty() const { return data == nullptr; }
 

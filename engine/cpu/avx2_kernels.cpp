@@ -3,7 +3,10 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <vector>
 
+#include "../quant/quant.h"
+#include "avx2_quant.h"
 #include "kernels.h"
 
 namespace ftllm::cpu {
@@ -68,9 +71,9 @@ inline void dot_rows(const float* x, int64_t K, const void* row, float* out) {
 
 template <DType T>
 void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const size_t row_bytes = size_t(K) * dtype_size(T);
+  const size_t bytes = row_bytes(T, K);
   for (int64_t n = n0; n < n1; ++n) {
-    const void* row = static_cast<const char*>(w) + size_t(n) * row_bytes;
+    const void* row = static_cast<const char*>(w) + size_t(n) * bytes;
     float out[4];
     int64_t m = 0;
     for (; m + 4 <= M; m += 4) {
@@ -84,12 +87,28 @@ void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, i
   }
 }
 
-void matmul(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
-            int64_t ldy) {
+// Block types without an integer kernel: each weight row is widened to float32 once (in cache) and
+// dotted with every activation row; the model is never widened as a whole.
+void matmul_widened(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+                    int64_t ldy) {
+  thread_local std::vector<float> row;
+  row.resize(size_t(K));
+  const size_t bytes = row_bytes(wt, K);
+  for (int64_t n = n0; n < n1; ++n) {
+    quant::dequantize_row(wt, static_cast<const char*>(w) + size_t(n) * bytes, row.data(), K);
+    matmul_t<DType::F32>(x, M, K, row.data(), 0, 1, y + n, ldy);
+  }
+}
+
+void matmul(DType wt, const float* x, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1,
+            float* y, int64_t ldy) {
   switch (wt) {
     case DType::F32: return matmul_t<DType::F32>(x, M, K, w, n0, n1, y, ldy);
     case DType::F16: return matmul_t<DType::F16>(x, M, K, w, n0, n1, y, ldy);
     case DType::BF16: return matmul_t<DType::BF16>(x, M, K, w, n0, n1, y, ldy);
+    default:
+      if (avx2::uses_q8(wt)) return avx2::matmul_q8(wt, xq, M, K, w, n0, n1, y, ldy);
+      return matmul_widened(wt, x, M, K, w, n0, n1, y, ldy);
   }
 }
 
@@ -143,13 +162,14 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
     case DType::F32: return to_f32_t<DType::F32>(src, dst, n);
     case DType::F16: return to_f32_t<DType::F16>(src, dst, n);
     case DType::BF16: return to_f32_t<DType::BF16>(src, dst, n);
+    default: return quant::dequantize_row(t, src, dst, n);
   }
 }
 
 }  // namespace
 
 const Kernels& avx2_kernel_table() {
-  static const Kernels k{"avx2", matmul, dot, axpy, rmsnorm, silu_mul, to_f32};
+  static const Kernels k{"avx2", matmul, avx2::uses_q8, avx2::quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32};
   return k;
 }
 

@@ -3,6 +3,10 @@
 
 #include "kernels.h"
 
+#include <string>
+
+#include "../core/error.h"
+
 namespace ftllm::cpu {
 
 const Kernels& avx2_kernel_table();  // avx2_kernels.cpp, built with -mavx2 -mfma -mf16c
@@ -32,6 +36,16 @@ const Kernels* avx2_kernels() {
 const Kernels& best_kernels() {
   static const Kernels& k = avx2_kernels() ? *avx2_kernels() : scalar_kernels();
   return k;
+}
+
+const Kernels& kernels_named(std::string_view name) {
+  if (name.empty() || name == "auto") return best_kernels();
+  if (name == "scalar") return scalar_kernels();
+  if (name == "avx2") {
+    if (!avx2_kernels()) throw EngineError("kernels avx2 need AVX2, FMA and F16C, which this CPU lacks; use auto or scalar");
+    return *avx2_kernels();
+  }
+  throw EngineError("unknown kernels \"" + std::string(name) + "\": use auto, scalar or avx2");
 }
 
 }  // namespace ftllm::cpu

@@ -4,22 +4,37 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "../core/dtype.h"
 
 namespace ftllm::cpu {
 
+// 32 activations as int8 for the integer dot products of quantized weights, made as llama.cpp's
+// q8_1 is: d = max|x| / 127 rounded to float16, q = round(x * 127 / max|x|) (nearest even),
+// s = d * sum(q) rounded to float16; sum is sum(q) exactly.
+struct Q8Block {
+  float d, s;
+  int32_t sum;
+  int8_t q[32];
+};
+
 struct Kernels {
   const char* name;
-  // y[m * ldy + n] = sum_k x[m * K + k] * w[n * K + k] for m in [0, M), n in [n0, n1).
-  // w is row-major [N, K] in dtype wt (a Linear layer's weight as Hugging Face stores it).
-  void (*matmul)(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
-                 int64_t ldy);
+  // y[m * ldy + n] = sum_k x[m * K + k] * w_n[k] for m in [0, M), n in [n0, n1): w is row-major
+  // [N, K] in dtype wt (a Linear layer's weight as Hugging Face stores it), one row after another.
+  // When uses_q8(wt), xq holds x quantized by quantize_q8 (M rows of K / 32 blocks) and the kernel
+  // computes with it instead of x; otherwise xq is ignored.
+  void (*matmul)(DType wt, const float* x, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0,
+                 int64_t n1, float* y, int64_t ldy);
+  bool (*uses_q8)(DType wt);
+  void (*quantize_q8)(const float* x, int64_t K, Q8Block* out);  // K a multiple of 32
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
   // out = x / sqrt(mean(x^2) + eps) * w
   void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);  // silu(gate) * up
+  // One row of n values of any dtype (a whole row of a block type) to float32.
   void (*to_f32)(DType t, const void* src, float* dst, int64_t n);
 };
 
@@ -28,5 +43,7 @@ const Kernels& scalar_kernels();
 const Kernels* avx2_kernels();
 // The fastest table this processor runs; chosen once from cpuid.
 const Kernels& best_kernels();
+// "auto" (best_kernels), "scalar" or "avx2"; throws EngineError for a name this CPU cannot run.
+const Kernels& kernels_named(std::string_view name);
 
 }  // namespace ftllm::cpu

@@ -1,32 +1,47 @@
 // Scalar reference kernels: the oracle every vectorised kernel is tested against. Plain loops, float
 // accumulation in index order.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels.h"
+#include "../quant/quant.h"
 
 namespace ftllm::cpu {
 
 namespace {
 
-inline float load(DType t, const void* p, int64_t i) {
-  switch (t) {
-    case DType::F32: return static_cast<const float*>(p)[i];
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  }
-  return 0;
-}
-
-void matmul(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
-            int64_t ldy) {
-  const size_t row_bytes = size_t(K) * dtype_size(wt);
+// Every weight row is widened to float32 by the reference dequantisation, then dotted in index order.
+void matmul(DType wt, const float* x, const Q8Block*, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1,
+            float* y, int64_t ldy) {
+  const size_t bytes = row_bytes(wt, K);
+  std::vector<float> row(static_cast<size_t>(K));
   for (int64_t n = n0; n < n1; ++n) {
-    const void* row = static_cast<const char*>(w) + size_t(n) * row_bytes;
+    quant::dequantize_row(wt, static_cast<const char*>(w) + size_t(n) * bytes, row.data(), K);
     for (int64_t m = 0; m < M; ++m) {
       float acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += x[m * K + k] * load(wt, row, k);
+      for (int64_t k = 0; k < K; ++k) acc += x[m * K + k] * row[size_t(k)];
       y[m * ldy + n] = acc;
     }
+  }
+}
+
+bool uses_q8(DType) { return false; }
+
+void quantize_q8(const float* x, int64_t K, Q8Block* out) {
+  for (int64_t b = 0; b < K / 32; ++b, x += 32) {
+    Q8Block& o = out[b];
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      o.q[j] = int8_t(std::nearbyint(x[j] * id));
+      sum += o.q[j];
+    }
+    o.d = f16_to_f32(f32_to_f16(d));
+    o.sum = sum;
+    o.s = f16_to_f32(f32_to_f16(d * float(sum)));
   }
 }
 
@@ -51,14 +66,12 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-void to_f32(DType t, const void* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = load(t, src, i);
-}
+void to_f32(DType t, const void* src, float* dst, int64_t n) { quant::dequantize_row(t, src, dst, n); }
 
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", matmul, dot, axpy, rmsnorm, silu_mul, to_f32};
+  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32};
   return k;
 }
 

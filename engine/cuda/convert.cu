@@ -53,8 +53,8 @@ std::string convert_to_f32(DType from, const void* src, float* dst, size_t n, vo
     case DType::F32: return launch<float, float>(src, dst, n, stream);
     case DType::F16: return launch<__half, float>(src, dst, n, stream);
     case DType::BF16: return launch<__nv_bfloat16, float>(src, dst, n, stream);
+    default: return "convert_to_f32: " + std::string(dtype_name(from)) + " is not an element-wise float type";
   }
-  return "convert_to_f32: unknown dtype";
 }
 
 std::string convert_from_f32(DType to, const float* src, void* dst, size_t n, void* stream) {
@@ -62,8 +62,8 @@ std::string convert_from_f32(DType to, const float* src, void* dst, size_t n, vo
     case DType::F32: return launch<float, float>(src, dst, n, stream);
     case DType::F16: return launch<float, __half>(src, dst, n, stream);
     case DType::BF16: return launch<float, __nv_bfloat16>(src, dst, n, stream);
+    default: return "convert_from_f32: " + std::string(dtype_name(to)) + " is not an element-wise float type";
   }
-  return "convert_from_f32: unknown dtype";
 }
 
 }  // namespace ftllm::cuda

@@ -75,6 +75,29 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightSto
   for (auto& [name, n] : by_dtype) dtypes_ += (dtypes_.empty() ? "" : ", ") + name;
 }
 
+std::vector<std::pair<std::string, const Tensor*>> DecoderModel::named_tensors() const {
+  std::vector<std::pair<std::string, const Tensor*>> out{{"model.embed_tokens.weight", &embed_},
+                                                         {"model.norm.weight", &final_norm_}};
+  if (!config_.tie_word_embeddings) out.emplace_back("lm_head.weight", &lm_head_);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerWeights& L = layers_[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    for (auto [name, t] : std::initializer_list<std::pair<const char*, const Tensor*>>{
+             {"input_layernorm.weight", &L.attn_norm}, {"self_attn.q_proj.weight", &L.q}, {"self_attn.k_proj.weight", &L.k},
+             {"self_attn.v_proj.weight", &L.v}, {"self_attn.o_proj.weight", &L.o},
+             {"post_attention_layernorm.weight", &L.mlp_norm}, {"mlp.gate_proj.weight", &L.gate},
+             {"mlp.up_proj.weight", &L.up}, {"mlp.down_proj.weight", &L.down}})
+      out.emplace_back(p + name, t);
+    for (auto [name, t] : std::initializer_list<std::pair<const char*, const std::optional<Tensor>*>>{
+             {"self_attn.q_proj.bias", &L.q_bias}, {"self_attn.k_proj.bias", &L.k_bias}, {"self_attn.v_proj.bias", &L.v_bias},
+             {"self_attn.o_proj.bias", &L.o_bias}, {"self_attn.q_norm.weight", &L.q_norm},
+             {"self_attn.k_norm.weight", &L.k_norm}, {"mlp.gate_proj.bias", &L.gate_bias}, {"mlp.up_proj.bias", &L.up_bias},
+             {"mlp.down_proj.bias", &L.down_bias}})
+      if (*t) out.emplace_back(p + name, &**t);
+  }
+  return out;
+}
+
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
                              const std::vector<kvcache::SequenceKv*>& sequences,
                              const std::vector<ops::Context*>* layer_ctx) const {

@@ -40,6 +40,8 @@ class DecoderModel {
   uint64_t parameter_count() const { return parameters_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   const std::string& dtypes() const { return dtypes_; }
+  // Every bound tensor under its Hugging Face name (the tied LM head once, as the embedding).
+  std::vector<std::pair<std::string, const Tensor*>> named_tensors() const;
 
   // Writes the batch's keys and values into the cache and returns float32 logits [logit_rows, vocab].
   // `layer_ctx`, when given, holds one context per layer (layers placed on different thread pools);

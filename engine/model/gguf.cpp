@@ -162,12 +162,13 @@ GgufFile GgufFile::open(const std::string& path) {
   const uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
 
   for (Info& info : infos) {
-    auto type = quant::ggml_type_info(info.t.type);
+    auto type = quant::dtype_of_ggml(info.t.type);
     uint64_t bytes = 0;
     if (type) {
-      if (info.t.ne[0] % type->block_values != 0)
-        throw EngineError(path + ": tensor " + info.t.name + " rows are not whole " + type->name + " blocks");
-      bytes = uint64_t(info.t.numel() / type->block_values) * type->block_bytes;
+      if (!fits_rows(*type, info.t.ne[0]))
+        throw EngineError(path + ": tensor " + info.t.name + " rows are not whole " + quant::ggml_type_name(info.t.type) +
+                          " blocks");
+      bytes = uint64_t(info.t.numel() / info.t.ne[0]) * row_bytes(*type, info.t.ne[0]);
     }
     // Tensors of types we cannot read are kept (with no data) so that binding names them in its error.
     if (type && (data_start > f.size() || info.offset > f.size() - data_start ||

@@ -5,7 +5,6 @@
 
 #include "../core/error.h"
 #include "../core/tensor.h"
-#include "../cpu/kernels.h"
 #include "../quant/ggml_blocks.h"
 #include "gguf.h"
 
@@ -47,53 +46,42 @@ ModelConfig config_from_metadata(const GgufFile& g, const std::string& arch) {
   return c;
 }
 
-// `s` re-pointed at the float32 buffer `f`, which it keeps alive.
-StoredTensor holding_f32(StoredTensor s, const Tensor& f) {
-  s.dtype = DType::F32;
-  s.dtype_name = "F32";
-  s.data = f.data;
-  s.bytes = f.bytes();
-  s.owner = f.owner;
-  return s;
-}
-
-// The weight in Hugging Face's layout: rows = ne[1], columns = ne[0]. Float formats stay mapped; block
-// formats become float32 buffers.
-StoredTensor convert(const GgufFile& g, const GgufTensor& t, const std::string& hf_name) {
+// The weight in Hugging Face's layout (rows = ne[1], columns = ne[0]), a view of the mapped file in its
+// stored type: block formats are computed on where they lie.
+StoredTensor view(const GgufFile& g, const GgufTensor& t, const std::string& hf_name) {
   StoredTensor s;
   s.name = hf_name;
   for (auto it = t.ne.rbegin(); it != t.ne.rend(); ++it) s.shape.push_back(*it);
+  s.dtype_name = quant::ggml_type_name(t.type);
   if (!t.data)
-    throw EngineError(g.path() + ": tensor " + t.name + " is of type " + quant::ggml_type_name(t.type) +
-                      ", which this engine cannot read yet (F32, F16, BF16, Q4_0, Q4_1, Q8_0 are supported)");
-  if (t.type == uint32_t(quant::GgmlType::F32) || t.type == uint32_t(quant::GgmlType::F16) ||
-      t.type == uint32_t(quant::GgmlType::BF16)) {
-    s.dtype = t.type == 0 ? DType::F32 : t.type == 1 ? DType::F16 : DType::BF16;
-    s.dtype_name = quant::ggml_type_name(t.type);
-    s.data = t.data;
-    s.bytes = t.bytes;
-    s.owner = g.file();  // a view: the mapping must outlive the model
-    return s;
-  }
-  Tensor f = Tensor::zeros_f32(s.shape);
-  quant::dequantize(t.type, t.data, f.as<float>(), t.numel());
-  return holding_f32(std::move(s), f);
+    throw EngineError(g.path() + ": tensor " + t.name + " is of type " + s.dtype_name +
+                      ", which this engine cannot read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, "
+                      "Q5_K and Q6_K are supported); convert the model with llama-quantize to one of those");
+  s.dtype = quant::dtype_of_ggml(t.type);
+  s.data = t.data;
+  s.bytes = t.bytes;
+  s.owner = g.file();  // the mapping must outlive the model
+  return s;
 }
 
-// llama.cpp's converter interleaves the two rotary halves of each q/k head; undo it to get back
-// Hugging Face's rotate-half layout. Within a head of 2 * half rows, GGUF row 2i + j is HF row j * half + i.
+// llama.cpp's converter interleaves the two rotary halves of each q/k head of llama models; undo it to
+// get back Hugging Face's rotate-half layout. Within a head of 2 * half rows, GGUF row 2i + j is HF row
+// j * half + i. Rows move whole, in whatever type they are stored.
 StoredTensor unpermute_rows(const StoredTensor& s, int64_t heads) {
-  const int64_t rows = s.shape[0], cols = s.shape[1], half = rows / heads / 2;
-  Tensor out = Tensor::zeros_f32({rows, cols});
-  std::vector<float> src(size_t(rows * cols));
-  cpu::best_kernels().to_f32(*s.dtype, s.data, src.data(), rows * cols);  // widen f16/bf16 views
+  const int64_t rows = s.shape[0], half = rows / heads / 2;
+  const size_t bytes = row_bytes(*s.dtype, s.shape[1]);
+  auto buffer = std::shared_ptr<uint8_t[]>(new uint8_t[size_t(rows) * bytes]);
+  const auto* src = static_cast<const uint8_t*>(s.data);
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i)
       for (int64_t j = 0; j < 2; ++j) {
         const int64_t from = h * 2 * half + 2 * i + j, to = h * 2 * half + j * half + i;
-        std::memcpy(out.as<float>() + to * cols, src.data() + from * cols, size_t(cols) * 4);
+        std::memcpy(buffer.get() + size_t(to) * bytes, src + size_t(from) * bytes, bytes);
       }
-  return holding_f32(s, out);
+  StoredTensor out = s;
+  out.data = buffer.get();
+  out.owner = std::shared_ptr<void>(buffer, buffer.get());
+  return out;
 }
 
 const std::pair<const char*, const char*> kLayerNames[] = {
@@ -101,18 +89,29 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"attn_k.weight", "self_attn.k_proj.weight"},    {"attn_v.weight", "self_attn.v_proj.weight"},
     {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
     {"ffn_gate.weight", "mlp.gate_proj.weight"},     {"ffn_up.weight", "mlp.up_proj.weight"},
-    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},     {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},        {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"}, {"attn_k_norm.weight", "self_attn.k_norm.weight"},
 };
+
+// GGUF architectures and the Hugging Face class whose decoder they are.
+const std::pair<const char*, const char*> kArchitectures[] = {
+    {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
 
 }  // namespace
 
 GgufModel load_gguf_model(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) {
   GgufFile g = GgufFile::open(path);
   std::string arch = g.get_string("general.architecture").value_or("");
-  if (arch != "llama")
-    throw EngineError(path + ": GGUF architecture \"" + arch + "\" is not supported yet (llama is)");
+  const char* hf_class = nullptr;
+  for (auto [name, cls] : kArchitectures)
+    if (arch == name) hf_class = cls;
+  if (!hf_class)
+    throw EngineError(path + ": GGUF architecture \"" + arch + "\" is not supported (llama, qwen2 and qwen3 are)");
   GgufModel m;
   m.config = config_from_metadata(g, arch);
+  m.config.architecture = hf_class;
+  const bool permuted = arch == "llama";  // only llama's q/k rows were interleaved by the converter
   const ModelConfig& c = m.config;
 
   uint64_t total = 0, done = 0;
@@ -122,7 +121,7 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
     if (!t) return;  // binding reports what is missing, under the Hugging Face name
     done += t->bytes;
     if (progress) progress(done, total);
-    StoredTensor s = convert(g, *t, hf_name);
+    StoredTensor s = view(g, *t, hf_name);
     m.weights.add(unpermute_heads ? unpermute_rows(s, unpermute_heads) : s);
   };
   add("token_embd.weight", "model.embed_tokens.weight");
@@ -132,7 +131,8 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
     const std::string blk = "blk." + std::to_string(l) + ".", layer = "model.layers." + std::to_string(l) + ".";
     for (auto [from, to] : kLayerNames) {
       const std::string f = from;
-      add(blk + f, layer + to, f == "attn_q.weight" ? c.num_heads : f == "attn_k.weight" ? c.num_kv_heads : 0);
+      const int64_t heads = f == "attn_q.weight" ? c.num_heads : f == "attn_k.weight" ? c.num_kv_heads : 0;
+      add(blk + f, layer + to, permuted ? heads : 0);
     }
   }
   return m;

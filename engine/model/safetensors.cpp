@@ -13,7 +13,7 @@ namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit
 
-std::optional<DType> parse_dtype(std::string_view s) {
+std::optional<DType> file_dtype(std::string_view s) {
   if (s == "F32") return DType::F32;
   if (s == "F16") return DType::F16;
   if (s == "BF16") return DType::BF16;
@@ -52,6 +52,22 @@ std::map<std::string, StoredTensor> read_safetensors(const std::string& path) {
   if (auto err = parser.parse(header).get(root))
     throw fail(std::string("header is not valid JSON (") + simdjson::error_message(err) + ")");
 
+  // Directories written by `ftllmctl export` name each quantized tensor's dtype in the metadata; the
+  // tensor itself is stored as U8 [rows, row bytes].
+  std::map<std::string, DType, std::less<>> ftllm_dtypes;
+  simdjson::dom::object metadata;
+  if (!root["__metadata__"].get(metadata)) {
+    std::string_view format;
+    if (!metadata["format"].get(format) && format == "ftllm")
+      for (auto [key, value] : metadata) {
+        std::string_view v;
+        if (key == "format" || value.get(v)) continue;
+        auto t = ftllm::parse_dtype(v);
+        if (!t) throw fail("metadata gives tensor " + std::string(key) + " the unknown dtype " + std::string(v));
+        ftllm_dtypes.emplace(std::string(key), *t);
+      }
+  }
+
   std::map<std::string, StoredTensor> tensors;
   for (auto [key, value] : root) {
     std::string name(key);
@@ -66,7 +82,7 @@ std::map<std::string, StoredTensor> read_safetensors(const std::string& path) {
     StoredTensor t;
     t.name = name;
     t.dtype_name = dtype;
-    t.dtype = parse_dtype(dtype);
+    t.dtype = file_dtype(dtype);
     uint64_t numel = 1;
     bool overflow = false;
     for (auto d : shape) {
@@ -92,6 +108,16 @@ std::map<std::string, StoredTensor> read_safetensors(const std::string& path) {
     t.data = data_start + begin;
     t.bytes = end - begin;
     t.owner = file;
+    if (auto it = ftllm_dtypes.find(name); it != ftllm_dtypes.end()) {
+      const DType q = it->second;
+      const DTypeLayout l = dtype_layout(q);
+      if (dtype != "U8" || t.shape.size() != 2 || size_t(t.shape[1]) < l.row_header ||
+          (size_t(t.shape[1]) - l.row_header) % l.block_bytes != 0)
+        throw fail("tensor " + name + " is not stored as U8 rows of whole " + std::string(dtype_name(q)) + " blocks");
+      t.shape[1] = int64_t((size_t(t.shape[1]) - l.row_header) / l.block_bytes) * l.block_values;
+      t.dtype = q;
+      t.dtype_name = dtype_name(q);
+    }
     tensors.emplace(name, std::move(t));
   }
   return tensors;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../core/tensor.h"
+#include "dtype_rules.h"
 #include "safetensors.h"
 
 namespace ftllm::model {
@@ -20,16 +21,30 @@ class WeightStore {
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   size_t file_bytes() const { return file_bytes_; }
+  const std::map<std::string, StoredTensor>& tensors() const { return tensors_; }
 
-  // A view of a weight matrix in its stored dtype (no copy), after checking its shape.
+  // Matrices are converted as these rules say, on `threads` threads, when matrix() binds them.
+  void set_dtype_rules(DTypeRules rules, int threads);
+  // Tensors the rules could not convert, and why (for the load log); "" when there were none.
+  std::string conversion_notes() const;
+
+  // A weight matrix after checking its shape: a view in its stored dtype (no copy) unless the rules
+  // convert it. Pre-quantized checkpoints are read here too: FP8 (F8_E4M3 with weight_scale_inv
+  // blocks) becomes fp8, AWQ (qweight, qzeros, scales) becomes int4g of its group size.
   Tensor matrix(const std::string& name, const std::vector<int64_t>& shape) const;
   // A small vector (norm weight, bias) converted to float32.
   Tensor vector_f32(const std::string& name, int64_t n) const;
 
  private:
   const StoredTensor& get(const std::string& name, const std::vector<int64_t>& shape) const;
+  Tensor stored_matrix(const std::string& name, const std::vector<int64_t>& shape) const;
+  Tensor from_fp8_blocks(const StoredTensor& w, const std::vector<int64_t>& shape) const;
+  Tensor from_awq(const std::string& prefix, const std::vector<int64_t>& shape) const;
   std::map<std::string, StoredTensor> tensors_;
   size_t file_bytes_ = 0;
+  DTypeRules rules_;
+  int threads_ = 1;
+  mutable std::map<std::string, int> kept_;  // reason -> tensors left in their stored dtype
 };
 
 }  // namespace ftllm::model

@@ -17,9 +17,18 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
                       shape_string(y.shape) + " do not fit");
   const float* xs = x.as<float>();
   float* ys = y.as<float>();
+  // Quantized weights dot int8 activations: quantize x once, row by row, before the matmul.
+  std::vector<cpu::Q8Block> xq;
+  if (ctx.kernels.uses_q8(w.dtype)) {
+    const int64_t nb = K / 32;
+    xq.resize(size_t(T * nb));
+    ctx.pool.parallel_for(T, 4, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) ctx.kernels.quantize_q8(xs + t * K, K, xq.data() + t * nb);
+    });
+  }
   // Split the output features: each thread streams its own slice of the weight once.
   ctx.pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-    ctx.kernels.matmul(w.dtype, xs, T, K, w.data, n0, n1, ys, N);
+    ctx.kernels.matmul(w.dtype, xs, xq.data(), T, K, w.data, n0, n1, ys, N);
     if (bias)
       for (int64_t t = 0; t < T; ++t)
         for (int64_t n = n0; n < n1; ++n) ys[t * N + n] += bias->as<float>()[n];
@@ -37,13 +46,13 @@ void rmsnorm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& 
 
 void embedding(Context& ctx, const Tensor& table, std::span<const int32_t> ids, Tensor& out) {
   const int64_t vocab = table.dim(0), d = table.dim(1);
-  const size_t row_bytes = size_t(d) * dtype_size(table.dtype);
+  const size_t bytes = row_bytes(table.dtype, d);
   for (int32_t id : ids)
     if (id < 0 || id >= vocab)
       throw EngineError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
   ctx.pool.parallel_for(int64_t(ids.size()), 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
-      ctx.kernels.to_f32(table.dtype, static_cast<const char*>(table.data) + size_t(ids[size_t(t)]) * row_bytes,
+      ctx.kernels.to_f32(table.dtype, static_cast<const char*>(table.data) + size_t(ids[size_t(t)]) * bytes,
                          out.as<float>() + t * d, d);
   });
 }

@@ -1,44 +1,69 @@
-// GGUF (ggml) block formats and their reference dequantisation, bit-exact with gguf-py's (which
-// transformers uses): the value is d * q (+ m), computed in float32 from the block's float16 scales.
+// GGUF (ggml) block formats: their type ids and block layouts. Each block holds 32 or 256 values as
+// small integers with float16 scales; quant.h dequantises them bit-exactly as ggml's reference code.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "../core/dtype.h"
+
 namespace ftllm::quant {
 
-// ggml's type ids as stored in GGUF tensor infos.
-enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, BF16 = 30 };
-
-struct BlockQ4_0 {
-  uint16_t d;  // float16 scale
-  uint8_t qs[16];
-};
-struct BlockQ4_1 {
-  uint16_t d, m;  // float16 scale and minimum
-  uint8_t qs[16];
-};
 struct BlockQ8_0 {
-  uint16_t d;
+  uint16_t d;  // float16 scale
   int8_t qs[32];
 };
-static_assert(sizeof(BlockQ4_0) == 18);
-static_assert(sizeof(BlockQ4_1) == 20);
-static_assert(sizeof(BlockQ8_0) == 34);
-
-struct GgmlTypeInfo {
-  const char* name;
-  int64_t block_values;  // elements per block
-  size_t block_bytes;
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[16];  // byte j: value j in the low nibble, value j + 16 in the high one
+};
+struct BlockQ4_1 {
+  uint16_t d, m;  // scale and minimum
+  uint8_t qs[16];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];  // fifth bits, value j at bit j
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+// K-quants: super-blocks of 256 values in sub-blocks of 16 or 32 with quantized sub-block scales.
+struct BlockQ2_K {
+  uint8_t scales[16];  // per 16 values: scale (low nibble) and min (high nibble)
+  uint8_t qs[64];
+  uint16_t d, dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];  // 16 six-bit scales
+  uint16_t d;
+};
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];  // 8 six-bit scales and 8 six-bit mins
+  uint8_t qs[128];
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
 };
 
-// Known types the engine can read; nullopt for the rest.
-std::optional<GgmlTypeInfo> ggml_type_info(uint32_t type);
-std::string ggml_type_name(uint32_t type);  // "Q4_1", or "type 14" for unknown ones
-
-// Dequantises n elements (a multiple of the block size) to float32.
-void dequantize(uint32_t type, const void* src, float* dst, int64_t n);
+// ggml's type id (as GGUF tensor infos store it) as our DType; nullopt for types we cannot read.
+std::optional<DType> dtype_of_ggml(uint32_t type);
+std::string ggml_type_name(uint32_t type);  // "Q4_K", or "type 23" for unknown ones
 
 }  // namespace ftllm::quant

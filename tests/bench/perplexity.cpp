@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   std::string model, text_file;
   int64_t ctx = 512, max_chunks = 0;
   int threads = 0;
+  std::string dtype = "auto", kernels = "auto";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -42,17 +43,21 @@ int main(int argc, char** argv) {
     else if (a == "-c") ctx = std::stoll(value());
     else if (a == "--chunks") max_chunks = std::stoll(value());
     else if (a == "-t") threads = std::stoi(value());
+    else if (a == "--dtype") dtype = value();
+    else if (a == "--kernels") kernels = value();
     else if (a.starts_with("-")) return std::fprintf(stderr, "unknown option %s\n", a.c_str()), 2;
     else model = a;
   }
   if (model.empty() || text_file.empty() || ctx < 4)
-    return std::fprintf(stderr, "usage: ftllm-perplexity MODEL -f TEXT [-c CTX] [--chunks N] [-t THREADS]\n"), 2;
+    return std::fprintf(stderr, "usage: ftllm-perplexity MODEL -f TEXT [-c CTX] [--chunks N] [-t THREADS] [--dtype D] [--kernels K]\n"), 2;
 
   ModelLoadOptions o;
   o.path = model;
   o.threads = threads;
   o.context_length = ctx;
   o.max_sequences = 1;
+  o.dtype = dtype;
+  o.kernels = kernels;
   std::unique_ptr<ModelInstance> m;
   std::string text;
   try {

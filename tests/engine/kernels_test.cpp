@@ -61,8 +61,8 @@ BOOST_AUTO_TEST_CASE(matmul_all_dtypes_odd_shapes) {
         if (t != DType::F32) w = (half = to_half_bits(w32, t)).data();
         // Each kernel writes only columns [2, N - 1): the rest must stay as they were.
         std::vector<float> want(size_t(M * N), -7.0f), got(size_t(M * N), -7.0f);
-        ref.matmul(t, x.data(), M, K, w, 2, N - 1, want.data(), N);
-        fast.matmul(t, x.data(), M, K, w, 2, N - 1, got.data(), N);
+        ref.matmul(t, x.data(), nullptr, M, K, w, 2, N - 1, want.data(), N);
+        fast.matmul(t, x.data(), nullptr, M, K, w, 2, N - 1, got.data(), N);
         BOOST_TEST_CONTEXT("K=" << K << " M=" << M << " dtype=" << dtype_name(t)) {
           check_close(got, want, double(K), "matmul");
           BOOST_TEST(got[0] == -7.0f);
@@ -83,9 +83,9 @@ BOOST_AUTO_TEST_CASE(matmul_rows_are_bitwise_the_same_alone_or_batched) {
     auto w32 = random_floats(size_t(N * K), rng);
     std::vector<uint16_t> w = to_half_bits(w32, DType::BF16);
     std::vector<float> batched(static_cast<size_t>(M * N)), alone(static_cast<size_t>(N));
-    fast.matmul(DType::BF16, x.data(), M, K, w.data(), 0, N, batched.data(), N);
+    fast.matmul(DType::BF16, x.data(), nullptr, M, K, w.data(), 0, N, batched.data(), N);
     for (int64_t m = 0; m < M; ++m) {
-      fast.matmul(DType::BF16, x.data() + m * K, 1, K, w.data(), 0, N, alone.data(), N);
+      fast.matmul(DType::BF16, x.data() + m * K, nullptr, 1, K, w.data(), 0, N, alone.data(), N);
       for (int64_t n = 0; n < N; ++n) BOOST_REQUIRE_EQUAL(float_bits(alone[size_t(n)]), float_bits(batched[size_t(m * N + n)]));
     }
   }
@@ -132,7 +132,7 @@ BOOST_AUTO_TEST_CASE(scalar_reference_is_right_on_known_values) {
   BOOST_TEST(out[3] == 4.0f / std::sqrt(7.5f), boost::test_tools::tolerance(1e-6f));
   float y[2];
   float mat[] = {1, 0, 0, 0, 0, 1, 0, 0};  // 2 x 4
-  ref.matmul(DType::F32, x, 1, 4, mat, 0, 2, y, 2);
+  ref.matmul(DType::F32, x, nullptr, 1, 4, mat, 0, 2, y, 2);
   BOOST_TEST(y[0] == 1.0f);
   BOOST_TEST(y[1] == 2.0f);
   ref.silu_mul(x, w, out, 1);

@@ -1,5 +1,7 @@
-// A real pretrained model end to end: SmolLM2-135M-Instruct, read straight from its Q4_1 GGUF, must
-// continue a chat prompt exactly as transformers does (tests/data/smollm2.json, by make_fixtures.py).
+// A real pretrained model end to end: SmolLM2-135M-Instruct, read straight from its Q4_1 GGUF. With the
+// reference kernels (float32 activations) it must continue a chat prompt exactly as transformers does
+// (tests/data/smollm2.json, by make_fixtures.py); with the fast kernels (int8 activations, as llama.cpp
+// computes) exactly as llama.cpp does (tests/data/smollm2_llamacpp.json, by record_llamacpp.sh).
 #include <simdjson.h>
 
 #include <boost/test/unit_test.hpp>
@@ -10,7 +12,14 @@
 
 using namespace ftllm;
 
-BOOST_AUTO_TEST_CASE(smollm2_matches_transformers_token_for_token) {
+namespace {
+
+struct Continuation {
+  double worst_logit_error;  // over transformers' top 20 after the prompt
+  std::vector<int32_t> greedy, transformers_greedy;
+};
+
+Continuation continue_prompt(const std::string& kernels) {
   std::string gguf = test::smollm2_gguf_path();
   BOOST_REQUIRE_MESSAGE(!gguf.empty(), "SmolLM2 GGUF not found under .venv: run scripts/setup.sh");
   simdjson::dom::parser parser;
@@ -21,6 +30,7 @@ BOOST_AUTO_TEST_CASE(smollm2_matches_transformers_token_for_token) {
   o.threads = 2;
   o.context_length = 256;
   o.max_sequences = 1;
+  o.kernels = kernels;
   auto model = ModelInstance::load(o);
   BOOST_TEST(model->config().num_layers == 30);
   BOOST_TEST(model->config().vocab_size == 49152);
@@ -38,11 +48,30 @@ BOOST_AUTO_TEST_CASE(smollm2_matches_transformers_token_for_token) {
   double worst = 0;
   for (size_t i = 0; i < ids.size(); ++i)
     worst = std::max(worst, std::fabs(double(logits[size_t(int64_t(ids.at(i)))]) - double(values.at(i))));
-  BOOST_TEST_MESSAGE("SmolLM2: max |logit error| over transformers' top 20 = " << worst);
-  BOOST_TEST(worst < 1e-3);
+  BOOST_TEST_MESSAGE("SmolLM2 (" << kernels << " kernels): max |logit error| over transformers' top 20 = " << worst);
 
   req.sampling.temperature = 0;
   req.max_tokens = 32;
   std::vector<GenerationResult> out = model->generate({req});
-  BOOST_TEST(out[0].tokens == want, boost::test_tools::per_element());
+  return {worst, out[0].tokens, want};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(smollm2_reference_kernels_match_transformers_token_for_token) {
+  Continuation c = continue_prompt("scalar");
+  BOOST_TEST(c.worst_logit_error < 1e-3);
+  BOOST_TEST(c.greedy == c.transformers_greedy, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(smollm2_fast_kernels_match_llamacpp_token_for_token) {
+  Continuation c = continue_prompt("auto");
+  // int8 activations move logits by their rounding: bounded here, and exactly llama.cpp's greedy path.
+  BOOST_TEST(c.worst_logit_error < 0.5);
+  simdjson::dom::parser parser;
+  simdjson::dom::element ref = parser.load(FTLLM_SOURCE_ROOT "/tests/data/smollm2_llamacpp.json");
+  std::vector<int32_t> want;
+  for (int64_t t : ref["greedy"].get_array()) want.push_back(int32_t(t));
+  BOOST_REQUIRE_EQUAL(want.size(), 32u);
+  BOOST_TEST(c.greedy == want, boost::test_tools::per_element());
 }

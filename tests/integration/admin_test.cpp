@@ -144,9 +144,15 @@ BOOST_AUTO_TEST_CASE(failed_loads_and_exit_codes) {
   BOOST_TEST(run_command(ctl(d, "load")).exit_code == 2);
   BOOST_TEST(run_command(ctl(d, "load x --threads many")).exit_code == 2);
   BOOST_TEST(run_command(ctl(d, "frobnicate")).exit_code == 2);
-  CommandResult dtype = run_command(ctl(d, "load " + smollm2_gguf_path() + " --dtype int4"));
+  CommandResult dtype = run_command(ctl(d, "load " + smollm2_gguf_path() + " --dtype int3"));
   BOOST_TEST(dtype.exit_code == 1);
-  BOOST_TEST(dtype.err.find("dtype int4 is not supported yet") != std::string::npos);
+  BOOST_TEST(dtype.err.find("--dtype int3 is not a dtype models can be converted to") != std::string::npos, dtype.err);
+  // A real conversion while loading: the Q4_1 layers become int8, the Q8_0 embedding stays (a lookup).
+  CommandResult int8 = run_command(ctl(d, "load " + smollm2_gguf_path() + " --name small-int8 --dtype int8"));
+  BOOST_TEST(int8.exit_code == 0, int8.err);
+  CommandResult listed = run_command(ctl(d, "status --json"));
+  BOOST_TEST(listed.out.find("\"dtypes\":\"float32, int8, q8_0\"") != std::string::npos, listed.out);
+  BOOST_TEST(run_command(ctl(d, "unload small-int8")).exit_code == 0);
   CommandResult moe = run_command(ctl(d, "load " + smollm2_gguf_path() + " --moe_device cpu"));
   BOOST_TEST(moe.exit_code == 1);
   BOOST_TEST(moe.err.find("moe_device applies to mixture-of-experts models") != std::string::npos, moe.err);

@@ -1,0 +1,13 @@
+// The quantized-weight half of the AVX2 kernel table (avx2_quant_kernels.cpp).
+#pragma once
+
+#include "kernels.h"
+
+namespace ftllm::cpu::avx2 {
+
+bool uses_q8(DType t);  // the types with an integer kernel
+void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+               int64_t ldy);
+void quantize_q8(const float* x, int64_t K, Q8Block* out);
+
+}  // namespace ftllm::cpu::avx2

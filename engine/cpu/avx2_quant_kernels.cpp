@@ -1,0 +1,185 @@
+// AVX2 integer dot products of quantized weight rows with int8 activations (Q8Block): 32 weights
+// and 32 activations per step through vpmaddubsw, scaled into eight float lanes. Compiled with
+// -mavx2 -mfma -mf16c like avx2_kernels.cpp, and only called after cpuid said so.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "../quant/ggml_blocks.h"
+#include "avx2_quant.h"
+
+namespace ftllm::cpu::avx2 {
+
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+// 16 bytes of packed nibbles to 32 unsigned bytes: low nibbles first (values 0-15), then high ones.
+inline __m256i unpack_nibbles(const uint8_t* p) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+// Sum of products of unsigned bytes u and signed bytes s, as eight int32 lanes, then as float.
+inline __m256 dot_u8s8(__m256i u, __m256i s) {
+  const __m256i pairs = _mm256_maddubs_epi16(u, s);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+// Signed by signed: move a's sign onto b so that |a| can go in as the unsigned operand.
+inline __m256 dot_s8s8(__m256i a, __m256i b) { return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// One weight row against R activation rows. Every row's sum runs in the same order whatever R is,
+// so a sequence gets the same bits alone or batched.
+template <DType T, int R>
+void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* out) {
+  __m256 acc[R];
+  float mins[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0;
+  float row_scale = 1, row_min = 0;
+  if constexpr (T == DType::I8 || T == DType::I4) {
+    std::memcpy(&row_scale, row, 4);
+    if constexpr (T == DType::I4) std::memcpy(&row_min, row + 4, 4);
+  }
+  constexpr int64_t kGroupBlocks = dtype_layout(T).block_values / 32;
+  for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (T == DType::Q8_0 || T == DType::Q4_0) {
+      __m256i w;
+      float dw;
+      if constexpr (T == DType::Q8_0) {
+        const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(row)[b];
+        w = load32(blk.qs), dw = h2f(blk.d);
+      } else {
+        const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(row)[b];
+        w = _mm256_sub_epi8(unpack_nibbles(blk.qs), _mm256_set1_epi8(8)), dw = h2f(blk.d);
+      }
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
+    } else if constexpr (T == DType::Q4_1) {
+      const auto& blk = reinterpret_cast<const quant::BlockQ4_1*>(row)[b];
+      const __m256i w = unpack_nibbles(blk.qs);
+      const float dw = h2f(blk.d), mw = h2f(blk.m);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
+        mins[r] += mw * xq[r][b].s;
+      }
+    } else if constexpr (T == DType::I8) {
+      const __m256i w = load32(row + 4 + 32 * b);
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(xq[r][b].d), acc[r]);
+    } else if constexpr (T == DType::I4) {
+      const __m256i w = unpack_nibbles(row + 8 + 16 * b);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(xq[r][b].d), acc[r]);
+        mins[r] += xq[r][b].d * float(xq[r][b].sum);
+      }
+    } else {  // int4 in groups: a float16 scale and minimum per group of kGroupBlocks blocks
+      const uint8_t* group = row + (b / kGroupBlocks) * dtype_layout(T).block_bytes;
+      uint16_t h[2];
+      std::memcpy(h, group, 4);
+      const float scale = h2f(h[0]), min = h2f(h[1]);
+      const __m256i w = unpack_nibbles(group + 4 + 16 * (b % kGroupBlocks));
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(scale * xq[r][b].d), acc[r]);
+        mins[r] += min * (xq[r][b].d * float(xq[r][b].sum));
+      }
+    }
+  }
+  // mins holds the minimum's share: already scaled, except for int4's one minimum per row.
+  for (int r = 0; r < R; ++r) out[r] = row_scale * hsum(acc[r]) + (T == DType::I4 ? row_min : 1.0f) * mins[r];
+}
+
+template <DType T>
+void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const int64_t nb = K / 32;
+  const size_t bytes = row_bytes(T, K);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = static_cast<const uint8_t*>(w) + size_t(n) * bytes;
+    float out[4];
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) {
+      const Q8Block* rows[4] = {xq + m * nb, xq + (m + 1) * nb, xq + (m + 2) * nb, xq + (m + 3) * nb};
+      dot_rows<T, 4>(rows, nb, row, out);
+      for (int r = 0; r < 4; ++r) y[(m + r) * ldy + n] = out[r];
+    }
+    for (; m < M; ++m) {
+      const Q8Block* rows[1] = {xq + m * nb};
+      dot_rows<T, 1>(rows, nb, row, out);
+      y[m * ldy + n] = out[0];
+    }
+  }
+}
+
+}  // namespace
+
+bool uses_q8(DType t) {
+  switch (t) {
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::I8: case DType::I4: case DType::I4G32:
+    case DType::I4G64: case DType::I4G128: case DType::I4G256:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+               int64_t ldy) {
+  switch (wt) {
+    case DType::Q8_0: return matmul_t<DType::Q8_0>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q4_0: return matmul_t<DType::Q4_0>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q4_1: return matmul_t<DType::Q4_1>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I8: return matmul_t<DType::I8>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4: return matmul_t<DType::I4>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4G32: return matmul_t<DType::I4G32>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4G64: return matmul_t<DType::I4G64>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4G128: return matmul_t<DType::I4G128>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4G256: return matmul_t<DType::I4G256>(xq, M, K, w, n0, n1, y, ldy);
+    default: return;
+  }
+}
+
+void quantize_q8(const float* x, int64_t K, Q8Block* out) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < K / 32; ++b, x += 32) {
+    __m256 v[4];
+    __m256 mx = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 8 * i);
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    // The same float operations as the scalar reference, so both give the same bytes.
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i)
+      q[i] = _mm256_cvtps_epi32(
+          _mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    const int32_t sum = _mm_cvtsi128_si32(s4);
+    // Narrow 4 x 8 int32 to 32 int8; the packs interleave 128-bit lanes, the permute restores order.
+    __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), packed);
+    out[b].d = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+    out[b].sum = sum;
+    out[b].s = _cvtsh_ss(_cvtss_sh(d * float(sum), _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
+}  // namespace ftllm::cpu::avx2

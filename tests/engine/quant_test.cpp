@@ -1,0 +1,230 @@
+// Quantized types: ggml's dequantisation against gguf-py's golden values, our quantizers' round trip
+// within their error bounds, float8 e4m3 against its definition, and every quantized matmul kernel
+// against the reference: the scalar float path, and for int8 activations an exact double-precision
+// sum over the same quantized activations.
+#include <simdjson.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "quant/ggml_blocks.h"
+#include "quant/quant.h"
+
+using namespace ftllm;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+struct GgmlLayout {
+  DType type;
+  std::vector<size_t> scales, mins;  // byte offsets of float16 fields: positive scales, signed minimums
+};
+const GgmlLayout kGgml[] = {
+    {DType::Q8_0, {0}, {}},      {DType::Q4_0, {0}, {}},     {DType::Q4_1, {0}, {2}},    {DType::Q5_0, {0}, {}},
+    {DType::Q5_1, {0}, {2}},     {DType::Q2_K, {80, 82}, {}}, {DType::Q3_K, {108}, {}},   {DType::Q4_K, {0, 2}, {}},
+    {DType::Q5_K, {0, 2}, {}},   {DType::Q6_K, {208}, {}},
+};
+constexpr DType kOurs[] = {DType::I8, DType::I4, DType::I4G32, DType::I4G64, DType::I4G128, DType::I4G256, DType::FP8};
+
+// `rows` rows of k values in type t: random bits with sane scales for ggml's types, quantized random
+// floats for ours and the float types.
+std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t k, std::mt19937& rng) {
+  std::vector<uint8_t> out(size_t(rows) * row_bytes(t, k));
+  for (const GgmlLayout& g : kGgml)
+    if (g.type == t) {
+      for (uint8_t& b : out) b = uint8_t(rng());
+      const size_t block = dtype_layout(t).block_bytes;
+      std::uniform_real_distribution<float> scale(1e-3f, 0.05f), min(-0.05f, 0.05f);
+      for (size_t at = 0; at < out.size(); at += block) {
+        for (size_t off : g.scales) {
+          uint16_t h = f32_to_f16(scale(rng));
+          std::memcpy(&out[at + off], &h, 2);
+        }
+        for (size_t off : g.mins) {
+          uint16_t h = f32_to_f16(min(rng));
+          std::memcpy(&out[at + off], &h, 2);
+        }
+      }
+      return out;
+    }
+  auto x = random_floats(size_t(rows * k), rng, 0.1f);
+  for (int64_t r = 0; r < rows; ++r) quant::quantize_row(t, x.data() + r * k, k, out.data() + size_t(r) * row_bytes(t, k));
+  return out;
+}
+
+std::vector<uint8_t> from_hex(std::string_view hex) {
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = uint8_t(std::stoi(std::string(hex.substr(2 * i, 2)), nullptr, 16));
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(quantization)
+
+BOOST_AUTO_TEST_CASE(ggml_dequantisation_equals_gguf_py) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element golden = parser.load(FTLLM_SOURCE_ROOT "/tests/data/quant/ggml_blocks.json");
+  for (const GgmlLayout& g : kGgml) {
+    std::string key;
+    for (char c : dtype_name(g.type)) key += char(std::toupper(static_cast<unsigned char>(c)));
+    simdjson::dom::element entry = golden[key];
+    std::vector<uint8_t> bytes = from_hex(std::string_view(entry["bytes"]));
+    std::vector<float> want;
+    for (double v : entry["values"].get_array()) want.push_back(float(v));
+    BOOST_REQUIRE(fits_rows(g.type, int64_t(want.size())));
+    BOOST_REQUIRE_EQUAL(bytes.size(), row_bytes(g.type, int64_t(want.size())));
+    std::vector<float> got(want.size());
+    quant::dequantize_row(g.type, bytes.data(), got.data(), int64_t(want.size()));
+    size_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+    BOOST_TEST(differ == 0u, key << ": " << differ << " of " << want.size() << " values differ from gguf-py");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(e4m3_follows_its_definition) {
+  BOOST_TEST(quant::e4m3_to_f32(0x38) == 1.0f);
+  BOOST_TEST(quant::e4m3_to_f32(0x7e) == 448.0f);
+  BOOST_TEST(quant::e4m3_to_f32(0xfe) == -448.0f);
+  BOOST_TEST(quant::e4m3_to_f32(0x08) == std::ldexp(1.0f, -6));  // smallest normal
+  BOOST_TEST(quant::e4m3_to_f32(0x01) == std::ldexp(1.0f, -9));  // smallest subnormal
+  BOOST_TEST(std::isnan(quant::e4m3_to_f32(0x7f)));
+  BOOST_TEST(quant::f32_to_e4m3(1000.0f) == 0x7e);  // saturates
+  BOOST_TEST(quant::f32_to_e4m3(-1e9f) == 0xfe);
+  // Every code decodes and encodes back; between two neighbours the midpoint goes to the even code
+  // and anything nearer one goes to it.
+  for (int c = 0; c < 0x7e; ++c) {
+    const float a = quant::e4m3_to_f32(uint8_t(c)), b = quant::e4m3_to_f32(uint8_t(c + 1)), mid = (a + b) / 2;
+    BOOST_REQUIRE_EQUAL(int(quant::f32_to_e4m3(a)), c);
+    BOOST_REQUIRE_EQUAL(int(quant::f32_to_e4m3(-b)), (c + 1) | 0x80);
+    BOOST_REQUIRE_EQUAL(int(quant::f32_to_e4m3(mid)), (c & 1) ? c + 1 : c);
+    BOOST_REQUIRE_EQUAL(int(quant::f32_to_e4m3(std::nextafter(mid, a))), c);
+    BOOST_REQUIRE_EQUAL(int(quant::f32_to_e4m3(std::nextafter(mid, b))), c + 1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(quantizers_round_trip_within_their_bounds) {
+  std::mt19937 rng(3);
+  const int64_t k = 512;
+  std::vector<std::vector<float>> rows = {random_floats(k, rng, 0.05f), random_floats(k, rng, 3.0f),
+                                          std::vector<float>(k, 0.0f), std::vector<float>(k, 0.25f)};
+  rows[0][17] = 2.0f;  // an outlier widens its group's range
+  for (DType t : kOurs)
+    for (const std::vector<float>& x : rows) {
+      std::vector<uint8_t> q(row_bytes(t, k));
+      std::vector<float> back(k);
+      quant::quantize_row(t, x.data(), k, q.data());
+      quant::dequantize_row(t, q.data(), back.data(), k);
+      const int64_t g = t == DType::I8 || t == DType::I4 ? k : dtype_layout(t).block_values;
+      for (int64_t start = 0; start < k; start += g) {
+        float lo = x[size_t(start)], hi = lo, amax = 0;
+        for (int64_t i = start; i < start + g; ++i)
+          lo = std::min(lo, x[size_t(i)]), hi = std::max(hi, x[size_t(i)]), amax = std::max(amax, std::fabs(x[size_t(i)]));
+        for (int64_t i = start; i < start + g; ++i) {
+          const float v = x[size_t(i)], err = std::fabs(back[size_t(i)] - v);
+          float bound;
+          if (t == DType::I8) bound = amax / 127 / 2;
+          else if (t == DType::FP8) bound = std::max(std::fabs(v) / 16, amax / 448 * std::ldexp(1.0f, -10));
+          else if (t == DType::I4) bound = (hi - lo) / 15 / 2;
+          else bound = (hi - lo) / 15 / 2 * 1.02f + std::fabs(lo) * 1e-3f;  // float16 scale and minimum
+          BOOST_REQUIRE_MESSAGE(err <= bound * 1.0001f + 1e-7f, dtype_name(t) << " value " << i << ": " << v << " came back as "
+                                                                           << back[size_t(i)] << ", bound " << bound);
+        }
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(q8_activations_are_the_same_bytes_on_every_path) {
+  if (!cpu::avx2_kernels()) return;
+  std::mt19937 rng(5);
+  auto x = random_floats(1024, rng, 2.0f);
+  x[40] = 0;  // a block of zeros must not divide by zero
+  for (int i = 64; i < 96; ++i) x[size_t(i)] = 0;
+  std::vector<cpu::Q8Block> a(32), b(32);
+  cpu::scalar_kernels().quantize_q8(x.data(), 1024, a.data());
+  cpu::avx2_kernels()->quantize_q8(x.data(), 1024, b.data());
+  for (size_t i = 0; i < a.size(); ++i) {
+    BOOST_REQUIRE(std::memcmp(a[i].q, b[i].q, 32) == 0);
+    BOOST_REQUIRE_EQUAL(a[i].d, b[i].d);
+    BOOST_REQUIRE_EQUAL(a[i].s, b[i].s);
+    BOOST_REQUIRE_EQUAL(a[i].sum, b[i].sum);
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[i * 32 + size_t(j)]));
+    for (int j = 0; j < 32; ++j)  // each value within half a step (of the unrounded scale) of the input
+      BOOST_REQUIRE(std::fabs(a[i].q[j] * (amax / 127) - x[i * 32 + size_t(j)]) <= amax / 127 * 0.5001f + 1e-7f);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
+  if (!cpu::avx2_kernels()) return;
+  const cpu::Kernels& ref = cpu::scalar_kernels();
+  const cpu::Kernels& fast = *cpu::avx2_kernels();
+  std::mt19937 rng(9);
+  const int64_t K = 512, N = 7, M = 5, nb = K / 32;
+  for (DType t : kAllDTypes) {
+    std::vector<uint8_t> w = random_rows(t, N, K, rng);
+    auto x = random_floats(size_t(M * K), rng);
+    std::vector<float> want(static_cast<size_t>(M * N)), got(want.size()), alone(want.size()), wrow(static_cast<size_t>(K));
+    std::vector<cpu::Q8Block> xq(size_t(M * nb));
+    for (int64_t m = 0; m < M; ++m) ref.quantize_q8(x.data() + m * K, K, xq.data() + m * nb);
+    ref.matmul(t, x.data(), nullptr, M, K, w.data(), 1, N, want.data(), N);
+    fast.matmul(t, x.data(), xq.data(), M, K, w.data(), 1, N, got.data(), N);
+    for (int64_t m = 0; m < M; ++m)
+      fast.matmul(t, x.data() + m * K, xq.data() + m * nb, 1, K, w.data(), 1, N, alone.data() + m * N, N);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 1; n < N; ++n) {
+        const size_t i = size_t(m * N + n);
+        BOOST_REQUIRE_MESSAGE(got[i] == alone[i], dtype_name(t) << ": batched and alone differ");
+        quant::dequantize_row(t, w.data() + size_t(n) * row_bytes(t, K), wrow.data(), K);
+        double oracle = 0, magnitude = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          // With int8 activations the kernel must compute exactly on the quantized activations.
+          const cpu::Q8Block& blk = xq[size_t(m * nb + k / 32)];
+          const double xv = fast.uses_q8(t) ? double(blk.d) * blk.q[k % 32] : double(x[size_t(m * K + k)]);
+          oracle += double(wrow[size_t(k)]) * xv;
+          magnitude += std::fabs(double(wrow[size_t(k)]) * xv);
+        }
+        if (t == DType::Q4_1)  // llama.cpp's q8_1 carries d * sum(q) rounded to float16 for the minimum's term
+          for (int64_t b = 0; b < nb; ++b) {
+            const auto& blk = reinterpret_cast<const quant::BlockQ4_1*>(w.data() + size_t(n) * row_bytes(t, K))[b];
+            const cpu::Q8Block& a = xq[size_t(m * nb + b)];
+            oracle += double(f16_to_f32(blk.m)) * (double(a.s) - double(a.d) * a.sum);
+          }
+        BOOST_REQUIRE_MESSAGE(std::fabs(got[i] - oracle) <= 2e-5 * magnitude + 1e-6,
+                              dtype_name(t) << " [" << m << "," << n << "]: " << got[i] << " vs " << oracle);
+        // And the reference itself: float32 activations, within what int8 rounding of them can move.
+        double bound = 2e-5 * magnitude + 1e-6;
+        if (fast.uses_q8(t))
+          for (int64_t k = 0; k < K; ++k) {
+            const cpu::Q8Block& blk = xq[size_t(m * nb + k / 32)];
+            bound += std::fabs(wrow[size_t(k)]) * (std::fabs(double(blk.d) * blk.q[k % 32] - x[size_t(m * K + k)]) + 1e-3 * std::fabs(x[size_t(m * K + k)]));
+          }
+        BOOST_REQUIRE_MESSAGE(std::fabs(double(got[i]) - want[i]) <= bound,
+                              dtype_name(t) << " vs reference [" << m << "," << n << "]: " << got[i] << " vs " << want[i]);
+      }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(dtype_names_parse_as_fastllm_spells_them) {
+  BOOST_TEST((parse_dtype("int4g").value() == DType::I4G128));
+  BOOST_TEST((parse_dtype("int4g64").value() == DType::I4G64));
+  BOOST_TEST((parse_dtype("INT8").value() == DType::I8));
+  BOOST_TEST((parse_dtype("float16").value() == DType::F16));
+  BOOST_TEST((parse_dtype("bf16").value() == DType::BF16));
+  BOOST_TEST((parse_dtype("fp8").value() == DType::FP8));
+  BOOST_TEST(!parse_dtype("int3").has_value());
+  BOOST_TEST(!parse_dtype("int4g100").has_value());
+  for (DType t : kAllDTypes) BOOST_TEST((parse_dtype(dtype_name(t)).value() == t));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
