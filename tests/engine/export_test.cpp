@@ -1,0 +1,98 @@
+// ftllmctl export's directories: they load without converting and compute exactly what loading the
+// source with the same --dtype computes; a GGUF's tokenizer and template travel along.
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <filesystem>
+
+#include "../common/real_model.h"
+#include "model_instance.h"
+
+namespace fs = std::filesystem;
+using namespace ftllm;
+
+namespace {
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("ftllm-export-" + std::to_string(::getpid()) + "-" +
+                                               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  ~TempDir() { fs::remove_all(path); }
+};
+
+ModelLoadOptions options(const std::string& path, const std::string& dtype) {
+  ModelLoadOptions o;
+  o.path = path;
+  o.dtype = dtype;
+  o.threads = 2;
+  o.context_length = 64;
+  o.max_sequences = 1;
+  return o;
+}
+
+std::string render(const ModelInstance& m) {
+  tokenizer::ChatRequest r;
+  r.messages = tokenizer::json_to_value(R"([{"role": "user", "content": "Why is the sky blue?"}])");
+  r.kwargs = m.special_tokens();
+  return m.chat_template()->render(r);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(export_directories)
+
+BOOST_AUTO_TEST_CASE(exported_gguf_loads_as_the_converted_source) {
+  const std::string gguf = test::smollm2_gguf_path();
+  BOOST_REQUIRE_MESSAGE(!gguf.empty(), "SmolLM2 GGUF not found under .venv: run scripts/setup.sh");
+  TempDir dir;
+  ExportResult r;
+  Status s = export_model(options(gguf, "int4g64"), dir.path.string(), r);
+  BOOST_REQUIRE_MESSAGE(s.ok, s.message);
+  BOOST_TEST(r.dtypes == "float32, int4g64, q8_0");
+  for (const char* f : {"model.safetensors", "config.json", "tokenizer.gguf", "chat_template.jinja"})
+    BOOST_TEST(fs::exists(dir.path / f), f);
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto converted = ModelInstance::load(options(gguf, "int4g64"));
+  auto t1 = std::chrono::steady_clock::now();
+  auto exported = ModelInstance::load(options(dir.path.string(), "auto"));
+  auto t2 = std::chrono::steady_clock::now();
+  BOOST_TEST_MESSAGE("SmolLM2 int4g64: load with conversion " << std::chrono::duration<double>(t1 - t0).count()
+                                                              << " s, exported directory " << std::chrono::duration<double>(t2 - t1).count() << " s");
+  BOOST_TEST(exported->dtypes() == converted->dtypes());
+  BOOST_TEST(exported->conversion_notes().empty());
+
+  const std::string text = "The sky is blue because of Rayleigh scattering. 天空是蓝色的 🌤";
+  BOOST_TEST(exported->tokenizer()->encode(text) == converted->tokenizer()->encode(text));
+  const std::string prompt = render(*converted);
+  BOOST_TEST(render(*exported) == prompt);
+  std::vector<int32_t> ids = converted->tokenizer()->encode(prompt);
+  const int64_t last = int64_t(ids.size()) - 1;
+  BOOST_TEST(exported->prompt_logits(ids, {last})[0] == converted->prompt_logits(ids, {last})[0]);  // bit for bit
+}
+
+BOOST_AUTO_TEST_CASE(exported_safetensors_model_keeps_its_config_and_tokenizer_files) {
+  const std::string fixture = FTLLM_SOURCE_ROOT "/tests/data/models/qwen3-f32";
+  TempDir dir;
+  ExportResult r;
+  Status s = export_model(options(fixture, "int8"), dir.path.string(), r);
+  BOOST_REQUIRE_MESSAGE(s.ok, s.message);
+  BOOST_TEST(fs::exists(dir.path / "generation_config.json"));
+  auto converted = ModelInstance::load(options(fixture, "int8"));
+  auto exported = ModelInstance::load(options(dir.path.string(), "auto"));
+  BOOST_TEST(exported->config().architecture == "Qwen3ForCausalLM");
+  BOOST_TEST(exported->config().eos_token_ids == converted->config().eos_token_ids);
+  BOOST_TEST(exported->dtypes() == "float32, int8");
+  const std::vector<int32_t> ids = {1, 17, 300, 42, 5, 99};
+  BOOST_TEST(exported->prompt_logits(ids, {5})[0] == converted->prompt_logits(ids, {5})[0]);
+}
+
+BOOST_AUTO_TEST_CASE(export_errors_name_the_problem) {
+  TempDir dir;
+  ExportResult r;
+  Status s = export_model(options("/nonexistent/model", "int8"), dir.path.string(), r);
+  BOOST_TEST(!s.ok);
+  s = export_model(options(FTLLM_SOURCE_ROOT "/tests/data/models/qwen3-f32", "int3"), dir.path.string(), r);
+  BOOST_TEST(!s.ok);
+  BOOST_TEST(s.message.find("--dtype int3 is not a dtype") != std::string::npos, s.message);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

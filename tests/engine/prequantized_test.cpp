@@ -1,0 +1,62 @@
+// Pre-quantized checkpoints (tests/data/quantized, by tests/tools/make_quantized_checkpoints.py): FP8
+// with 128 x 128 block scales and AWQ 4-bit, against their dequantized float32 twins made by numpy and
+// ml_dtypes. Reference kernels on both sides, so only the readers are compared.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include "model_instance.h"
+
+using namespace ftllm;
+
+namespace {
+
+std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& dtype = "auto") {
+  ModelLoadOptions o;
+  o.path = FTLLM_SOURCE_ROOT "/tests/data/quantized/" + name;
+  o.threads = 2;
+  o.context_length = 64;
+  o.max_sequences = 1;
+  o.kernels = "scalar";
+  o.dtype = dtype;
+  return ModelInstance::load(o);
+}
+
+const std::vector<int32_t> kPrompt = {1, 200, 13, 77, 4, 150, 9, 31, 255, 0, 64};
+
+double max_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
+  return worst;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(prequantized_checkpoints)
+
+BOOST_AUTO_TEST_CASE(fp8_block_scaled_weights_compute_exactly_their_values) {
+  auto fp8 = load("fp8"), ref = load("fp8-ref");
+  BOOST_TEST(fp8->dtypes() == "float32, fp8");
+  const int64_t last = int64_t(kPrompt.size()) - 1;
+  // e4m3 value times its block's scale is the same float32 product on both sides: bit for bit.
+  BOOST_TEST(fp8->prompt_logits(kPrompt, {last})[0] == ref->prompt_logits(kPrompt, {last})[0]);
+}
+
+BOOST_AUTO_TEST_CASE(awq_weights_become_int4g128_within_float16_rounding_of_the_minimum) {
+  auto awq = load("awq"), ref = load("awq-ref");
+  BOOST_TEST(awq->dtypes() == "float32, int4g128");
+  const int64_t last = int64_t(kPrompt.size()) - 1;
+  auto got = awq->prompt_logits(kPrompt, {last})[0], want = ref->prompt_logits(kPrompt, {last})[0];
+  const double err = max_error(got, want);
+  BOOST_TEST_MESSAGE("AWQ: max |logit error| " << err);
+  BOOST_TEST(err < 2e-3);  // -zero * scale kept in float16: at most 2^-11 of 15 steps per weight
+}
+
+BOOST_AUTO_TEST_CASE(prequantized_weights_convert_further_with_dtype) {
+  auto fp8 = load("fp8", "int4g128");
+  BOOST_TEST(fp8->dtypes() == "float32, int4g128");
+  auto ref = load("fp8-ref", "int4g128");
+  const int64_t last = int64_t(kPrompt.size()) - 1;
+  BOOST_TEST(fp8->prompt_logits(kPrompt, {last})[0] == ref->prompt_logits(kPrompt, {last})[0]);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
