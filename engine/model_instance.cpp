@@ -170,6 +170,7 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
 }
 
 void ModelInstance::read_gguf_tokenizer(const model::GgufFile& file) {
+  if (!file.get_strings("tokenizer.ggml.tokens")) return;  // weights only: served by token ids, like a directory without tokenizer.json
   tokenizer_ = tokenizer::Tokenizer::from_gguf(file);
   for (auto [key, meta] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"}})
     if (auto id = file.get_int(meta); id && *id >= 0 && *id < tokenizer_->vocab_size())

@@ -1,0 +1,58 @@
+// GGUF models as llama.cpp's converter writes them (tests/data/gguf, by tests/tools/make_gguf_fixtures.py
+// from the transformers fixtures): llama with its permuted q/k rows, qwen2 with biases and tied
+// embeddings, qwen3 with q/k norms. They must compute what transformers computed for the source model;
+// block types within their quantization's reach of it.
+#include <simdjson.h>
+
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include "model_instance.h"
+
+using namespace ftllm;
+
+namespace {
+
+struct Case {
+  const char* gguf;
+  const char* fixture;
+  const char* dtypes;
+  double bound;  // max |logit error| / logit range against transformers
+};
+
+// Block types: measured 0.019 (q8_0) and 0.17 (q5_1; random weights fill the range evenly), bounds ~2x.
+const Case kCases[] = {{"llama-f32.gguf", "llama-f32", "float32", 1e-4},
+                       {"qwen2-f32.gguf", "qwen2-f32", "float32", 1e-4},
+                       {"qwen3-f32.gguf", "qwen3-f32", "float32", 1e-4},
+                       {"qwen3-q8_0.gguf", "qwen3-f32", "float32, q8_0", 0.04},
+                       {"llama-q5_1.gguf", "llama-f32", "float32, q5_1", 0.3}};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(gguf_fixtures_compute_what_transformers_computed) {
+  for (const Case& c : kCases) {
+    ModelLoadOptions o;
+    o.path = std::string(FTLLM_SOURCE_ROOT "/tests/data/gguf/") + c.gguf;
+    o.threads = 2;
+    o.context_length = 128;
+    o.max_sequences = 1;
+    auto model = ModelInstance::load(o);
+    BOOST_TEST(model->dtypes() == c.dtypes, c.gguf);
+    BOOST_TEST(!model->tokenizer());  // weights only
+
+    simdjson::dom::parser parser;
+    simdjson::dom::element ref = parser.load(std::string(FTLLM_SOURCE_ROOT "/tests/data/models/") + c.fixture + "/reference.json");
+    std::vector<int32_t> prompt;
+    for (int64_t t : ref["prompt"].get_array()) prompt.push_back(int32_t(t));
+    std::vector<float> want;
+    for (double v : ref["last_logits"].get_array()) want.push_back(float(v));
+    auto got = model->prompt_logits(prompt, {int64_t(prompt.size()) - 1})[0];
+    BOOST_REQUIRE_EQUAL(got.size(), want.size());
+    auto [lo, hi] = std::minmax_element(want.begin(), want.end());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
+    BOOST_TEST_MESSAGE(c.gguf << ": max |logit error| / logit range " << worst / double(*hi - *lo));
+    BOOST_TEST(worst / double(*hi - *lo) < c.bound, c.gguf << ": " << worst / double(*hi - *lo));
+  }
+}
