@@ -39,6 +39,29 @@ inline __m256 dot_s8s8(__m256i a, __m256i b) { return dot_u8s8(_mm256_sign_epi8(
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// ggml's fifth bits (bit j of 4 bytes for value j) as 16 in byte j where set, 0 elsewhere.
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),  // byte j holds source byte j / 8
+                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
+                                                              2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i mask = _mm256_set1_epi64x(int64_t(0x8040201008040201));  // byte j tests bit j % 8
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
+  return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
+// Q4_K / Q5_K: six-bit scale and min of sub-block j (of 8) from the 12 packed bytes.
+inline void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
+  if (j < 4) {
+    d = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 // One weight row against R activation rows. Every row's sum runs in the same order whatever R is,
 // so a sequence gets the same bits alone or batched.
 template <DType T, int R>
@@ -83,6 +106,71 @@ void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* o
         acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(xq[r][b].d), acc[r]);
         mins[r] += xq[r][b].d * float(xq[r][b].sum);
       }
+    } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+      const uint8_t *qs, *qh;
+      float dw, mw = 0;
+      if constexpr (T == DType::Q5_0) {
+        const auto& blk = reinterpret_cast<const quant::BlockQ5_0*>(row)[b];
+        qs = blk.qs, qh = blk.qh, dw = h2f(blk.d);
+      } else {
+        const auto& blk = reinterpret_cast<const quant::BlockQ5_1*>(row)[b];
+        qs = blk.qs, qh = blk.qh, dw = h2f(blk.d), mw = h2f(blk.m);
+      }
+      const __m256i u = _mm256_or_si256(unpack_nibbles(qs), fifth_bits(qh));  // 0..31
+      for (int r = 0; r < R; ++r) {
+        const __m256i x = load32(xq[r][b].q);
+        if constexpr (T == DType::Q5_0) {
+          acc[r] = _mm256_fmadd_ps(dot_s8s8(_mm256_sub_epi8(u, _mm256_set1_epi8(16)), x), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
+        } else {
+          acc[r] = _mm256_fmadd_ps(dot_u8s8(u, x), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
+          mins[r] += mw * xq[r][b].s;
+        }
+      }
+    } else if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
+      // Sub-block j of 32 in super-block b / 8: nibbles (low for even j, high for odd) of 32 bytes shared
+      // by the pair, scale d * sc_j and minimum -dmin * m_j.
+      const int64_t sb = b / 8;
+      const int j = int(b % 8);
+      const uint8_t *qs, *scales;
+      float d, dmin;
+      __m256i high = _mm256_setzero_si256();
+      if constexpr (T == DType::Q4_K) {
+        const auto& blk = reinterpret_cast<const quant::BlockQ4_K*>(row)[sb];
+        qs = blk.qs + 32 * (j / 2), scales = blk.scales, d = h2f(blk.d), dmin = h2f(blk.dmin);
+      } else {
+        const auto& blk = reinterpret_cast<const quant::BlockQ5_K*>(row)[sb];
+        qs = blk.qs + 32 * (j / 2), scales = blk.scales, d = h2f(blk.d), dmin = h2f(blk.dmin);
+        const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(load32(blk.qh), j), _mm256_set1_epi8(1));
+        high = _mm256_slli_epi16(bit, 4);  // bit j of each qh byte, worth 16
+      }
+      const __m256i packed = load32(qs);
+      const __m256i nib = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(packed, 4) : packed, _mm256_set1_epi8(0x0F));
+      const __m256i u = _mm256_or_si256(nib, high);
+      int sc, m;
+      scale_min_k4(j, scales, sc, m);
+      const float dw = d * float(sc), mw = dmin * float(m);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(dot_u8s8(u, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
+        mins[r] -= mw * (xq[r][b].d * float(xq[r][b].sum));
+      }
+    } else if constexpr (T == DType::Q6_K) {
+      // 32 values of a 128-value half: ql nibbles and two qh bits make 6 bits, minus 32; the first and
+      // last 16 have their own int8 scales, which the lanes of the 8 int32 sums keep apart.
+      const auto& blk = reinterpret_cast<const quant::BlockQ6_K*>(row)[b / 8];
+      const int half = int(b % 8) / 4, quarter = int(b % 4);
+      const uint8_t* ql = blk.ql + 64 * half + 32 * (quarter % 2);
+      const uint8_t* qh = blk.qh + 32 * half;
+      const __m256i low = _mm256_and_si256(quarter < 2 ? load32(ql) : _mm256_srli_epi16(load32(ql), 4), _mm256_set1_epi8(0x0F));
+      const __m256i top = _mm256_and_si256(_mm256_srli_epi16(load32(qh), 2 * quarter), _mm256_set1_epi8(3));
+      const __m256i w = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(top, 4)), _mm256_set1_epi8(32));
+      const float d = h2f(blk.d);
+      const int8_t* sc = blk.scales + 8 * half + 2 * quarter;
+      const float s0 = d * float(sc[0]), s1 = d * float(sc[1]);
+      for (int r = 0; r < R; ++r) {
+        const float xd = xq[r][b].d;
+        const __m256 scale = _mm256_setr_ps(s0 * xd, s0 * xd, s0 * xd, s0 * xd, s1 * xd, s1 * xd, s1 * xd, s1 * xd);
+        acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), scale, acc[r]);
+      }
     } else {  // int4 in groups: a float16 scale and minimum per group of kGroupBlocks blocks
       const uint8_t* group = row + (b / kGroupBlocks) * dtype_layout(T).block_bytes;
       uint16_t h[2];
@@ -124,8 +212,9 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
 
 bool uses_q8(DType t) {
   switch (t) {
-    case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::I8: case DType::I4: case DType::I4G32:
-    case DType::I4G64: case DType::I4G128: case DType::I4G256:
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q4_K:
+    case DType::Q5_K: case DType::Q6_K: case DType::I8: case DType::I4: case DType::I4G32: case DType::I4G64:
+    case DType::I4G128: case DType::I4G256:
       return true;
     default:
       return false;
@@ -138,6 +227,11 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
     case DType::Q8_0: return matmul_t<DType::Q8_0>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q4_0: return matmul_t<DType::Q4_0>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q4_1: return matmul_t<DType::Q4_1>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q5_0: return matmul_t<DType::Q5_0>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q5_1: return matmul_t<DType::Q5_1>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q4_K: return matmul_t<DType::Q4_K>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q5_K: return matmul_t<DType::Q5_K>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q6_K: return matmul_t<DType::Q6_K>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I8: return matmul_t<DType::I8>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4: return matmul_t<DType::I4>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4G32: return matmul_t<DType::I4G32>(xq, M, K, w, n0, n1, y, ldy);

@@ -76,3 +76,48 @@ BOOST_AUTO_TEST_CASE(safetensors_shape_that_wraps_to_zero_bytes_is_refused) {
   std::string e = error_of([&] { model::read_safetensors(f.path.string()); });
   BOOST_TEST(e.find("tensor w of shape [4294967296, 4294967296] is larger than any file") != std::string::npos, e);
 }
+
+BOOST_AUTO_TEST_CASE(gguf_tensor_of_an_unknown_type_is_named_when_bound) {
+  // Type 20 is IQ4_NL: the directory still opens; the tensor has no data and loading names its type.
+  std::string bytes = gguf_with_tensor({32, 1}, 0);
+  const size_t type_at = bytes.find(std::string("w") + u32(2)) + 1 + 4 + 16;
+  std::memcpy(bytes.data() + type_at, "\x14\0\0\0", 4);
+  TempFile f(bytes);
+  auto g = model::GgufFile::open(f.path.string());
+  BOOST_REQUIRE_EQUAL(g.tensors().size(), 1u);
+  BOOST_TEST(g.tensors()[0].type == 20u);
+  BOOST_TEST(g.tensors()[0].data == nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(gguf_rows_that_are_not_whole_blocks_are_refused) {
+  std::string bytes = gguf_with_tensor({16, 1}, 0);  // 16 values cannot be a Q4_K row of 256
+  const size_t type_at = bytes.find(std::string("w") + u32(2)) + 1 + 4 + 16;
+  std::memcpy(bytes.data() + type_at, "\x0c\0\0\0", 4);
+  TempFile f(bytes);
+  std::string e = error_of([&] { model::GgufFile::open(f.path.string()); });
+  BOOST_TEST(e.find("tensor w rows are not whole Q4_K blocks") != std::string::npos, e);
+}
+
+BOOST_AUTO_TEST_CASE(exported_safetensors_with_a_lying_dtype_are_refused) {
+  auto file = [&](const std::string& meta, const std::string& shape, size_t bytes) {
+    std::string header = R"({"__metadata__":{"format":"ftllm","w":")" + meta + R"("},"w":{"dtype":"U8","shape":)" + shape +
+                         R"(,"data_offsets":[0,)" + std::to_string(bytes) + "]}}";
+    return u64(header.size()) + header + std::string(bytes, '\0');
+  };
+  {
+    TempFile f(file("int4g128", "[2,68]", 136));  // two rows of one 128-value group
+    auto tensors = model::read_safetensors(f.path.string());
+    BOOST_TEST((tensors.at("w").dtype == DType::I4G128));
+    BOOST_TEST(tensors.at("w").shape == (std::vector<int64_t>{2, 128}));
+  }
+  {
+    TempFile f(file("int5", "[2,68]", 136));
+    std::string e = error_of([&] { model::read_safetensors(f.path.string()); });
+    BOOST_TEST(e.find("metadata gives tensor w the unknown dtype int5") != std::string::npos, e);
+  }
+  {
+    TempFile f(file("int4g128", "[2,67]", 134));
+    std::string e = error_of([&] { model::read_safetensors(f.path.string()); });
+    BOOST_TEST(e.find("tensor w is not stored as U8 rows of whole int4g128 blocks") != std::string::npos, e);
+  }
+}

@@ -13,7 +13,7 @@ mkdir -p "$out" "$root/tests/fuzz/corpus"
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$root/engine" "$root/tests/fuzz/model_headers_fuzz.cpp" \
   "$root/engine/model/gguf.cpp" "$root/engine/model/safetensors.cpp" "$root/engine/core/mapped_file.cpp" \
-  "$root/engine/core/tensor.cpp" "$root/engine/quant/ggml_blocks.cpp" \
+  "$root/engine/core/tensor.cpp" "$root/engine/core/dtype.cpp" "$root/engine/quant/ggml_blocks.cpp" \
   -lsimdjson -o "$out/model_headers_fuzz"
 cd "$out"
 ./model_headers_fuzz "$root/tests/fuzz/corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=4096 \
