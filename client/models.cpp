@@ -46,7 +46,7 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
     static const std::map<std::string, std::string> keys = {
         {"--name", "name"}, {"-t", "threads"}, {"--threads", "threads"}, {"--ctx", "context_length"},
         {"--max_sequences", "max_sequences"}, {"--chat_template", "chat_template"}, {"--dtype", "dtype"},
-        {"--device", "device"}, {"--cache_dir", "cache_dir"}, {"--moe_dtype", "moe_dtype"}, {"--dtype_config", "dtype_config"},
+        {"--device", "device"}, {"--cache_dir", "cache_dir"}, {"--moe_dtype", "moe_dtype"}, {"--dtype_config", "dtype_config"}, {"--kernels", "kernels"},
         {"--moe_device", "moe_device"}, {"--moe_experts", "moe_experts"}};
     if (auto k = keys.find(a); k != keys.end()) {
       if (i + 1 >= args.size()) return std::fprintf(stderr, "ftllmctl: %s needs a value\n", a.c_str()), 2;

@@ -69,6 +69,7 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
   if (!body["dtype"].get(sv)) o.dtype = sv;
   if (!body["moe_dtype"].get(sv)) o.moe_dtype = sv;
   if (!body["dtype_config"].get(sv)) o.dtype_config = sv;
+  if (!body["kernels"].get(sv)) o.kernels = sv;
   if (!body["device"].get(sv)) o.device = sv;
   for (const char* moe : {"moe_device", "moe_experts", "cuda_se"})
     if (!body[moe].error())

@@ -7,6 +7,7 @@ namespace ftllm::daemon {
 const char* usage() {
   return "usage: ftllmd [MODEL ...] [--name NAME] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
          "              [--dtype DTYPE] [--moe_dtype DTYPE] [--dtype_config FILE] [--device DEVICE]\n"
+         "              [--kernels auto|avx2|scalar]\n"
          "              [--config FILE] [--listen HOST:PORT] [--admin-socket PATH] [--api_key KEY]\n"
          "              [--log-level error|warn|info|debug] [--hide_input]\n"
          "       ftllmd --check-config FILE\n"
@@ -16,7 +17,8 @@ const char* usage() {
          "--admin-socket (default /run/ftllmd/admin.sock), used by ftllmctl. Options override the config file.\n"
          "MODEL is a Hugging Face model directory or a .gguf file; it is loaded before the daemon reports ready.\n"
          "DTYPE converts weights while loading: float32, float16, bfloat16, int8, int4, int4g (group 128),\n"
-         "int4g32/64/256, fp8; auto (the default) computes in the dtype the files store.\n";
+         "int4g32/64/256, fp8; auto (the default) computes in the dtype the files store.\n"
+         "--kernels scalar computes everything in float32 with the reference kernels (exact, slow).\n";
 }
 
 OptionsResult parse_options(const std::vector<std::string>& args) {
@@ -32,6 +34,7 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
       {"--max_sequences", &Options::max_sequences}, {"--dtype", &Options::dtype},
       {"--device", &Options::device},        {"--cache_dir", &Options::cache_dir},
       {"--moe_dtype", &Options::moe_dtype},  {"--dtype_config", &Options::dtype_config},
+      {"--kernels", &Options::kernels},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -148,6 +151,7 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
     if (o.dtype) m.dtype = *o.dtype;
     if (o.moe_dtype) m.moe_dtype = *o.moe_dtype;
     if (o.dtype_config) m.dtype_config = *o.dtype_config;
+    if (o.kernels) m.kernels = *o.kernels;
     out.push_back(m);
   }
   return {};

@@ -24,7 +24,8 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightSto
   const int64_t H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
   const int64_t q_dim = c.num_heads * d, kv_dim = c.num_kv_heads * d;
 
-  embed_ = w.matrix("model.embed_tokens.weight", {c.vocab_size, H});
+  // A tied table is also the LM head, the largest matmul of a step: --dtype converts it as such.
+  embed_ = w.matrix("model.embed_tokens.weight", {c.vocab_size, H}, c.tie_word_embeddings ? "lm_head.weight" : "");
   final_norm_ = w.vector_f32("model.norm.weight", H);
   lm_head_ = c.tie_word_embeddings ? embed_ : w.matrix("lm_head.weight", {c.vocab_size, H});
 

@@ -18,8 +18,8 @@ class DTypeRules {
   // and the first matching rule wins; "auto" keeps the stored dtype. Throws EngineError on a bad name or file.
   static DTypeRules parse(const std::string& dtype, const std::string& moe_dtype, const std::string& dtype_config);
 
-  // The dtype to convert `tensor` to, or nullopt to keep it as stored. The input embedding is left alone
-  // unless a rule names it: it is a table lookup, not a matmul.
+  // The dtype to convert `tensor` to, or nullopt to keep it as stored. An untied input embedding is left
+  // alone unless a rule names it: it is only a table lookup (a tied one is bound as "lm_head.weight").
   std::optional<DType> target(const std::string& tensor) const;
   bool empty() const { return !dtype_ && !moe_dtype_ && rules_.empty(); }
 

@@ -218,9 +218,9 @@ Tensor WeightStore::from_awq(const std::string& prefix, const std::vector<int64_
   return t;
 }
 
-Tensor WeightStore::matrix(const std::string& name, const std::vector<int64_t>& shape) const {
+Tensor WeightStore::matrix(const std::string& name, const std::vector<int64_t>& shape, const std::string& rule_name) const {
   Tensor t = stored_matrix(name, shape);
-  const std::optional<DType> to = rules_.target(name);
+  const std::optional<DType> to = rules_.target(rule_name.empty() ? name : rule_name);
   if (!to || *to == t.dtype) return t;
   if (!fits_rows(*to, shape[1])) {
     kept_["rows of " + std::to_string(shape[1]) + " values are not whole " + std::string(dtype_name(*to)) + " blocks"]++;

@@ -31,7 +31,8 @@ class WeightStore {
   // A weight matrix after checking its shape: a view in its stored dtype (no copy) unless the rules
   // convert it. Pre-quantized checkpoints are read here too: FP8 (F8_E4M3 with weight_scale_inv
   // blocks) becomes fp8, AWQ (qweight, qzeros, scales) becomes int4g of its group size.
-  Tensor matrix(const std::string& name, const std::vector<int64_t>& shape) const;
+  // `rule_name` is the name the dtype rules see (a tied embedding is converted as the LM head it also is).
+  Tensor matrix(const std::string& name, const std::vector<int64_t>& shape, const std::string& rule_name = "") const;
   // A small vector (norm weight, bias) converted to float32.
   Tensor vector_f32(const std::string& name, int64_t n) const;
 
