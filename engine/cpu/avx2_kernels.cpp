@@ -12,6 +12,7 @@
 namespace ftllm::cpu {
 
 const Kernels& avx2_kernel_table();
+const Kernels& avx512vnni_kernel_table();
 
 namespace {
 
@@ -100,6 +101,7 @@ void matmul_widened(DType wt, const float* x, int64_t M, int64_t K, const void* 
   }
 }
 
+template <bool Vnni>
 void matmul(DType wt, const float* x, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1,
             float* y, int64_t ldy) {
   switch (wt) {
@@ -107,8 +109,9 @@ void matmul(DType wt, const float* x, const Q8Block* xq, int64_t M, int64_t K, c
     case DType::F16: return matmul_t<DType::F16>(x, M, K, w, n0, n1, y, ldy);
     case DType::BF16: return matmul_t<DType::BF16>(x, M, K, w, n0, n1, y, ldy);
     default:
-      if (avx2::uses_q8(wt)) return avx2::matmul_q8(wt, xq, M, K, w, n0, n1, y, ldy);
-      return matmul_widened(wt, x, M, K, w, n0, n1, y, ldy);
+      if (!avx2::uses_q8(wt)) return matmul_widened(wt, x, M, K, w, n0, n1, y, ldy);
+      if constexpr (Vnni) return avx512vnni::matmul_q8(wt, xq, M, K, w, n0, n1, y, ldy);
+      else return avx2::matmul_q8(wt, xq, M, K, w, n0, n1, y, ldy);
   }
 }
 
@@ -168,8 +171,14 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
+// The AVX-512 VNNI table differs only in the integer dot products; the float kernels stay AVX2.
+const Kernels& avx512vnni_kernel_table() {
+  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32};
+  return k;
+}
+
 const Kernels& avx2_kernel_table() {
-  static const Kernels k{"avx2", matmul, avx2::uses_q8, avx2::quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32};
+  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32};
   return k;
 }
 

@@ -1,4 +1,4 @@
-// The quantized-weight half of the AVX2 kernel table (avx2_quant_kernels.cpp).
+// The quantized-weight half of the AVX2 and AVX-512 VNNI kernel tables (avx2_quant_kernels.cpp).
 #pragma once
 
 #include "kernels.h"
@@ -11,3 +11,13 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
 void quantize_q8(const float* x, int64_t K, Q8Block* out);
 
 }  // namespace ftllm::cpu::avx2
+
+// The same source built for AVX-512 VNNI (vpdpbusd on 256-bit registers).
+namespace ftllm::cpu::avx512vnni {
+
+bool uses_q8(DType t);
+void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+               int64_t ldy);
+void quantize_q8(const float* x, int64_t K, Q8Block* out);
+
+}  // namespace ftllm::cpu::avx512vnni

@@ -1,6 +1,8 @@
-// AVX2 integer dot products of quantized weight rows with int8 activations (Q8Block): 32 weights
-// and 32 activations per step through vpmaddubsw, scaled into eight float lanes. Compiled with
-// -mavx2 -mfma -mf16c like avx2_kernels.cpp, and only called after cpuid said so.
+// Integer dot products of quantized weight rows with int8 activations (Q8Block): 32 weights and 32
+// activations per step, scaled into eight float lanes. Compiled twice: for AVX2 (-mavx2 -mfma -mf16c;
+// vpmaddubsw + vpmaddwd) into namespace avx2, and with FTLLM_VNNI for AVX-512 VNNI on 256-bit registers
+// (vpdpbusd does both in one instruction) into namespace avx512vnni. Each is only called after cpuid
+// said the processor has it.
 #include <immintrin.h>
 
 #include <cstring>
@@ -8,7 +10,13 @@
 #include "../quant/ggml_blocks.h"
 #include "avx2_quant.h"
 
-namespace ftllm::cpu::avx2 {
+#ifdef FTLLM_VNNI
+#define FTLLM_QUANT_NS avx512vnni
+#else
+#define FTLLM_QUANT_NS avx2
+#endif
+
+namespace ftllm::cpu::FTLLM_QUANT_NS {
 
 namespace {
 
@@ -29,10 +37,15 @@ inline __m256i unpack_nibbles(const uint8_t* p) {
   return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
 }
 
-// Sum of products of unsigned bytes u and signed bytes s, as eight int32 lanes, then as float.
+// Sum of products of unsigned bytes u and signed bytes s, as eight int32 lanes (lane i: bytes 4i..4i+3),
+// then as float.
 inline __m256 dot_u8s8(__m256i u, __m256i s) {
+#ifdef FTLLM_VNNI
+  return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+#else
   const __m256i pairs = _mm256_maddubs_epi16(u, s);
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
 }
 // Signed by signed: move a's sign onto b so that |a| can go in as the unsigned operand.
 inline __m256 dot_s8s8(__m256i a, __m256i b) { return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
@@ -62,6 +75,16 @@ inline void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
   }
 }
 
+// Q4_K / Q5_K: a super-block's eight scales d * sc_j and minimums dmin * m_j as floats.
+inline void k_scales(uint16_t d16, uint16_t dmin16, const uint8_t* packed, float* scale, float* min) {
+  const float d = h2f(d16), dmin = h2f(dmin16);
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    scale_min_k4(j, packed, sc, m);
+    scale[j] = d * float(sc), min[j] = dmin * float(m);
+  }
+}
+
 // One weight row against R activation rows. Every row's sum runs in the same order whatever R is,
 // so a sequence gets the same bits alone or batched.
 template <DType T, int R>
@@ -76,18 +99,22 @@ void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* o
   }
   constexpr int64_t kGroupBlocks = dtype_layout(T).block_values / 32;
   for (int64_t b = 0; b < nb; ++b) {
-    if constexpr (T == DType::Q8_0 || T == DType::Q4_0) {
-      __m256i w;
-      float dw;
-      if constexpr (T == DType::Q8_0) {
-        const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(row)[b];
-        w = load32(blk.qs), dw = h2f(blk.d);
-      } else {
-        const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(row)[b];
-        w = _mm256_sub_epi8(unpack_nibbles(blk.qs), _mm256_set1_epi8(8)), dw = h2f(blk.d);
-      }
+    if constexpr (T == DType::Q8_0) {
+      const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(row)[b];
+      const __m256i w = load32(blk.qs);
+      const float dw = h2f(blk.d);
       for (int r = 0; r < R; ++r)
         acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
+    } else if constexpr (T == DType::Q4_0) {
+      // (q - 8) . x = q . x - 8 sum(x): the nibbles go in unsigned, the offset through the exact sum.
+      const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(row)[b];
+      const __m256i w = unpack_nibbles(blk.qs);
+      const float dw = h2f(blk.d);
+      for (int r = 0; r < R; ++r) {
+        const float scale = dw * xq[r][b].d;
+        acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(scale), acc[r]);
+        mins[r] -= 8.0f * dw * xq[r][b].ds;
+      }
     } else if constexpr (T == DType::Q4_1) {
       const auto& blk = reinterpret_cast<const quant::BlockQ4_1*>(row)[b];
       const __m256i w = unpack_nibbles(blk.qs);
@@ -104,7 +131,7 @@ void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* o
       const __m256i w = unpack_nibbles(row + 8 + 16 * b);
       for (int r = 0; r < R; ++r) {
         acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(xq[r][b].d), acc[r]);
-        mins[r] += xq[r][b].d * float(xq[r][b].sum);
+        mins[r] += xq[r][b].ds;
       }
     } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
       const uint8_t *qs, *qh;
@@ -126,51 +153,6 @@ void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* o
           mins[r] += mw * xq[r][b].s;
         }
       }
-    } else if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
-      // Sub-block j of 32 in super-block b / 8: nibbles (low for even j, high for odd) of 32 bytes shared
-      // by the pair, scale d * sc_j and minimum -dmin * m_j.
-      const int64_t sb = b / 8;
-      const int j = int(b % 8);
-      const uint8_t *qs, *scales;
-      float d, dmin;
-      __m256i high = _mm256_setzero_si256();
-      if constexpr (T == DType::Q4_K) {
-        const auto& blk = reinterpret_cast<const quant::BlockQ4_K*>(row)[sb];
-        qs = blk.qs + 32 * (j / 2), scales = blk.scales, d = h2f(blk.d), dmin = h2f(blk.dmin);
-      } else {
-        const auto& blk = reinterpret_cast<const quant::BlockQ5_K*>(row)[sb];
-        qs = blk.qs + 32 * (j / 2), scales = blk.scales, d = h2f(blk.d), dmin = h2f(blk.dmin);
-        const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(load32(blk.qh), j), _mm256_set1_epi8(1));
-        high = _mm256_slli_epi16(bit, 4);  // bit j of each qh byte, worth 16
-      }
-      const __m256i packed = load32(qs);
-      const __m256i nib = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(packed, 4) : packed, _mm256_set1_epi8(0x0F));
-      const __m256i u = _mm256_or_si256(nib, high);
-      int sc, m;
-      scale_min_k4(j, scales, sc, m);
-      const float dw = d * float(sc), mw = dmin * float(m);
-      for (int r = 0; r < R; ++r) {
-        acc[r] = _mm256_fmadd_ps(dot_u8s8(u, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
-        mins[r] -= mw * (xq[r][b].d * float(xq[r][b].sum));
-      }
-    } else if constexpr (T == DType::Q6_K) {
-      // 32 values of a 128-value half: ql nibbles and two qh bits make 6 bits, minus 32; the first and
-      // last 16 have their own int8 scales, which the lanes of the 8 int32 sums keep apart.
-      const auto& blk = reinterpret_cast<const quant::BlockQ6_K*>(row)[b / 8];
-      const int half = int(b % 8) / 4, quarter = int(b % 4);
-      const uint8_t* ql = blk.ql + 64 * half + 32 * (quarter % 2);
-      const uint8_t* qh = blk.qh + 32 * half;
-      const __m256i low = _mm256_and_si256(quarter < 2 ? load32(ql) : _mm256_srli_epi16(load32(ql), 4), _mm256_set1_epi8(0x0F));
-      const __m256i top = _mm256_and_si256(_mm256_srli_epi16(load32(qh), 2 * quarter), _mm256_set1_epi8(3));
-      const __m256i w = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(top, 4)), _mm256_set1_epi8(32));
-      const float d = h2f(blk.d);
-      const int8_t* sc = blk.scales + 8 * half + 2 * quarter;
-      const float s0 = d * float(sc[0]), s1 = d * float(sc[1]);
-      for (int r = 0; r < R; ++r) {
-        const float xd = xq[r][b].d;
-        const __m256 scale = _mm256_setr_ps(s0 * xd, s0 * xd, s0 * xd, s0 * xd, s1 * xd, s1 * xd, s1 * xd, s1 * xd);
-        acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), scale, acc[r]);
-      }
     } else {  // int4 in groups: a float16 scale and minimum per group of kGroupBlocks blocks
       const uint8_t* group = row + (b / kGroupBlocks) * dtype_layout(T).block_bytes;
       uint16_t h[2];
@@ -179,12 +161,83 @@ void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* o
       const __m256i w = unpack_nibbles(group + 4 + 16 * (b % kGroupBlocks));
       for (int r = 0; r < R; ++r) {
         acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(scale * xq[r][b].d), acc[r]);
-        mins[r] += min * (xq[r][b].d * float(xq[r][b].sum));
+        mins[r] += min * xq[r][b].ds;
       }
     }
   }
   // mins holds the minimum's share: already scaled, except for int4's one minimum per row.
   for (int r = 0; r < R; ++r) out[r] = row_scale * hsum(acc[r]) + (T == DType::I4 ? row_min : 1.0f) * mins[r];
+}
+
+// Q4_K / Q5_K a super-block at a time: eight scales unpacked once, each 32-byte run of nibbles loaded
+// once for the two sub-blocks it holds (low nibbles: sub-block 2p, high: 2p + 1).
+template <DType T, int R>
+void dot_rows_k(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* out) {
+  __m256 acc[R];
+  float mins[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0;
+  float scale[8], min[8];
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (int64_t sb = 0; sb < nb / 8; ++sb) {
+    const uint8_t *qs, *qh = nullptr;
+    if constexpr (T == DType::Q4_K) {
+      const auto& blk = reinterpret_cast<const quant::BlockQ4_K*>(row)[sb];
+      qs = blk.qs;
+      k_scales(blk.d, blk.dmin, blk.scales, scale, min);
+    } else {
+      const auto& blk = reinterpret_cast<const quant::BlockQ5_K*>(row)[sb];
+      qs = blk.qs, qh = blk.qh;
+      k_scales(blk.d, blk.dmin, blk.scales, scale, min);
+    }
+    for (int p = 0; p < 4; ++p) {
+      const __m256i packed = load32(qs + 32 * p);
+      __m256i lo = _mm256_and_si256(packed, mask), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
+      if constexpr (T == DType::Q5_K) {  // bits 2p and 2p + 1 of each qh byte, worth 16
+        const __m256i h = _mm256_srli_epi16(load32(qh), 2 * p);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(2)), 3));
+      }
+      const int64_t b = sb * 8 + 2 * p;
+      for (int r = 0; r < R; ++r) {
+        const Q8Block& x0 = xq[r][b];
+        const Q8Block& x1 = xq[r][b + 1];
+        acc[r] = _mm256_fmadd_ps(dot_u8s8(lo, load32(x0.q)), _mm256_set1_ps(scale[2 * p] * x0.d), acc[r]);
+        acc[r] = _mm256_fmadd_ps(dot_u8s8(hi, load32(x1.q)), _mm256_set1_ps(scale[2 * p + 1] * x1.d), acc[r]);
+        mins[r] -= min[2 * p] * x0.ds + min[2 * p + 1] * x1.ds;
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) + mins[r];
+}
+
+// Q6_K a super-block at a time: sixteen scales as floats once; per 128-value half, 64 bytes of low
+// nibbles and 32 of high bit pairs loaded once for its four runs of 32 values. Each run's first and last
+// 16 values have their own scale, kept apart by the lanes (0-3: first 16, 4-7: last 16).
+template <int R>
+void dot_rows_q6k(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i mask = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
+  for (int64_t sb = 0; sb < nb / 8; ++sb) {
+    const auto& blk = reinterpret_cast<const quant::BlockQ6_K*>(row)[sb];
+    const __m256 d = _mm256_set1_ps(h2f(blk.d));
+    for (int half = 0; half < 2; ++half) {
+      const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32);
+      const __m256i qh = load32(blk.qh + 32 * half);
+      const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask),
+                              _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask), _mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask)};
+      for (int quarter = 0; quarter < 4; ++quarter) {
+        const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), three);
+        const __m256i w = _mm256_sub_epi8(_mm256_or_si256(low[quarter], _mm256_slli_epi16(top, 4)), offset);
+        const int8_t* sc = blk.scales + 8 * half + 2 * quarter;
+        const __m256 scales = _mm256_mul_ps(d, _mm256_set_m128(_mm_set1_ps(float(sc[1])), _mm_set1_ps(float(sc[0]))));
+        const int64_t b = sb * 8 + 4 * half + quarter;
+        for (int r = 0; r < R; ++r)
+          acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), _mm256_mul_ps(scales, _mm256_set1_ps(xq[r][b].d)), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
 }
 
 template <DType T>
@@ -197,12 +250,16 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
     int64_t m = 0;
     for (; m + 4 <= M; m += 4) {
       const Q8Block* rows[4] = {xq + m * nb, xq + (m + 1) * nb, xq + (m + 2) * nb, xq + (m + 3) * nb};
-      dot_rows<T, 4>(rows, nb, row, out);
+      if constexpr (T == DType::Q4_K || T == DType::Q5_K) dot_rows_k<T, 4>(rows, nb, row, out);
+      else if constexpr (T == DType::Q6_K) dot_rows_q6k<4>(rows, nb, row, out);
+      else dot_rows<T, 4>(rows, nb, row, out);
       for (int r = 0; r < 4; ++r) y[(m + r) * ldy + n] = out[r];
     }
     for (; m < M; ++m) {
       const Q8Block* rows[1] = {xq + m * nb};
-      dot_rows<T, 1>(rows, nb, row, out);
+      if constexpr (T == DType::Q4_K || T == DType::Q5_K) dot_rows_k<T, 1>(rows, nb, row, out);
+      else if constexpr (T == DType::Q6_K) dot_rows_q6k<1>(rows, nb, row, out);
+      else dot_rows<T, 1>(rows, nb, row, out);
       y[m * ldy + n] = out[0];
     }
   }
@@ -272,8 +329,9 @@ void quantize_q8(const float* x, int64_t K, Q8Block* out) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), packed);
     out[b].d = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
     out[b].sum = sum;
+    out[b].ds = out[b].d * float(sum);
     out[b].s = _cvtsh_ss(_cvtss_sh(d * float(sum), _MM_FROUND_TO_NEAREST_INT));
   }
 }
 
-}  // namespace ftllm::cpu::avx2
+}  // namespace ftllm::cpu::FTLLM_QUANT_NS

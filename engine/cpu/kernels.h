@@ -12,9 +12,10 @@ namespace ftllm::cpu {
 
 // 32 activations as int8 for the integer dot products of quantized weights, made as llama.cpp's
 // q8_1 is: d = max|x| / 127 rounded to float16, q = round(x * 127 / max|x|) (nearest even),
-// s = d * sum(q) rounded to float16; sum is sum(q) exactly.
+// s = d * sum(q) rounded to float16; sum is sum(q) exactly and ds = d * sum in float32 (kernels read
+// ds, so no int-to-float conversion sits in their inner loops).
 struct Q8Block {
-  float d, s;
+  float d, s, ds;
   int32_t sum;
   int8_t q[32];
 };
@@ -41,9 +42,11 @@ struct Kernels {
 const Kernels& scalar_kernels();
 // nullptr when this processor lacks AVX2, FMA or F16C.
 const Kernels* avx2_kernels();
+// AVX2 with the integer dot products on AVX-512 VNNI; nullptr without AVX-512 F/BW/VL/VNNI.
+const Kernels* avx512vnni_kernels();
 // The fastest table this processor runs; chosen once from cpuid.
 const Kernels& best_kernels();
-// "auto" (best_kernels), "scalar" or "avx2"; throws EngineError for a name this CPU cannot run.
+// "auto" (best_kernels), "scalar", "avx2" or "avx512vnni"; throws EngineError for a name this CPU cannot run.
 const Kernels& kernels_named(std::string_view name);
 
 }  // namespace ftllm::cpu

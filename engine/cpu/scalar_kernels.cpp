@@ -41,6 +41,7 @@ void quantize_q8(const float* x, int64_t K, Q8Block* out) {
     }
     o.d = f16_to_f32(f32_to_f16(d));
     o.sum = sum;
+    o.ds = o.d * float(sum);
     o.s = f16_to_f32(f32_to_f16(d * float(sum)));
   }
 }

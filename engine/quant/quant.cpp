@@ -1,6 +1,7 @@
 #include "quant.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -294,13 +295,19 @@ void dequantize_row(DType t, const void* row, float* y, int64_t k) {
       }
       return;
     }
-    case DType::FP8:
+    case DType::FP8: {
+      static const auto table = [] {  // every code's value, so the row loop is a lookup
+        std::array<float, 256> t{};
+        for (int c = 0; c < 256; ++c) t[size_t(c)] = e4m3_to_f32(uint8_t(c));
+        return t;
+      }();
       for (int64_t b = 0; b < nb; ++b, bytes += 132, y += 128) {
         float scale;
         std::memcpy(&scale, bytes, 4);
-        for (int j = 0; j < 128; ++j) y[j] = e4m3_to_f32(bytes[4 + j]) * scale;
+        for (int j = 0; j < 128; ++j) y[j] = table[bytes[4 + j]] * scale;
       }
       return;
+    }
   }
 }
 

@@ -1,10 +1,16 @@
 // ftllm-bench: prefill and decode speed and memory of one model on the CPU. A program, not a test.
 //
-//   ftllm-bench MODEL [-t THREADS] [--prompt N] [--decode N] [--repeat R] [--batch B]
+//   ftllm-bench MODEL [-t THREADS] [--prompt N] [--decode N] [--repeat R] [--batch B] [--dtype D] [--kernels K]
+//
+// Decode moves every weight byte once per step, so its ceiling is (read bandwidth) / (weight bytes): the
+// bandwidth is measured here, a STREAM-like sum over 1 GiB on the same threads, and each decode row
+// reports the fraction of that roofline it reached.
 //   ftllm-bench --make-random DIR [--shape qwen2.5-0.5b|smollm2-135m] [--dtype bf16|f16|f32]
 //
 // MODEL is a Hugging Face directory or a .gguf file. --make-random writes a random-weight model of a real
 // shape, so speed can be measured without downloading weights.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,6 +44,36 @@ size_t rss_bytes() {
     in.ignore(1 << 20, '\n');
   }
   return 0;
+}
+
+__attribute__((target("avx2"))) float sum_floats(const float* p, size_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (size_t i = 0; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(p + i + 8 * k));
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return out[0] + out[7];
+}
+
+// GB/s of summing a buffer far larger than the caches, split over `threads` threads; the median of 5.
+double read_bandwidth(int threads) {
+  const size_t n = (size_t(1) << 30) / sizeof(float);
+  std::vector<float> buf(n, 1.0f);  // written once, so the pages are real
+  std::vector<double> runs;
+  for (int r = 0; r < 5; ++r) {
+    std::vector<std::thread> pool;
+    std::vector<float> sums(size_t(threads) * 16);
+    double a = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {  // the sum is stored so the loop stays
+        sums[size_t(t) * 16] = sum_floats(buf.data() + n / size_t(threads) * size_t(t), n / size_t(threads));
+      });
+    for (auto& th : pool) th.join();
+    double b = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    runs.push_back(double(n * sizeof(float)) / (b - a) / 1e9);
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
 }
 
 double median(std::vector<double> v) {
@@ -126,7 +162,7 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, make_dir, shape = "qwen2.5-0.5b", dtype = "bf16";
+  std::string model, make_dir, shape = "qwen2.5-0.5b", dtype = "bf16", compute_dtype = "auto", kernels = "auto";
   int threads = 0, repeat = 3, batch = 1;
   int64_t prompt = 128, decode = 64;
   for (int i = 1; i < argc; ++i) {
@@ -139,7 +175,8 @@ int main(int argc, char** argv) {
     else if (a == "--batch") batch = std::stoi(value());
     else if (a == "--make-random") make_dir = value();
     else if (a == "--shape") shape = value();
-    else if (a == "--dtype") dtype = value();
+    else if (a == "--dtype") dtype = compute_dtype = value();
+    else if (a == "--kernels") kernels = value();
     else if (a.starts_with("-")) return std::fprintf(stderr, "unknown option %s\n", a.c_str()), 2;
     else model = a;
   }
@@ -153,6 +190,8 @@ int main(int argc, char** argv) {
   o.threads = threads;
   o.context_length = prompt + decode + 8;
   o.max_sequences = std::max(batch, 1);
+  o.dtype = compute_dtype;
+  o.kernels = kernels;
   std::unique_ptr<ModelInstance> m;
   try {
     m = ModelInstance::load(o);
@@ -185,14 +224,24 @@ int main(int argc, char** argv) {
     decode_rates.push_back(double(decode * batch) / (now() - a));
   }
   const auto& c = m->config();
-  std::printf("model %s (%s, %lld layers, hidden %lld), %zu file bytes, %d threads\n", model.c_str(),
-              c.architecture.c_str(), (long long)c.num_layers, (long long)c.hidden_size, m->weight_file_bytes(),
-              threads ? threads : int(std::thread::hardware_concurrency()));
+  const int nthreads = threads ? threads : int(std::thread::hardware_concurrency());
+  // Bytes one decode step reads: every weight, except an untied input embedding (one row is looked up).
+  double step_bytes = double(m->weight_bytes());
+  for (auto& [name, t] : m->model().named_tensors())
+    if (name == "model.embed_tokens.weight" && !c.tie_word_embeddings) step_bytes -= double(t->bytes());
+  const double bandwidth = read_bandwidth(nthreads);
+  std::printf("model %s (%s, %lld layers, hidden %lld, %s), %zu file bytes, %d threads, %s kernels\n", model.c_str(),
+              c.architecture.c_str(), (long long)c.num_layers, (long long)c.hidden_size, m->dtypes().c_str(),
+              m->weight_file_bytes(), nthreads, m->kernels().name);
   std::printf("load %.2f s; RSS after load and one prefill: %.1f MiB = %.2f x the weight file\n", load_s,
               double(rss) / 1048576.0, double(rss) / double(m->weight_file_bytes()));
-  std::printf("%-18s %12s %10s\n", "test", "tokens/s", "ms/token");
+  std::printf("read bandwidth %.1f GB/s; a decode step reads %.1f MB of weights: ceiling %.1f tokens/s\n", bandwidth,
+              step_bytes / 1e6, bandwidth * 1e9 / step_bytes);
+  std::printf("%-18s %12s %10s %10s\n", "test", "tokens/s", "ms/token", "roofline");
   double p = median(prefill), d = median(decode_rates);
-  std::printf("prefill %-10lld %12.1f %10.2f\n", (long long)prompt, p, 1000.0 / p);
-  std::printf("decode %-4lld x%-5d %12.1f %10.2f\n", (long long)decode, batch, d, 1000.0 * batch / d);
+  std::printf("prefill %-10lld %12.1f %10.2f %10s\n", (long long)prompt, p, 1000.0 / p, "-");
+  // Sequences decoded together share each weight read: the roofline is in steps per second.
+  std::printf("decode %-4lld x%-5d %12.1f %10.2f %9.0f%%\n", (long long)decode, batch, d, 1000.0 * batch / d,
+              100.0 * (d / batch) * step_bytes / (bandwidth * 1e9));
   return 0;
 }

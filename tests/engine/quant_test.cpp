@@ -62,6 +62,14 @@ std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t k, std::mt19937&
   return out;
 }
 
+// Every vectorised table this processor runs (AVX2, AVX-512 VNNI), each checked on its own.
+std::vector<const cpu::Kernels*> fast_tables() {
+  std::vector<const cpu::Kernels*> out;
+  for (const cpu::Kernels* k : {cpu::avx2_kernels(), cpu::avx512vnni_kernels()})
+    if (k) out.push_back(k);
+  return out;
+}
+
 std::vector<uint8_t> from_hex(std::string_view hex) {
   std::vector<uint8_t> out(hex.size() / 2);
   for (size_t i = 0; i < out.size(); ++i) out[i] = uint8_t(std::stoi(std::string(hex.substr(2 * i, 2)), nullptr, 16));
@@ -166,9 +174,11 @@ BOOST_AUTO_TEST_CASE(q8_activations_are_the_same_bytes_on_every_path) {
 }
 
 BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
-  if (!cpu::avx2_kernels()) return;
   const cpu::Kernels& ref = cpu::scalar_kernels();
-  const cpu::Kernels& fast = *cpu::avx2_kernels();
+  BOOST_TEST_MESSAGE("vectorised tables on this CPU: " << fast_tables().size());
+  for (const cpu::Kernels* table : fast_tables()) {
+  const cpu::Kernels& fast = *table;
+  BOOST_TEST_MESSAGE("checking " << fast.name);
   std::mt19937 rng(9);
   const int64_t K = 512, N = 7, M = 5, nb = K / 32;
   for (DType t : kAllDTypes) {
@@ -201,7 +211,7 @@ BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
             oracle += double(f16_to_f32(blk.m)) * (double(a.s) - double(a.d) * a.sum);
           }
         BOOST_REQUIRE_MESSAGE(std::fabs(got[i] - oracle) <= 2e-5 * magnitude + 1e-6,
-                              dtype_name(t) << " [" << m << "," << n << "]: " << got[i] << " vs " << oracle);
+                              fast.name << " " << dtype_name(t) << " [" << m << "," << n << "]: " << got[i] << " vs " << oracle);
         // And the reference itself: float32 activations, within what int8 rounding of them can move.
         double bound = 2e-5 * magnitude + 1e-6;
         if (fast.uses_q8(t))
@@ -210,8 +220,9 @@ BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
             bound += std::fabs(wrow[size_t(k)]) * (std::fabs(double(blk.d) * blk.q[k % 32] - x[size_t(m * K + k)]) + 1e-3 * std::fabs(x[size_t(m * K + k)]));
           }
         BOOST_REQUIRE_MESSAGE(std::fabs(double(got[i]) - want[i]) <= bound,
-                              dtype_name(t) << " vs reference [" << m << "," << n << "]: " << got[i] << " vs " << want[i]);
+                              fast.name << " " << dtype_name(t) << " vs reference [" << m << "," << n << "]: " << got[i] << " vs " << want[i]);
       }
+  }
   }
 }
 
