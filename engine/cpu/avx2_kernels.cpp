@@ -8,6 +8,7 @@
 #include "../quant/quant.h"
 #include "avx2_quant.h"
 #include "kernels.h"
+#include "tiling.h"
 
 namespace ftllm::cpu {
 
@@ -73,19 +74,19 @@ inline void dot_rows(const float* x, int64_t K, const void* row, float* out) {
 template <DType T>
 void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
-  for (int64_t n = n0; n < n1; ++n) {
-    const void* row = static_cast<const char*>(w) + size_t(n) * bytes;
-    float out[4];
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4) {
-      dot_rows<T, 4>(x + m * K, K, row, out);
-      for (int r = 0; r < 4; ++r) y[(m + r) * ldy + n] = out[r];
-    }
-    for (; m < M; ++m) {
-      dot_rows<T, 1>(x + m * K, K, row, out);
-      y[m * ldy + n] = out[0];
-    }
-  }
+  auto row_of = [&](int64_t n) { return static_cast<const char*>(w) + size_t(n) * bytes; };
+  for_each_tile(
+      M, n0, n1, size_t(K) * sizeof(float), bytes,
+      [&](int64_t m, int64_t n) {
+        float out[4];
+        dot_rows<T, 4>(x + m * K, K, row_of(n), out);
+        for (int r = 0; r < 4; ++r) y[(m + r) * ldy + n] = out[r];
+      },
+      [&](int64_t m, int64_t n) {
+        float out[1];
+        dot_rows<T, 1>(x + m * K, K, row_of(n), out);
+        y[m * ldy + n] = out[0];
+      });
 }
 
 // Block types without an integer kernel: each weight row is widened to float32 once (in cache) and

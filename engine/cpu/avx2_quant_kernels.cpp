@@ -9,6 +9,7 @@
 
 #include "../quant/ggml_blocks.h"
 #include "avx2_quant.h"
+#include "tiling.h"
 
 #ifdef FTLLM_VNNI
 #define FTLLM_QUANT_NS avx512vnni
@@ -244,25 +245,26 @@ template <DType T>
 void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const int64_t nb = K / 32;
   const size_t bytes = row_bytes(T, K);
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = static_cast<const uint8_t*>(w) + size_t(n) * bytes;
-    float out[4];
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4) {
-      const Q8Block* rows[4] = {xq + m * nb, xq + (m + 1) * nb, xq + (m + 2) * nb, xq + (m + 3) * nb};
-      if constexpr (T == DType::Q4_K || T == DType::Q5_K) dot_rows_k<T, 4>(rows, nb, row, out);
-      else if constexpr (T == DType::Q6_K) dot_rows_q6k<4>(rows, nb, row, out);
-      else dot_rows<T, 4>(rows, nb, row, out);
-      for (int r = 0; r < 4; ++r) y[(m + r) * ldy + n] = out[r];
-    }
-    for (; m < M; ++m) {
-      const Q8Block* rows[1] = {xq + m * nb};
-      if constexpr (T == DType::Q4_K || T == DType::Q5_K) dot_rows_k<T, 1>(rows, nb, row, out);
-      else if constexpr (T == DType::Q6_K) dot_rows_q6k<1>(rows, nb, row, out);
-      else dot_rows<T, 1>(rows, nb, row, out);
-      y[m * ldy + n] = out[0];
-    }
-  }
+  auto row_of = [&](int64_t n) { return static_cast<const uint8_t*>(w) + size_t(n) * bytes; };
+  auto dots = [&]<int R>(const Q8Block* const* rows, const uint8_t* row, float* out) {
+    if constexpr (T == DType::Q4_K || T == DType::Q5_K) dot_rows_k<T, R>(rows, nb, row, out);
+    else if constexpr (T == DType::Q6_K) dot_rows_q6k<R>(rows, nb, row, out);
+    else dot_rows<T, R>(rows, nb, row, out);
+  };
+  for_each_tile(
+      M, n0, n1, size_t(nb) * sizeof(Q8Block), bytes,
+      [&](int64_t m, int64_t n) {
+        const Q8Block* rows[4] = {xq + m * nb, xq + (m + 1) * nb, xq + (m + 2) * nb, xq + (m + 3) * nb};
+        float out[4];
+        dots.template operator()<4>(rows, row_of(n), out);
+        for (int r = 0; r < 4; ++r) y[(m + r) * ldy + n] = out[r];
+      },
+      [&](int64_t m, int64_t n) {
+        const Q8Block* rows[1] = {xq + m * nb};
+        float out[1];
+        dots.template operator()<1>(rows, row_of(n), out);
+        y[m * ldy + n] = out[0];
+      });
 }
 
 }  // namespace

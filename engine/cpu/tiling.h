@@ -1,0 +1,33 @@
+// Cache blocking for the matmul kernels: a tile of weight rows stays in L2 while a tile of activation
+// rows stays in L1, so neither is streamed from further out once per row of the other (prefill).
+// Activation rows go in fours, then singles, exactly as without tiles, so every output is summed the
+// same way whatever the batch.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace ftllm::cpu {
+
+// four(m, n): activation rows m..m+3 against weight row n; one(m, n): row m alone.
+template <typename Four, typename One>
+inline void for_each_tile(int64_t M, int64_t n0, int64_t n1, size_t x_row_bytes, size_t w_row_bytes, Four&& four,
+                          One&& one) {
+  const int64_t n_tile = std::max<int64_t>(1, int64_t((256 << 10) / std::max<size_t>(w_row_bytes, 1)));
+  const int64_t m_tile = std::max<int64_t>(4, int64_t((16 << 10) / std::max<size_t>(x_row_bytes, 1)) / 4 * 4);
+  const int64_t m_fours = M / 4 * 4;
+  for (int64_t nt = n0; nt < n1; nt += n_tile) {
+    const int64_t nt_end = std::min(n1, nt + n_tile);
+    for (int64_t mt = 0; mt < M; mt += m_tile) {
+      const int64_t mt_end = std::min(M, mt + m_tile);
+      for (int64_t n = nt; n < nt_end; ++n) {
+        int64_t m = mt;
+        for (; m + 4 <= std::min(mt_end, m_fours); m += 4) four(m, n);
+        for (; m < mt_end; ++m) one(m, n);
+      }
+    }
+  }
+}
+
+}  // namespace ftllm::cpu
