@@ -27,7 +27,7 @@ struct Options {
   std::optional<std::string> dtype;          // --dtype: compute dtype of linear layers (int4g, int8, fp8, ...)
   std::optional<std::string> moe_dtype;      // --moe_dtype: compute dtype of routed experts
   std::optional<std::string> dtype_config;   // --dtype_config FILE: per-tensor dtype rules
-  std::optional<std::string> kernels;        // --kernels auto|avx2|scalar (scalar: float32 reference, slow)
+  std::optional<std::string> kernels;        // --kernels auto|avx512vnni|avx2|scalar (scalar: float32 reference, slow)
   std::optional<std::string> device;         // --device: cpu, numa, numa:N, or {'cpu':1,'numa:0':1}
   std::optional<std::string> cache_dir;      // --cache_dir: the Hugging Face cache for "org/name" models
   bool hide_input = false;                   // --hide_input: prompts never reach the log
