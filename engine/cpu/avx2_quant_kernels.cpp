@@ -98,7 +98,6 @@ void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* o
     std::memcpy(&row_scale, row, 4);
     if constexpr (T == DType::I4) std::memcpy(&row_min, row + 4, 4);
   }
-  constexpr int64_t kGroupBlocks = dtype_layout(T).block_values / 32;
   for (int64_t b = 0; b < nb; ++b) {
     if constexpr (T == DType::Q8_0) {
       const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(row)[b];
@@ -151,16 +150,6 @@ void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* o
           acc[r] = _mm256_fmadd_ps(dot_u8s8(u, x), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
           mins[r] += mw * xq[r][b].s;
         }
-      }
-    } else {  // int4 in groups: a float16 scale and minimum per group of kGroupBlocks blocks
-      const uint8_t* group = row + (b / kGroupBlocks) * dtype_layout(T).block_bytes;
-      uint16_t h[2];
-      std::memcpy(h, group, 4);
-      const float scale = h2f(h[0]), min = h2f(h[1]);
-      const __m256i w = unpack_nibbles(group + 4 + 16 * (b % kGroupBlocks));
-      for (int r = 0; r < R; ++r) {
-        acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(scale * xq[r][b].d), acc[r]);
-        mins[r] += min * xq[r][b].ds;
       }
     }
   }
@@ -239,6 +228,34 @@ void dot_rows_q6k(const Q8Block* const* xq, int64_t nb, const uint8_t* row, floa
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
 }
 
+// int4gN a group at a time: its float16 scale and minimum converted once, its blocks in an unrolled loop,
+// the minimum's share added once per group.
+template <DType T, int R>
+void dot_rows_g(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* out) {
+  constexpr int64_t kBlocks = dtype_layout(T).block_values / 32;
+  constexpr size_t kBytes = dtype_layout(T).block_bytes;
+  __m256 acc[R];
+  float mins[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0;
+  for (int64_t g = 0; g < nb / kBlocks; ++g) {
+    const uint8_t* group = row + size_t(g) * kBytes;
+    uint16_t h[2];
+    std::memcpy(h, group, 4);
+    const float scale = h2f(h[0]), min = h2f(h[1]);
+    float sums[R] = {};
+    for (int64_t i = 0; i < kBlocks; ++i) {
+      const int64_t b = g * kBlocks + i;
+      const __m256i w = unpack_nibbles(group + 4 + 16 * i);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(scale * xq[r][b].d), acc[r]);
+        sums[r] += xq[r][b].ds;
+      }
+    }
+    for (int r = 0; r < R; ++r) mins[r] += min * sums[r];
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) + mins[r];
+}
+
 template <DType T>
 void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const int64_t nb = K / 32;
@@ -247,6 +264,8 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   auto dots = [&]<int R>(const Q8Block* const* rows, const uint8_t* row, float* out) {
     if constexpr (T == DType::Q4_K || T == DType::Q5_K) dot_rows_k<T, R>(rows, nb, row, out);
     else if constexpr (T == DType::Q6_K) dot_rows_q6k<R>(rows, nb, row, out);
+    else if constexpr (T == DType::I4G32 || T == DType::I4G64 || T == DType::I4G128 || T == DType::I4G256)
+      dot_rows_g<T, R>(rows, nb, row, out);
     else dot_rows<T, R>(rows, nb, row, out);
   };
   for_each_tile(
