@@ -65,25 +65,26 @@ inline __m256i fifth_bits(const uint8_t* qh) {
   return _mm256_and_si256(set, _mm256_set1_epi8(16));
 }
 
-// Q4_K / Q5_K: six-bit scale and min of sub-block j (of 8) from the 12 packed bytes.
-inline void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
-// Q4_K / Q5_K: a super-block's eight scales d * sc_j and minimums dmin * m_j as floats.
+// Q4_K / Q5_K: a super-block's eight scales d * sc_j and minimums dmin * m_j as floats. The 12 packed
+// bytes as words A, B, C: scales 0-3 are A's low six bits, mins 0-3 B's; scales 4-7 are C's low nibbles
+// with A's top two bits above them, mins 4-7 C's high nibbles with B's top two bits (scale_min_k4 per byte).
 inline void k_scales(uint16_t d16, uint16_t dmin16, const uint8_t* packed, float* scale, float* min) {
-  const float d = h2f(d16), dmin = h2f(dmin16);
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    scale_min_k4(j, packed, sc, m);
-    scale[j] = d * float(sc), min[j] = dmin * float(m);
-  }
+  uint32_t a, b, c;
+  std::memcpy(&a, packed, 4);
+  std::memcpy(&b, packed + 4, 4);
+  std::memcpy(&c, packed + 8, 4);
+  const uint32_t low6 = 0x3f3f3f3f, nibble = 0x0f0f0f0f, two = 0x03030303;
+  const uint32_t sc[2] = {a & low6, (c & nibble) | (((a >> 6) & two) << 4)};
+  const uint32_t mn[2] = {b & low6, ((c >> 4) & nibble) | (((b >> 6) & two) << 4)};
+  auto widen = [](const uint32_t* words, float d, float* out) {
+    int64_t bytes;
+    std::memcpy(&bytes, words, 8);
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes)));
+    _mm256_storeu_ps(out, _mm256_mul_ps(v, _mm256_set1_ps(d)));
+  };
+  widen(sc, h2f(d16), scale);
+  widen(mn, h2f(dmin16), min);
 }
 
 // One weight row against R activation rows. Every row's sum runs in the same order whatever R is,
