@@ -179,6 +179,7 @@ void ModelInstance::read_gguf_tokenizer(const model::GgufFile& file) {
 
 ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::DecoderModel> model, size_t weight_bytes)
     : options_(check_kv_fits(std::move(options), model->config())),
+      kernels_(cpu::kernels_named(options_.kernels)),
       model_(std::move(model)),
       weight_file_bytes_(weight_bytes),
       pool_(std::make_unique<cpu::ThreadPool>(options_.threads)),

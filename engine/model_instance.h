@@ -41,7 +41,7 @@ class ModelInstance {
   const model::ModelConfig& config() const { return model_->config(); }
   const model::DecoderModel& model() const { return *model_; }
   const ModelLoadOptions& options() const { return options_; }
-  const cpu::Kernels& kernels() const { return cpu::kernels_named(options_.kernels); }
+  const cpu::Kernels& kernels() const { return kernels_; }
   size_t weight_file_bytes() const { return weight_file_bytes_; }
   int64_t context_length() const;
   // The tokenizer and chat template the model files ship; null when they have none.
@@ -98,6 +98,7 @@ class ModelInstance {
 
   void read_gguf_tokenizer(const model::GgufFile& file);  // vocabulary and bos/eos for the template
   ModelLoadOptions options_;
+  const cpu::Kernels& kernels_;  // options_.kernels resolved once
   std::string conversion_notes_;
   std::unique_ptr<model::DecoderModel> model_;
   size_t weight_file_bytes_;

@@ -15,9 +15,9 @@ std::shared_ptr<void> aligned_buffer(size_t bytes) {
 }
 }  // namespace
 
-Tensor Tensor::zeros_f32(std::vector<int64_t> shape) {
+Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
-  t.dtype = DType::F32;
+  t.dtype = dtype;
   t.shape = std::move(shape);
   t.owner = aligned_buffer(t.bytes());
   t.data = t.owner.get();

@@ -30,8 +30,9 @@ struct Tensor {
   template <typename T>
   T* as() const { return static_cast<T*>(data); }
 
-  // A fresh zero-filled float32 tensor.
-  static Tensor zeros_f32(std::vector<int64_t> shape);
+  // A fresh zero-filled tensor (64-byte aligned) of any dtype; matrices of block types hold whole rows.
+  static Tensor zeros(DType dtype, std::vector<int64_t> shape);
+  static Tensor zeros_f32(std::vector<int64_t> shape) { return zeros(DType::F32, std::move(shape)); }
   // A fresh tensor of any dtype holding a copy of `bytes`.
   static Tensor copy_of(DType dtype, std::vector<int64_t> shape, const void* bytes);
 };

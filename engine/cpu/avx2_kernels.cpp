@@ -7,6 +7,7 @@
 
 #include "../quant/quant.h"
 #include "avx2_quant.h"
+#include "avx2_util.h"
 #include "kernels.h"
 #include "tiling.h"
 
@@ -16,14 +17,6 @@ const Kernels& avx2_kernel_table();
 const Kernels& avx512vnni_kernel_table();
 
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
 
 // Eight weights at index k of a row, widened to float.
 template <DType T>

@@ -9,6 +9,7 @@
 
 #include "../quant/ggml_blocks.h"
 #include "avx2_quant.h"
+#include "avx2_util.h"
 #include "tiling.h"
 
 #ifdef FTLLM_VNNI
@@ -20,14 +21,6 @@
 namespace ftllm::cpu::FTLLM_QUANT_NS {
 
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 

@@ -36,11 +36,10 @@ DTypeRules DTypeRules::parse(const std::string& dtype, const std::string& moe_dt
     if (e["key"].get(key) || e["dtype"].get(name))
       throw EngineError(dtype_config + ": every rule needs a \"key\" (a regular expression) and a \"dtype\"");
     Rule rule;
-    rule.key = key;
     try {
-      rule.pattern = std::regex(rule.key, std::regex::ECMAScript | std::regex::optimize);
+      rule.pattern = std::regex(std::string(key), std::regex::ECMAScript | std::regex::optimize);
     } catch (const std::regex_error& err) {
-      throw EngineError(dtype_config + ": key \"" + rule.key + "\" is not a regular expression (" + err.what() + ")");
+      throw EngineError(dtype_config + ": key \"" + std::string(key) + "\" is not a regular expression (" + err.what() + ")");
     }
     rule.dtype = parse_target(std::string(name), dtype_config + ": dtype");
     r.rules_.push_back(std::move(rule));

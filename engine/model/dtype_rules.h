@@ -25,7 +25,6 @@ class DTypeRules {
 
  private:
   struct Rule {
-    std::string key;
     std::regex pattern;
     std::optional<DType> dtype;  // nullopt: keep
   };

@@ -1,6 +1,7 @@
 #include "gguf.h"
 
 #include <cstring>
+#include <fstream>
 
 #include "../core/error.h"
 #include "../quant/ggml_blocks.h"
@@ -225,6 +226,42 @@ const std::vector<std::string>* GgufFile::get_strings(const std::string& key) co
   auto it = metadata_.find(key);
   if (it == metadata_.end()) return nullptr;
   return std::get_if<std::vector<std::string>>(&it->second.v);
+}
+
+void write_gguf_metadata(const std::string& path, const std::vector<std::pair<std::string, const GgufValue*>>& keys) {
+  std::string out;
+  auto put = [&](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  auto put_string = [&](const std::string& s) {
+    put(uint64_t(s.size()));
+    out += s;
+  };
+  out += "GGUF";
+  put(uint32_t(3));
+  put(uint64_t(0));
+  put(uint64_t(keys.size()));
+  for (auto& [key, value] : keys) {
+    put_string(key);
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, int64_t>) put(I64), put(v);
+          else if constexpr (std::is_same_v<T, uint64_t>) put(U64), put(v);
+          else if constexpr (std::is_same_v<T, double>) put(F64), put(v);
+          else if constexpr (std::is_same_v<T, bool>) put(BOOL), put(uint8_t(v));
+          else if constexpr (std::is_same_v<T, std::string>) put(STRING), put_string(v);
+          else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            put(ARRAY), put(STRING), put(uint64_t(v.size()));
+            for (const std::string& s : v) put_string(s);
+          } else {
+            put(ARRAY), put(F64), put(uint64_t(v.size()));
+            for (double d : v) put(d);
+          }
+        },
+        value->v);
+  }
+  std::ofstream f(path, std::ios::binary);
+  f << out;
+  if (!f) throw EngineError("cannot write " + path);
 }
 
 }  // namespace ftllm::model

@@ -51,4 +51,8 @@ class GgufFile {
   std::vector<GgufTensor> tensors_;
 };
 
+// A GGUF v3 file holding these metadata keys and no tensors (ftllmctl export keeps a GGUF model's
+// vocabulary this way, for GgufFile::open and the tokenizer to read back).
+void write_gguf_metadata(const std::string& path, const std::vector<std::pair<std::string, const GgufValue*>>& keys);
+
 }  // namespace ftllm::model

@@ -70,17 +70,17 @@ StoredTensor view(const GgufFile& g, const GgufTensor& t, const std::string& hf_
 StoredTensor unpermute_rows(const StoredTensor& s, int64_t heads) {
   const int64_t rows = s.shape[0], half = rows / heads / 2;
   const size_t bytes = row_bytes(*s.dtype, s.shape[1]);
-  auto buffer = std::shared_ptr<uint8_t[]>(new uint8_t[size_t(rows) * bytes]);
+  Tensor moved = Tensor::zeros(*s.dtype, s.shape);
   const auto* src = static_cast<const uint8_t*>(s.data);
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i)
       for (int64_t j = 0; j < 2; ++j) {
         const int64_t from = h * 2 * half + 2 * i + j, to = h * 2 * half + j * half + i;
-        std::memcpy(buffer.get() + size_t(to) * bytes, src + size_t(from) * bytes, bytes);
+        std::memcpy(moved.as<uint8_t>() + size_t(to) * bytes, src + size_t(from) * bytes, bytes);
       }
   StoredTensor out = s;
-  out.data = buffer.get();
-  out.owner = std::shared_ptr<void>(buffer, buffer.get());
+  out.data = moved.data;
+  out.owner = moved.owner;
   return out;
 }
 

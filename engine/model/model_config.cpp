@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "../core/error.h"
+#include "../core/json_text.h"
 
 namespace ftllm::model {
 
@@ -150,6 +151,37 @@ void merge_generation_config(ModelConfig& config, const std::string& json_text, 
   for (int32_t id : ids)
     if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) == config.eos_token_ids.end())
       config.eos_token_ids.push_back(id);
+}
+
+std::string model_config_json(const ModelConfig& c) {
+  std::string j = "{\n  \"architectures\": [" + json_string(c.architecture) + "],\n";
+  auto field = [&](const char* k, const std::string& v) { j += "  " + json_string(k) + ": " + v + ",\n"; };
+  field("hidden_size", std::to_string(c.hidden_size));
+  field("intermediate_size", std::to_string(c.intermediate_size));
+  field("num_hidden_layers", std::to_string(c.num_layers));
+  field("num_attention_heads", std::to_string(c.num_heads));
+  field("num_key_value_heads", std::to_string(c.num_kv_heads));
+  field("head_dim", std::to_string(c.head_dim));
+  field("vocab_size", std::to_string(c.vocab_size));
+  field("max_position_embeddings", std::to_string(c.max_position_embeddings));
+  field("rms_norm_eps", json_number(c.rms_norm_eps));
+  field("rope_theta", json_number(c.rope.theta));
+  if (c.rope.type == RopeType::Linear)
+    field("rope_scaling", "{\"rope_type\": \"linear\", \"factor\": " + json_number(c.rope.factor) + "}");
+  if (c.rope.type == RopeType::Llama3)
+    field("rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": " + json_number(c.rope.factor) +
+                              ", \"low_freq_factor\": " + json_number(c.rope.low_freq_factor) +
+                              ", \"high_freq_factor\": " + json_number(c.rope.high_freq_factor) +
+                              ", \"original_max_position_embeddings\": " +
+                              std::to_string(c.rope.original_max_position_embeddings) + "}");
+  field("attention_bias", c.attention_bias ? "true" : "false");
+  field("mlp_bias", c.mlp_bias ? "true" : "false");
+  if (c.sliding_window) field("sliding_window", std::to_string(*c.sliding_window));
+  if (c.bos_token_id) field("bos_token_id", std::to_string(*c.bos_token_id));
+  std::string eos;
+  for (int32_t id : c.eos_token_ids) eos += (eos.empty() ? "" : ", ") + std::to_string(id);
+  field("eos_token_id", "[" + eos + "]");
+  return j + "  \"tie_word_embeddings\": " + (c.tie_word_embeddings ? "true" : "false") + "\n}\n";
 }
 
 }  // namespace ftllm::model

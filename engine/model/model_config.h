@@ -43,6 +43,9 @@ struct ModelConfig {
 // malformed field.
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
 
+// config.json text for `config` that parse_model_config reads back to the same config (ftllmctl export).
+std::string model_config_json(const ModelConfig& config);
+
 // Adds generation_config.json's eos ids (it often lists more stop tokens than config.json).
 void merge_generation_config(ModelConfig& config, const std::string& json_text, const std::string& source);
 

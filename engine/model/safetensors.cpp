@@ -3,8 +3,10 @@
 #include <simdjson.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "../core/error.h"
+#include "../core/json_text.h"
 #include "../core/tensor.h"
 
 namespace ftllm::model {
@@ -121,6 +123,35 @@ std::map<std::string, StoredTensor> read_safetensors(const std::string& path) {
     tensors.emplace(name, std::move(t));
   }
   return tensors;
+}
+
+uint64_t write_safetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors) {
+  std::string header = "{\"__metadata__\": {\"format\": \"ftllm\"";
+  for (auto& [name, t] : tensors)
+    if (!is_float(t->dtype)) header += ", " + json_string(name) + ": " + json_string(dtype_name(t->dtype));
+  header += "}";
+  uint64_t offset = 0;
+  for (auto& [name, t] : tensors) {
+    std::string dtype = t->dtype == DType::F32 ? "F32" : t->dtype == DType::F16 ? "F16" : t->dtype == DType::BF16 ? "BF16" : "U8";
+    std::string shape;
+    if (is_float(t->dtype)) {
+      for (int64_t d : t->shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    } else {
+      shape = std::to_string(t->numel() / t->dim(-1)) + ", " + std::to_string(row_bytes(t->dtype, t->dim(-1)));
+    }
+    header += ", " + json_string(name) + ": {\"dtype\": \"" + dtype + "\", \"shape\": [" + shape + "], \"data_offsets\": [" +
+              std::to_string(offset) + ", " + std::to_string(offset + t->bytes()) + "]}";
+    offset += t->bytes();
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::ofstream f(path, std::ios::binary);
+  const uint64_t n = header.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << header;
+  for (auto& [name, t] : tensors) f.write(static_cast<const char*>(t->data), std::streamsize(t->bytes()));
+  if (!f) throw EngineError("cannot write " + path + " (disk full?)");
+  return 8 + n + offset;
 }
 
 }  // namespace ftllm::model

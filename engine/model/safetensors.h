@@ -11,6 +11,7 @@
 
 #include "../core/dtype.h"
 #include "../core/mapped_file.h"
+#include "../core/tensor.h"
 
 namespace ftllm::model {
 
@@ -26,5 +27,10 @@ struct StoredTensor {
 
 // All tensors of one file, by name. Throws EngineError naming the file and the problem.
 std::map<std::string, StoredTensor> read_safetensors(const std::string& path);
+
+// Writes the tensors in order: float types as themselves, block types as U8 [rows, row bytes] with their
+// dtype named in the metadata ({"format": "ftllm", NAME: DTYPE}), which read_safetensors maps back.
+// Returns the file's size.
+uint64_t write_safetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors);
 
 }  // namespace ftllm::model

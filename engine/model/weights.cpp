@@ -89,16 +89,13 @@ namespace {
 // rows x k values of `from` re-encoded as `to`, row by row through float32, spread over threads.
 Tensor convert_rows(const void* src, DType from, std::vector<int64_t> shape, DType to, int threads) {
   const int64_t rows = shape[0], k = shape[1];
-  Tensor t;
-  t.dtype = to;
-  t.shape = std::move(shape);
+  Tensor t = Tensor::zeros(to, std::move(shape));
   const size_t in_row = row_bytes(from, k), out_row = row_bytes(to, k);
-  auto buffer = std::shared_ptr<uint8_t[]>(new uint8_t[size_t(rows) * out_row]);
   auto work = [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(k));
     for (int64_t r = r0; r < r1; ++r) {
       quant::dequantize_row(from, static_cast<const uint8_t*>(src) + size_t(r) * in_row, row.data(), k);
-      quant::quantize_row(to, row.data(), k, buffer.get() + size_t(r) * out_row);
+      quant::quantize_row(to, row.data(), k, t.as<uint8_t>() + size_t(r) * out_row);
     }
   };
   const int n = int(std::min<int64_t>(threads, std::max<int64_t>(1, rows / 64)));
@@ -106,8 +103,6 @@ Tensor convert_rows(const void* src, DType from, std::vector<int64_t> shape, DTy
   for (int i = 1; i < n; ++i) pool.emplace_back(work, rows * i / n, rows * (i + 1) / n);
   work(0, rows / n);
   for (std::thread& th : pool) th.join();
-  t.data = buffer.get();
-  t.owner = std::shared_ptr<void>(buffer, buffer.get());
   return t;
 }
 
@@ -149,20 +144,15 @@ Tensor WeightStore::from_fp8_blocks(const StoredTensor& w, const std::vector<int
     throw EngineError("tensor " + scales.name + " has shape " + shape_string(scales.shape) + " " + scales.dtype_name +
                       ", expected " + shape_string(want) + " floats (128 x 128 blocks)");
   if (k % 128 != 0) throw EngineError("tensor " + w.name + " rows of " + std::to_string(k) + " are not whole 128-value blocks");
-  Tensor t;
-  t.dtype = DType::FP8;
-  t.shape = shape;
+  Tensor t = Tensor::zeros(DType::FP8, shape);
   const size_t out_row = row_bytes(DType::FP8, k);
-  auto buffer = std::shared_ptr<uint8_t[]>(new uint8_t[size_t(rows) * out_row]);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < k / 128; ++b) {
-      uint8_t* out = buffer.get() + size_t(r) * out_row + size_t(b) * 132;
+      uint8_t* out = t.as<uint8_t>() + size_t(r) * out_row + size_t(b) * 132;
       const float scale = scale_value(scales, size_t((r / 128) * want[1] + b));
       std::memcpy(out, &scale, 4);
       std::memcpy(out + 4, static_cast<const uint8_t*>(w.data) + size_t(r * k + b * 128), 128);
     }
-  t.data = buffer.get();
-  t.owner = std::shared_ptr<void>(buffer, buffer.get());
   return t;
 }
 
@@ -171,7 +161,10 @@ Tensor WeightStore::from_fp8_blocks(const StoredTensor& w, const std::vector<int
 // which int4g of group G holds as scale and min = -zero * scale (the min rounded to float16).
 Tensor WeightStore::from_awq(const std::string& prefix, const std::vector<int64_t>& shape) const {
   const int64_t n_out = shape[0], k = shape[1];
-  const StoredTensor& scales = get(prefix + "scales", {tensors_.count(prefix + "scales") ? tensors_.at(prefix + "scales").shape[0] : 0, n_out});
+  auto found = tensors_.find(prefix + "scales");
+  if (found == tensors_.end() || found->second.shape.size() != 2 || found->second.shape[1] != n_out)
+    throw EngineError("AWQ tensor " + prefix + "scales is missing or not [groups, " + std::to_string(n_out) + "]");
+  const StoredTensor& scales = found->second;
   const int64_t groups = scales.shape[0], g = groups ? k / groups : 0;
   DType type;
   switch (g) {
@@ -197,14 +190,11 @@ Tensor WeightStore::from_awq(const std::string& prefix, const std::vector<int64_
   auto nibble_at = [&](const int32_t* m, int64_t row, int64_t col) {
     return int((uint32_t(m[row * (n_out / 8) + col / 8]) >> kShift[col % 8]) & 0xF);
   };
-  Tensor t;
-  t.dtype = type;
-  t.shape = shape;
+  Tensor t = Tensor::zeros(type, shape);
   const size_t out_row = row_bytes(type, k), block = dtype_layout(type).block_bytes;
-  auto buffer = std::shared_ptr<uint8_t[]>(new uint8_t[size_t(n_out) * out_row]());
   for (int64_t n = 0; n < n_out; ++n)
     for (int64_t gi = 0; gi < groups; ++gi) {
-      uint8_t* out = buffer.get() + size_t(n) * out_row + size_t(gi) * block;
+      uint8_t* out = t.as<uint8_t>() + size_t(n) * out_row + size_t(gi) * block;
       const uint16_t scale = scale_bits[gi * n_out + n];
       const uint16_t h[2] = {scale, f32_to_f16(-float(nibble_at(qzeros, gi, n)) * f16_to_f32(scale))};
       std::memcpy(out, h, 4);
@@ -213,8 +203,6 @@ Tensor WeightStore::from_awq(const std::string& prefix, const std::vector<int64_
         out[4 + (j / 32) * 16 + (j % 32) % 16] |= uint8_t((j % 32) < 16 ? q : q << 4);
       }
     }
-  t.data = buffer.get();
-  t.owner = std::shared_ptr<void>(buffer, buffer.get());
   return t;
 }
 

@@ -123,50 +123,33 @@ void scale_min_k4(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
   }
 }
 
-void q4_k(const void* row, float* y, int64_t nb) {
-  for (int64_t b = 0; b < nb; ++b) {
-    const BlockQ4_K& x = blocks<BlockQ4_K>(row)[b];
-    const float d = h2f(x.d), dmin = h2f(x.dmin);
-    const uint8_t* q = x.qs;
-    for (int j = 0; j < 8; j += 2, q += 32) {
-      uint8_t sc, m;
-      scale_min_k4(j, x.scales, sc, m);
-      const float d1 = d * float(sc), m1 = dmin * float(m);
-      scale_min_k4(j + 1, x.scales, sc, m);
-      const float d2 = d * float(sc), m2 = dmin * float(m);
-      for (int l = 0; l < 32; ++l) {
-        const float p = d1 * float(q[l] & 0xF);
-        *y++ = p - m1;
-      }
-      for (int l = 0; l < 32; ++l) {
-        const float p = d2 * float(q[l] >> 4);
-        *y++ = p - m2;
-      }
+// One Q4_K or Q5_K super-block: sub-block j holds the low (even j) or high (odd j) nibbles of a 32-byte
+// run, plus bit j of each qh byte worth 16 for Q5_K (qh null for Q4_K); value = d * sc_j * q - dmin * m_j.
+void k_quant_values(float d, float dmin, const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, float* y) {
+  for (int j = 0; j < 8; ++j, y += 32) {
+    uint8_t sc, m;
+    scale_min_k4(j, scales, sc, m);
+    const float dl = d * float(sc), ml = dmin * float(m);
+    const uint8_t* q = qs + 32 * (j / 2);
+    for (int l = 0; l < 32; ++l) {
+      const int nib = j % 2 ? q[l] >> 4 : q[l] & 0xF;
+      const float p = dl * float(nib + (qh && (qh[l] >> j & 1) ? 16 : 0));
+      y[l] = p - ml;
     }
   }
 }
 
+void q4_k(const void* row, float* y, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b, y += 256) {
+    const BlockQ4_K& x = blocks<BlockQ4_K>(row)[b];
+    k_quant_values(h2f(x.d), h2f(x.dmin), x.scales, x.qs, nullptr, y);
+  }
+}
+
 void q5_k(const void* row, float* y, int64_t nb) {
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < nb; ++b, y += 256) {
     const BlockQ5_K& x = blocks<BlockQ5_K>(row)[b];
-    const float d = h2f(x.d), dmin = h2f(x.dmin);
-    const uint8_t* q = x.qs;
-    uint8_t u1 = 1, u2 = 2;
-    for (int j = 0; j < 8; j += 2, q += 32, u1 = uint8_t(u1 << 2), u2 = uint8_t(u2 << 2)) {
-      uint8_t sc, m;
-      scale_min_k4(j, x.scales, sc, m);
-      const float d1 = d * float(sc), m1 = dmin * float(m);
-      scale_min_k4(j + 1, x.scales, sc, m);
-      const float d2 = d * float(sc), m2 = dmin * float(m);
-      for (int l = 0; l < 32; ++l) {
-        const float p = d1 * float((q[l] & 0xF) + ((x.qh[l] & u1) ? 16 : 0));
-        *y++ = p - m1;
-      }
-      for (int l = 0; l < 32; ++l) {
-        const float p = d2 * float((q[l] >> 4) + ((x.qh[l] & u2) ? 16 : 0));
-        *y++ = p - m2;
-      }
-    }
+    k_quant_values(h2f(x.d), h2f(x.dmin), x.scales, x.qs, x.qh, y);
   }
 }
 
