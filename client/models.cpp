@@ -120,6 +120,8 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
     }
     if (event == "loaded") {
       std::printf("loaded %.*s in %lld ms\n", int(name.size()), name.data(), (long long)field<int64_t>(e, "load_ms"));
+      std::string_view notes;
+      if (!e["notes"].get(notes)) std::printf("note: %.*s\n", int(notes.size()), notes.data());
       rc = 0;
     }
     if (event == "error" && !e["message"].get(message)) last_error = message;

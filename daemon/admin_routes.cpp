@@ -98,13 +98,18 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
     bridge.post([ex, line = w.take()] { ex->send(line + "\n"); });
   };
   bridge.run_in_background([&engine, o, status] { *status = engine.load(o); },
-                           [ex, status, started, name] {
+                           [&engine, ex, status, started, name] {
                              JsonWriter done;
                              if (status->ok) {
                                auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - *started);
                                done.begin_object().key("event").string("loaded").key("name").string(name);
-                               done.key("load_ms").number(int64_t(ms.count())).end_object();
-                               log_info("loaded " + name + " through the admin API");
+                               done.key("load_ms").number(int64_t(ms.count()));
+                               // What the user asked for but did not get exactly (kept dtypes, numa as cpu).
+                               std::string notes;
+                               if (auto handle = engine.model(name)) notes = handle->footprint().load_notes;
+                               if (!notes.empty()) done.key("notes").string(notes);
+                               done.end_object();
+                               log_info("loaded " + name + " through the admin API" + (notes.empty() ? "" : " (" + notes + ")"));
                              } else {
                                done.begin_object().key("event").string("error").key("message").string(status->message).end_object();
                                log_warn(status->message);

@@ -125,7 +125,7 @@ struct Daemon {
         std::string computed;
         if (auto handle = engine.model(m.name.empty() ? m.path : m.name)) {
           ModelHandle::Footprint f = handle->footprint();
-          computed = " (" + f.dtypes + (f.conversion_notes.empty() ? "" : "; " + f.conversion_notes) + ")";
+          computed = " (" + f.dtypes + (f.load_notes.empty() ? "" : "; " + f.load_notes) + ")";
         }
         log_info("loaded " + m.path + " in " +
                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) +

@@ -108,7 +108,7 @@ ModelHandle::Load ModelHandle::load() const {
 }
 
 ModelHandle::Footprint ModelHandle::footprint() const {
-  return {impl_->parameter_count(), impl_->weight_bytes(), impl_->kv_bytes(), impl_->dtypes(), impl_->conversion_notes(),
+  return {impl_->parameter_count(), impl_->weight_bytes(), impl_->kv_bytes(), impl_->dtypes(), impl_->load_notes(),
           impl_->config().num_layers};
 }
 

@@ -131,7 +131,7 @@ class ModelHandle {
   struct Footprint {
     uint64_t parameters = 0, weight_bytes = 0, kv_bytes = 0;
     std::string dtypes;  // "bfloat16", "float32", ...
-    std::string conversion_notes;  // tensors --dtype could not convert, and why; empty when none
+    std::string load_notes;  // tensors --dtype could not convert and why, how --device was taken; empty when none
     int64_t layers = 0;
   };
   Footprint footprint() const;

@@ -51,7 +51,7 @@ Status export_model(const ModelLoadOptions& source, const std::string& out_dir, 
     result.load_seconds = std::chrono::duration<double>(t1 - t0).count();
     result.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     result.dtypes = m->dtypes();
-    result.notes = m->conversion_notes();
+    result.notes = m->load_notes();
     return Status::success();
   } catch (const std::exception& e) {
     return Status::error(e.what());

@@ -10,6 +10,7 @@
 #include "core/mapped_file.h"
 #include "core/error.h"
 #include "cpu/kernels.h"
+#include "cpu/numa_topology.h"
 #include "model/architecture.h"
 #include "model/gguf.h"
 #include "model/gguf_model.h"
@@ -130,7 +131,7 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
     ModelLoadOptions o = options;
     if (o.name.empty()) o.name = dir.stem().string();
     m.reset(new ModelInstance(o, std::move(decoder), fs::file_size(dir)));
-    m->conversion_notes_ = g.weights.conversion_notes();
+    m->add_load_note(g.weights.conversion_notes());
     model::GgufFile file = model::GgufFile::open(options.path);
     m->read_gguf_tokenizer(file);
     template_source = file.get_string("tokenizer.chat_template").value_or("");
@@ -154,7 +155,7 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
     if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().filename().string();
     if (o.name.empty()) o.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
     m.reset(new ModelInstance(o, std::move(decoder), weights.file_bytes()));
-    m->conversion_notes_ = weights.conversion_notes();
+    m->add_load_note(weights.conversion_notes());
     template_source = tokenizer::find_chat_template(options.path);
     if (fs::exists(dir / "tokenizer.json")) {
       m->tokenizer_ = tokenizer::Tokenizer::from_json(read_text_file(dir / "tokenizer.json"), (dir / "tokenizer.json").string());
@@ -188,7 +189,9 @@ ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::De
       // Prompts are fed in slices of at most 512 tokens per step so running streams keep flowing.
       scheduler_({512, options_.max_sequences}) {
   current_threads_ = pool_->size();
-  apply_placement(resolve_placement(options_.device, model_->config().num_layers), 0);
+  std::string note;
+  apply_placement(resolve_placement(options_.device, model_->config().num_layers, &note), 0);
+  add_load_note(note);
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -255,14 +258,23 @@ std::vector<LayerRange> ModelInstance::placement() const {
   return placement_;
 }
 
+void ModelInstance::add_load_note(const std::string& note) {
+  if (!note.empty()) load_notes_ += (load_notes_.empty() ? "" : "; ") + note;
+}
+
 void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threads) {
   if (threads <= 0) threads = pool_->size();
-  if (threads != pool_->size()) pool_ = std::make_unique<cpu::ThreadPool>(threads);
+  // NUMA mode: one pool whose threads are grouped by node, over weights whose rows are split the same way.
+  const bool numa_mode = placement.size() == 1 && placement[0].device == "numa";
+  if (numa_mode) place_weights_on_nodes();
+  if (threads != pool_->size() || numa_mode != !pool_->group_nodes().empty())
+    pool_ = numa_mode ? std::make_unique<cpu::ThreadPool>(threads, split_nodes_)
+                      : std::make_unique<cpu::ThreadPool>(threads);
   device_contexts_.clear();
   device_pools_.clear();
   layer_ctx_.clear();
   bool all_cpu = true;
-  for (const LayerRange& r : placement) all_cpu = all_cpu && r.device == "cpu";
+  for (const LayerRange& r : placement) all_cpu = all_cpu && (r.device == "cpu" || r.device == "numa");
   if (!all_cpu) {
     static ops::Context* none = nullptr;
     layer_ctx_.assign(size_t(config().num_layers), none);
@@ -281,6 +293,12 @@ void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threa
   }
   std::lock_guard lock(mu_);
   placement_ = std::move(placement);
+}
+
+void ModelInstance::place_weights_on_nodes() {
+  if (!split_nodes_.empty()) return;  // once: the rows stay where they are for later placements
+  split_nodes_ = cpu::numa_nodes_with_cpus();
+  model_->move_matrices([&](Tensor& w) { cpu::place_rows_on_nodes(w, split_nodes_); });
 }
 
 void ModelInstance::set_threads(int threads) {

@@ -68,7 +68,7 @@ class ModelInstance {
   uint64_t weight_bytes() const { return model_->weight_bytes(); }
   uint64_t kv_bytes() const { return kv_.bytes(); }
   const std::string& dtypes() const { return model_->dtypes(); }
-  const std::string& conversion_notes() const { return conversion_notes_; }
+  const std::string& load_notes() const { return load_notes_; }  // what --dtype could not convert, placement notes
   Load load_now() const;
 
   // Changes the compute threads between two steps: running generations pause for that moment and go on
@@ -99,7 +99,7 @@ class ModelInstance {
   void read_gguf_tokenizer(const model::GgufFile& file);  // vocabulary and bos/eos for the template
   ModelLoadOptions options_;
   const cpu::Kernels& kernels_;  // options_.kernels resolved once
-  std::string conversion_notes_;
+  std::string load_notes_;
   std::unique_ptr<model::DecoderModel> model_;
   size_t weight_file_bytes_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
@@ -114,6 +114,9 @@ class ModelInstance {
   std::vector<ops::Context*> layer_ctx_;  // empty: every layer on pool_
   std::unique_ptr<ops::Context> main_ctx_;  // pool_'s context for the layers left on the cpu
   void apply_placement(std::vector<LayerRange> placement, int threads);  // worker, compute_mu_ held
+  void place_weights_on_nodes();  // --device numa: each matrix's rows split over the nodes, once
+  std::vector<int> split_nodes_;  // the nodes the rows were split over; empty until then
+  void add_load_note(const std::string& note);
   const std::vector<ops::Context*>* layer_contexts() const { return layer_ctx_.empty() ? nullptr : &layer_ctx_; }
 
   std::mutex compute_mu_;  // the KV pool and thread pool: the worker's steps, and the test helpers

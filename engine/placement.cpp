@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "cpu/numa_topology.h"
 
 namespace ftllm {
 
@@ -18,9 +19,8 @@ std::string trim(std::string s) {
 }
 
 std::string canonical_device(const std::string& d) {
-  if (d == "cpu") return "cpu";
+  if (d == "cpu" || d == "numa") return d;
   int nodes = numa_available() < 0 ? 1 : numa_max_node() + 1;
-  if (d == "numa") return "numa:0";
   if (d.starts_with("numa:")) {
     try {
       size_t used = 0;
@@ -33,14 +33,19 @@ std::string canonical_device(const std::string& d) {
   }
   if (d.starts_with("cuda") || d.starts_with("multicuda"))
     throw EngineError("device " + d + " is not available: this build places layers on cpu and numa:N");
-  throw EngineError("device \"" + d + "\" is unknown; use cpu, numa, numa:N, or {'cpu':N,'numa:0':M}");
+  throw EngineError("device \"" + d + "\" is unknown; use cpu, numa (rows split over all nodes), numa:N, or {'cpu':N,'numa:0':M}");
 }
 
 }  // namespace
 
-std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layers) {
+std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layers, std::string* note) {
   std::string s = trim(spec);
   if (s.empty()) s = "cpu";
+  if (s == "numa") {
+    if (cpu::numa_nodes_with_cpus().size() > 1) return {{"numa", 0, layers}};
+    if (note) *note = "--device numa: this machine has one NUMA node, so the model runs as --device cpu";
+    return {{"cpu", 0, layers}};
+  }
   std::vector<std::pair<std::string, double>> parts;
   if (s.front() == '{') {
     if (s.back() != '}') throw EngineError("device map " + spec + " is missing its closing }");
@@ -62,6 +67,9 @@ std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layer
       }
       if (weight <= 0) throw EngineError("device map entry " + trim(item) + " needs a positive weight");
       parts.emplace_back(canonical_device(trim(item.substr(0, colon))), weight);
+      if (parts.back().first == "numa")
+        throw EngineError("device map " + spec + ": numa spreads every layer over all nodes and cannot share the "
+                          "model; place layers on one node with numa:N");
     }
     if (parts.empty()) throw EngineError("device map " + spec + " is empty");
   } else {

@@ -99,6 +99,13 @@ std::vector<std::pair<std::string, const Tensor*>> DecoderModel::named_tensors()
   return out;
 }
 
+void DecoderModel::move_matrices(const std::function<void(Tensor&)>& move) {
+  move(lm_head_);
+  if (config_.tie_word_embeddings) embed_ = lm_head_;  // one copy serves both
+  for (LayerWeights& L : layers_)
+    for (Tensor* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) move(*t);
+}
+
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
                              const std::vector<kvcache::SequenceKv*>& sequences,
                              const std::vector<ops::Context*>* layer_ctx) const {

@@ -2,6 +2,7 @@
 // N blocks of (RMSNorm, attention with RoPE and GQA, RMSNorm, SwiGLU MLP), final norm, LM head.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -42,6 +43,9 @@ class DecoderModel {
   const std::string& dtypes() const { return dtypes_; }
   // Every bound tensor under its Hugging Face name (the tied LM head once, as the embedding).
   std::vector<std::pair<std::string, const Tensor*>> named_tensors() const;
+  // Lets `move` replace the storage of every matrix the linear op reads (the LM head included, the
+  // input embedding along with it when tied); --device numa moves them into node-bound memory.
+  void move_matrices(const std::function<void(Tensor&)>& move);
 
   // Writes the batch's keys and values into the cache and returns float32 logits [logit_rows, vocab].
   // `layer_ctx`, when given, holds one context per layer (layers placed on different thread pools);

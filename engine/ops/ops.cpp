@@ -26,8 +26,9 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
       for (int64_t t = t0; t < t1; ++t) ctx.kernels.quantize_q8(xs + t * K, K, xq.data() + t * nb);
     });
   }
-  // Split the output features: each thread streams its own slice of the weight once.
-  ctx.pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+  // Split the output features: each thread streams its own slice of the weight once (with --device numa,
+  // a slice from its own node's share).
+  ctx.pool.parallel_for_groups(N, 16, [&](int64_t n0, int64_t n1) {
     ctx.kernels.matmul(w.dtype, xs, xq.data(), T, K, w.data, n0, n1, ys, N);
     if (bias)
       for (int64_t t = 0; t < T; ++t)

@@ -58,7 +58,7 @@ BOOST_AUTO_TEST_CASE(exported_gguf_loads_as_the_converted_source) {
   BOOST_TEST_MESSAGE("SmolLM2 int4g64: load with conversion " << std::chrono::duration<double>(t1 - t0).count()
                                                               << " s, exported directory " << std::chrono::duration<double>(t2 - t1).count() << " s");
   BOOST_TEST(exported->dtypes() == converted->dtypes());
-  BOOST_TEST(exported->conversion_notes().empty());
+  BOOST_TEST(exported->load_notes().empty());
 
   const std::string text = "The sky is blue because of Rayleigh scattering. 天空是蓝色的 🌤";
   BOOST_TEST(exported->tokenizer()->encode(text) == converted->tokenizer()->encode(text));

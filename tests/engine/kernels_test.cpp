@@ -4,8 +4,16 @@
 #include <random>
 #include <vector>
 
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "core/tensor.h"
 #include "cpu/kernels.h"
+#include "cpu/numa_topology.h"
 #include "cpu/thread_pool.h"
+#include "ops/ops.h"
+#include "quant/quant.h"
 
 using namespace ftllm;
 using ftllm::cpu::Kernels;
@@ -153,5 +161,70 @@ BOOST_AUTO_TEST_CASE(thread_pool_covers_every_index_once) {
         });
       for (int h : hits) BOOST_REQUIRE_EQUAL(h, 3);
     }
+  }
+}
+
+// --device numa: group g's threads take exactly share g of the rows, and every row is done once. On a
+// one-node machine the groups are all node 0, which exercises the same split.
+BOOST_AUTO_TEST_CASE(grouped_pool_gives_each_group_its_row_share) {
+  for (int threads : {2, 3, 5}) {
+    cpu::ThreadPool pool(threads, std::vector<int>{0, 0});
+    BOOST_TEST(pool.groups() == 2);
+    const std::thread::id caller = std::this_thread::get_id();  // group 0
+    for (int64_t n : {1, 17, 576, 4099}) {
+      const std::vector<int64_t> split = cpu::split_rows(n, 2);
+      BOOST_TEST(split.front() == 0);
+      BOOST_TEST(split.back() == n);
+      BOOST_TEST((split[1] % 16 == 0 || split[1] == n));
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::vector<std::thread::id> by(static_cast<size_t>(n));
+      for (int round = 0; round < 3; ++round)
+        pool.parallel_for_groups(n, 1, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) ++hits[size_t(i)], by[size_t(i)] = std::this_thread::get_id();
+        });
+      for (int64_t i = 0; i < n; ++i) {
+        BOOST_REQUIRE_EQUAL(hits[size_t(i)].load(), 3);
+        // With two threads the caller is group 0 alone and the worker group 1 alone.
+        if (threads == 2) BOOST_REQUIRE_EQUAL(by[size_t(i)] == caller, i < split[1]);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rows_placed_on_nodes_keep_their_bytes_and_node) {
+  const std::vector<int> nodes = cpu::numa_nodes_with_cpus();
+  std::mt19937 rng(11);
+  std::vector<float> values = random_floats(300 * 64, rng);
+  Tensor w = Tensor::copy_of(DType::F32, {300, 64}, values.data());
+  const void* before = w.data;
+  std::vector<int> groups = {nodes[0], nodes.back()};
+  cpu::place_rows_on_nodes(w, groups);
+  BOOST_TEST(w.data != before);
+  BOOST_TEST(std::memcmp(w.data, values.data(), values.size() * 4) == 0);
+  const std::vector<int64_t> split = cpu::split_rows(300, 2);
+  BOOST_TEST(cpu::node_of_address(w.as<float>()) == groups[0]);
+  BOOST_TEST(cpu::node_of_address(w.as<float>() + 299 * 64) == groups[1]);
+  BOOST_TEST(split[1] == 144);
+}
+
+// The linear op on a grouped pool computes the same bits as on a plain one: each output element is one
+// thread's dot product whichever thread that is.
+BOOST_AUTO_TEST_CASE(linear_on_node_groups_equals_plain_pool) {
+  std::mt19937 rng(12);
+  const cpu::Kernels& k = cpu::kernels_named("auto");
+  for (DType t : {DType::F32, DType::I8, DType::I4G32}) {
+    const int64_t N = 200, K = 256, T = 3;
+    std::vector<float> wf = random_floats(size_t(N * K), rng), xf = random_floats(size_t(T * K), rng);
+    Tensor w = Tensor::zeros(t, {N, K});
+    for (int64_t r = 0; r < N; ++r)
+      quant::quantize_row(t, wf.data() + r * K, K, static_cast<uint8_t*>(w.data) + size_t(r) * row_bytes(t, K));
+    Tensor x = Tensor::copy_of(DType::F32, {T, K}, xf.data());
+    Tensor plain = Tensor::zeros_f32({T, N}), grouped = Tensor::zeros_f32({T, N});
+    cpu::ThreadPool p1(2), p2(3, std::vector<int>{0, 0});
+    ops::Context c1{p1, k}, c2{p2, k};
+    ops::linear(c1, x, w, nullptr, plain);
+    cpu::place_rows_on_nodes(w, {0, 0});
+    ops::linear(c2, x, w, nullptr, grouped);
+    BOOST_TEST(std::memcmp(plain.data, grouped.data, size_t(T * N) * 4) == 0);
   }
 }

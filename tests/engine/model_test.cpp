@@ -148,7 +148,7 @@ BOOST_DATA_TEST_CASE(quantized_logits_stay_within_bounds, bdata::make(f32_fixtur
 BOOST_AUTO_TEST_CASE(dtypes_that_do_not_fit_the_rows_are_kept_and_reported) {
   auto model = load("llama-f32", "int4g128");  // hidden 64 and intermediate 160 are not whole groups of 128
   BOOST_TEST(model->dtypes() == "float32");
-  BOOST_TEST(model->conversion_notes() == "3 tensors kept: rows of 160 values are not whole int4g128 blocks; "
+  BOOST_TEST(model->load_notes() == "3 tensors kept: rows of 160 values are not whole int4g128 blocks; "
                                           "19 tensors kept: rows of 64 values are not whole int4g128 blocks");
 }
 

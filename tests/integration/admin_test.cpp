@@ -27,6 +27,17 @@ std::string stream(const DaemonProcess& d, const std::string& model, int tokens)
   return run_command("curl -s -N --max-time 120 -d '" + body + "' " + d.base_url() + "/v1/completions").out;
 }
 
+// NUMA nodes with CPUs, as sysfs lists them (1 where it lists none).
+int cpu_nodes() {
+  int nodes = 0;
+  for (int n = 0; n < 1024; ++n) {
+    std::ifstream in("/sys/devices/system/node/node" + std::to_string(n) + "/cpulist");
+    std::string cpus;
+    if (in && std::getline(in, cpus) && !cpus.empty()) ++nodes;
+  }
+  return std::max(nodes, 1);
+}
+
 int64_t rss_kib(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string key;
@@ -70,6 +81,13 @@ BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
     BOOST_TEST(int64_t(m["memory"]["cpu"]["weight_bytes"]) > 90000000);  // the blocks as the file holds them
     BOOST_TEST(int64_t(m["memory"]["cpu"]["weight_bytes"]) < 100000000);
   }
+  // fastllm's NUMA mode on a one-node machine (as here) runs as cpu and says so, once, at load.
+  CommandResult numa = run_command(ctl(d, "load " + gguf + " --name n -t 1 --ctx 256 --device numa"));
+  BOOST_TEST(numa.exit_code == 0, numa.err);
+  if (cpu_nodes() == 1)
+    BOOST_TEST(numa.out.find("note: --device numa: this machine has one NUMA node, so the model runs as --device cpu\n") !=
+                   std::string::npos, numa.out);
+  BOOST_TEST(run_command(ctl(d, "unload n")).exit_code == 0);
   CommandResult b = run_command(ctl(d, "load " + gguf + " --name b -t 1 --ctx 256 --json"));
   BOOST_TEST(b.exit_code == 0, b.err);
   BOOST_TEST(b.out.find(R"({"event":"loaded","name":"b")") != std::string::npos, b.out);
@@ -196,6 +214,7 @@ BOOST_AUTO_TEST_CASE(rebalance_during_a_stream_changes_nothing_but_the_threads) 
   BOOST_TEST(again == undisturbed);
   BOOST_TEST(run_command(ctl(d, "list")).out.find("cpu:0-14 numa:0:15-29") != std::string::npos, run_command(ctl(d, "list")).out);
   BOOST_TEST(run_command(ctl(d, "rebalance m --device numa:7")).exit_code == 1);
+  BOOST_TEST(run_command(ctl(d, "rebalance m --device \"{'cpu':1,'numa':1}\"")).err.find("numa:N") != std::string::npos);
   BOOST_TEST(run_command(ctl(d, "rebalance m --device cuda")).exit_code == 1);
   BOOST_TEST(run_command(ctl(d, "rebalance nope -t 2")).exit_code == 1);
   BOOST_TEST(run_command(ctl(d, "rebalance m")).exit_code == 2);
