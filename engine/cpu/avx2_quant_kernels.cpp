@@ -5,7 +5,9 @@
 // said the processor has it.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "../quant/ggml_blocks.h"
 #include "avx2_quant.h"
@@ -25,22 +27,24 @@ namespace {
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 // 16 bytes of packed nibbles to 32 unsigned bytes: low nibbles first (values 0-15), then high ones.
+// The 16 bytes are broadcast to both halves by the load itself and the upper half shifted by a per-lane
+// count, which keeps the shuffle port free (an insert would take it).
 inline __m256i unpack_nibbles(const uint8_t* p) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
-// Sum of products of unsigned bytes u and signed bytes s, as eight int32 lanes (lane i: bytes 4i..4i+3),
-// then as float.
-inline __m256 dot_u8s8(__m256i u, __m256i s) {
+// acc + the sum of products of unsigned bytes u and signed bytes s, as eight int32 lanes (lane i: bytes
+// 4i..4i+3). Without VNNI the byte pairs go through int16, exact while u <= 127 or |s| small enough.
+inline __m256i dot_u8s8_acc(__m256i acc, __m256i u, __m256i s) {
 #ifdef FTLLM_VNNI
-  return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+  return _mm256_dpbusd_epi32(acc, u, s);
 #else
-  const __m256i pairs = _mm256_maddubs_epi16(u, s);
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
+// The same without an accumulator, as float.
+inline __m256 dot_u8s8(__m256i u, __m256i s) { return _mm256_cvtepi32_ps(dot_u8s8_acc(_mm256_setzero_si256(), u, s)); }
 // Signed by signed: move a's sign onto b so that |a| can go in as the unsigned operand.
 inline __m256 dot_s8s8(__m256i a, __m256i b) { return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
 
@@ -80,19 +84,38 @@ inline void k_scales(uint16_t d16, uint16_t dmin16, const uint8_t* packed, float
   widen(mn, h2f(dmin16), min);
 }
 
-// One weight row against R activation rows. Every row's sum runs in the same order whatever R is,
-// so a sequence gets the same bits alone or batched.
-template <DType T, int R>
-void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* out) {
-  __m256 acc[R];
-  float mins[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0;
-  float row_scale = 1, row_min = 0;
-  if constexpr (T == DType::I8 || T == DType::I4) {
-    std::memcpy(&row_scale, row, 4);
-    if constexpr (T == DType::I4) std::memcpy(&row_min, row + 4, 4);
+// Q4_0 and Q5_0 store q + offset (8, 16) in unsigned bits. Their dot runs unsigned, starting each block
+// from -offset * (the activation lane sums), which dot_offsets computes once per activation block: the
+// same integers as (q - offset) . x, without making the weights signed per block.
+template <DType T>
+constexpr int kOffset = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : 0;
+
+struct alignas(32) Lanes {  // eight int32 lanes, storable in a std::vector (an __m256i is not, cleanly)
+  int32_t v[8];
+  __m256i load() const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(v)); }
+};
+
+template <DType T>
+std::vector<Lanes> dot_offsets(const Q8Block* xq, int64_t blocks) {
+  std::vector<Lanes> out;
+  if constexpr (kOffset<T> != 0) {
+    out.resize(size_t(blocks));
+    for (int64_t i = 0; i < blocks; ++i) {
+      const __m256i sums = dot_u8s8_acc(_mm256_setzero_si256(), _mm256_set1_epi8(kOffset<T>), load32(xq[i].q));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out[size_t(i)].v), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
+    }
   }
-  for (int64_t b = 0; b < nb; ++b) {
+  return out;
+}
+
+// The kernels below add one unit of a weight row (a block; a super-block for K-quants; a group for
+// int4gN) times R activation rows (xo: their dot_offsets, for Q4_0 and Q5_0) into acc[R] (eight float
+// lanes) and mins[R] (the minimums' share, scaled). dot_rows runs them over W weight rows at once.
+
+template <DType T, int R>
+[[gnu::always_inline]] inline void add_block(const Q8Block* const* xq, const Lanes* const* xo, int64_t b, const uint8_t* row,
+                                             __m256* acc, float* mins) {
+  {
     if constexpr (T == DType::Q8_0) {
       const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(row)[b];
       const __m256i w = load32(blk.qs);
@@ -100,20 +123,21 @@ void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* o
       for (int r = 0; r < R; ++r)
         acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
     } else if constexpr (T == DType::Q4_0) {
-      // Signed (q - 8) . x, as llama.cpp computes it: going unsigned and subtracting 8 sum(x) later would
-      // cancel two large float sums and lose precision (measured: perplexity +0.17%).
+      // (q - 8) . x in integers per block, as llama.cpp computes it (subtracting 8 sum(x) in float after
+      // the blocks are scaled would cancel two large sums: perplexity +0.17%, measured).
       const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(row)[b];
-      const __m256i w = _mm256_sub_epi8(unpack_nibbles(blk.qs), _mm256_set1_epi8(8));
+      const __m256i w = unpack_nibbles(blk.qs);
       const float dw = h2f(blk.d);
       for (int r = 0; r < R; ++r)
-        acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_acc(xo[r][b].load(), w, load32(xq[r][b].q))),
+                                 _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
     } else if constexpr (T == DType::Q4_1) {
       const auto& blk = reinterpret_cast<const quant::BlockQ4_1*>(row)[b];
       const __m256i w = unpack_nibbles(blk.qs);
       const float dw = h2f(blk.d), mw = h2f(blk.m);
       for (int r = 0; r < R; ++r) {
         acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
-        mins[r] += mw * xq[r][b].s;
+        mins[r] = std::fma(mw, xq[r][b].s, mins[r]);  // fma spelled out: the same in every instantiation
       }
     } else if constexpr (T == DType::I8) {
       const __m256i w = load32(row + 4 + 32 * b);
@@ -139,28 +163,24 @@ void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* o
       for (int r = 0; r < R; ++r) {
         const __m256i x = load32(xq[r][b].q);
         if constexpr (T == DType::Q5_0) {
-          acc[r] = _mm256_fmadd_ps(dot_s8s8(_mm256_sub_epi8(u, _mm256_set1_epi8(16)), x), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
+          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_acc(xo[r][b].load(), u, x)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
         } else {
           acc[r] = _mm256_fmadd_ps(dot_u8s8(u, x), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
-          mins[r] += mw * xq[r][b].s;
+          mins[r] = std::fma(mw, xq[r][b].s, mins[r]);
         }
       }
     }
   }
-  // mins holds the minimum's share: already scaled, except for int4's one minimum per row.
-  for (int r = 0; r < R; ++r) out[r] = row_scale * hsum(acc[r]) + (T == DType::I4 ? row_min : 1.0f) * mins[r];
 }
 
 // Q4_K / Q5_K a super-block at a time: eight scales unpacked once, each 32-byte run of nibbles loaded
 // once for the two sub-blocks it holds (low nibbles: sub-block 2p, high: 2p + 1).
 template <DType T, int R>
-void dot_rows_k(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* out) {
-  __m256 acc[R];
-  float mins[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0;
+[[gnu::always_inline]] inline void add_superblock_k(const Q8Block* const* xq, int64_t sb, const uint8_t* row, __m256* acc,
+                                                    float* mins) {
   float scale[8], min[8];
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  for (int64_t sb = 0; sb < nb / 8; ++sb) {
+  {
     const uint8_t *qs, *qh = nullptr;
     if constexpr (T == DType::Q4_K) {
       const auto& blk = reinterpret_cast<const quant::BlockQ4_K*>(row)[sb];
@@ -185,22 +205,19 @@ void dot_rows_k(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float*
         const Q8Block& x1 = xq[r][b + 1];
         acc[r] = _mm256_fmadd_ps(dot_u8s8(lo, load32(x0.q)), _mm256_set1_ps(scale[2 * p] * x0.d), acc[r]);
         acc[r] = _mm256_fmadd_ps(dot_u8s8(hi, load32(x1.q)), _mm256_set1_ps(scale[2 * p + 1] * x1.d), acc[r]);
-        mins[r] -= min[2 * p] * x0.ds + min[2 * p + 1] * x1.ds;
+        mins[r] -= std::fma(min[2 * p], x0.ds, min[2 * p + 1] * x1.ds);
       }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) + mins[r];
 }
 
 // Q6_K a super-block at a time: sixteen scales as floats once; per 128-value half, 64 bytes of low
 // nibbles and 32 of high bit pairs loaded once for its four runs of 32 values. Each run's first and last
 // 16 values have their own scale, kept apart by the lanes (0-3: first 16, 4-7: last 16).
 template <int R>
-void dot_rows_q6k(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* out) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+[[gnu::always_inline]] inline void add_superblock_q6k(const Q8Block* const* xq, int64_t sb, const uint8_t* row, __m256* acc) {
   const __m256i mask = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
-  for (int64_t sb = 0; sb < nb / 8; ++sb) {
+  {
     const auto& blk = reinterpret_cast<const quant::BlockQ6_K*>(row)[sb];
     const __m256 d = _mm256_set1_ps(h2f(blk.d));
     for (int half = 0; half < 2; ++half) {
@@ -219,19 +236,15 @@ void dot_rows_q6k(const Q8Block* const* xq, int64_t nb, const uint8_t* row, floa
       }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
 }
 
 // int4gN a group at a time: its float16 scale and minimum converted once, its blocks in an unrolled loop,
 // the minimum's share added once per group.
 template <DType T, int R>
-void dot_rows_g(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float* out) {
+[[gnu::always_inline]] inline void add_group(const Q8Block* const* xq, int64_t g, const uint8_t* row, __m256* acc, float* mins) {
   constexpr int64_t kBlocks = dtype_layout(T).block_values / 32;
   constexpr size_t kBytes = dtype_layout(T).block_bytes;
-  __m256 acc[R];
-  float mins[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0;
-  for (int64_t g = 0; g < nb / kBlocks; ++g) {
+  {
     const uint8_t* group = row + size_t(g) * kBytes;
     uint16_t h[2];
     std::memcpy(h, group, 4);
@@ -245,9 +258,43 @@ void dot_rows_g(const Q8Block* const* xq, int64_t nb, const uint8_t* row, float*
         sums[r] += xq[r][b].ds;
       }
     }
-    for (int r = 0; r < R; ++r) mins[r] += min * sums[r];
+    for (int r = 0; r < R; ++r) mins[r] = std::fma(min, sums[r], mins[r]);
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) + mins[r];
+}
+
+template <DType T>
+constexpr bool kGrouped = T == DType::I4G32 || T == DType::I4G64 || T == DType::I4G128 || T == DType::I4G256;
+
+// W weight rows against R activation rows: out[w * R + r]. Each output's sum runs in the same order
+// whatever R and W are, so a sequence gets the same bits alone or batched; the W rows' sums are
+// independent chains the core overlaps (one row alone waits on its accumulator's latency each block).
+// Several weight rows read side by side are several streams through one page, which the hardware
+// prefetcher follows poorly: each unit read also asks for the same unit `ahead` bytes on (the next rows).
+template <DType T, int R, int W>
+void dot_rows(const Q8Block* const* xq, const Lanes* const* xo, int64_t nb, const uint8_t* const* rows, size_t ahead,
+              float* out) {
+  __m256 acc[W][R];
+  float mins[W][R];
+  for (int w = 0; w < W; ++w)
+    for (int r = 0; r < R; ++r) acc[w][r] = _mm256_setzero_ps(), mins[w][r] = 0;
+  constexpr size_t kUnitBytes = dtype_layout(T).block_bytes;
+  const int64_t units = nb * 32 / dtype_layout(T).block_values;
+  for (int64_t u = 0; u < units; ++u)
+    for (int w = 0; w < W; ++w) {
+      if (ahead) _mm_prefetch(reinterpret_cast<const char*>(rows[w] + ahead + size_t(u) * kUnitBytes), _MM_HINT_T0);
+      if constexpr (T == DType::Q4_K || T == DType::Q5_K) add_superblock_k<T, R>(xq, u, rows[w], acc[w], mins[w]);
+      else if constexpr (T == DType::Q6_K) add_superblock_q6k<R>(xq, u, rows[w], acc[w]);
+      else if constexpr (kGrouped<T>) add_group<T, R>(xq, u, rows[w], acc[w], mins[w]);
+      else add_block<T, R>(xq, xo, u, rows[w], acc[w], mins[w]);
+    }
+  for (int w = 0; w < W; ++w) {
+    // mins holds the minimum's share: already scaled, except for int4's one minimum per row.
+    float row_scale = 1, row_min = 1;
+    if constexpr (T == DType::I8 || T == DType::I4) std::memcpy(&row_scale, rows[w], 4);
+    if constexpr (T == DType::I4) std::memcpy(&row_min, rows[w] + 4, 4);
+    // An explicit fma: left to contraction, instantiations could fuse different products and differ.
+    for (int r = 0; r < R; ++r) out[w * R + r] = std::fma(row_min, mins[w][r], row_scale * hsum(acc[w][r]));
+  }
 }
 
 template <DType T>
@@ -255,27 +302,31 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   const int64_t nb = K / 32;
   const size_t bytes = row_bytes(T, K);
   auto row_of = [&](int64_t n) { return static_cast<const uint8_t*>(w) + size_t(n) * bytes; };
-  auto dots = [&]<int R>(const Q8Block* const* rows, const uint8_t* row, float* out) {
-    if constexpr (T == DType::Q4_K || T == DType::Q5_K) dot_rows_k<T, R>(rows, nb, row, out);
-    else if constexpr (T == DType::Q6_K) dot_rows_q6k<R>(rows, nb, row, out);
-    else if constexpr (T == DType::I4G32 || T == DType::I4G64 || T == DType::I4G128 || T == DType::I4G256)
-      dot_rows_g<T, R>(rows, nb, row, out);
-    else dot_rows<T, R>(rows, nb, row, out);
+  const std::vector<Lanes> offsets = dot_offsets<T>(xq, M * nb);
+  // R activation rows from m against W weight rows from n.
+  auto dots = [&]<int R, int W>(int64_t m, int64_t n) {
+    const Q8Block* xs[R];
+    const Lanes* offs[R];
+    for (int r = 0; r < R; ++r) xs[r] = xq + (m + r) * nb, offs[r] = offsets.data() + (offsets.empty() ? 0 : (m + r) * nb);
+    const uint8_t* ws[W];
+    for (int w = 0; w < W; ++w) ws[w] = row_of(n + w);
+    float out[R * W];
+    // Prefetch the next W rows while they are still this thread's (n1 is where its share ends).
+    const size_t ahead = n + 2 * W + 2 <= n1 ? (W + 2) * bytes : 0;
+    dot_rows<T, R, W>(xs, offs, nb, ws, ahead, out);
+    for (int w = 0; w < W; ++w)
+      for (int r = 0; r < R; ++r) y[(m + r) * ldy + n + w] = out[w * R + r];
   };
   for_each_tile(
-      M, n0, n1, size_t(nb) * sizeof(Q8Block), bytes,
+      M, n0, n1, size_t(nb) * sizeof(Q8Block), bytes, [&](int64_t m, int64_t n) { dots.template operator()<4, 1>(m, n); },
       [&](int64_t m, int64_t n) {
-        const Q8Block* rows[4] = {xq + m * nb, xq + (m + 1) * nb, xq + (m + 2) * nb, xq + (m + 3) * nb};
-        float out[4];
-        dots.template operator()<4>(rows, row_of(n), out);
-        for (int r = 0; r < 4; ++r) y[(m + r) * ldy + n] = out[r];
+        // K-quant super-blocks take so many registers that four rows at once spill (measured slower).
+        if constexpr (T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K)
+          for (int w = 0; w < 4; ++w) dots.template operator()<1, 1>(m, n + w);
+        else
+          dots.template operator()<1, 4>(m, n);
       },
-      [&](int64_t m, int64_t n) {
-        const Q8Block* rows[1] = {xq + m * nb};
-        float out[1];
-        dots.template operator()<1>(rows, row_of(n), out);
-        y[m * ldy + n] = out[0];
-      });
+      [&](int64_t m, int64_t n) { dots.template operator()<1, 1>(m, n); });
 }
 
 }  // namespace

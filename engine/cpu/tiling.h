@@ -10,24 +10,36 @@
 
 namespace ftllm::cpu {
 
-// four(m, n): activation rows m..m+3 against weight row n; one(m, n): row m alone.
-template <typename Four, typename One>
+// four(m, n): activation rows m..m+3 against weight row n; across(m, n): row m against weight rows
+// n..n+3 (where the kernel has it: independent sums in flight together); one(m, n): row m alone.
+template <typename Four, typename Across, typename One>
 inline void for_each_tile(int64_t M, int64_t n0, int64_t n1, size_t x_row_bytes, size_t w_row_bytes, Four&& four,
-                          One&& one) {
-  const int64_t n_tile = std::max<int64_t>(1, int64_t((256 << 10) / std::max<size_t>(w_row_bytes, 1)));
+                          Across&& across, One&& one) {
+  const int64_t n_tile = std::max<int64_t>(4, int64_t((256 << 10) / std::max<size_t>(w_row_bytes, 1)) / 4 * 4);
   const int64_t m_tile = std::max<int64_t>(4, int64_t((16 << 10) / std::max<size_t>(x_row_bytes, 1)) / 4 * 4);
   const int64_t m_fours = M / 4 * 4;
   for (int64_t nt = n0; nt < n1; nt += n_tile) {
     const int64_t nt_end = std::min(n1, nt + n_tile);
     for (int64_t mt = 0; mt < M; mt += m_tile) {
-      const int64_t mt_end = std::min(M, mt + m_tile);
-      for (int64_t n = nt; n < nt_end; ++n) {
-        int64_t m = mt;
-        for (; m + 4 <= std::min(mt_end, m_fours); m += 4) four(m, n);
-        for (; m < mt_end; ++m) one(m, n);
+      const int64_t mt_end = std::min(M, mt + m_tile), fours_end = std::min(mt_end, m_fours);
+      for (int64_t n = nt; n < nt_end; ++n)
+        for (int64_t m = mt; m + 4 <= fours_end; m += 4) four(m, n);
+      for (int64_t m = std::max(mt, fours_end); m < mt_end; ++m) {
+        int64_t n = nt;
+        for (; n + 4 <= nt_end; n += 4) across(m, n);
+        for (; n < nt_end; ++n) one(m, n);
       }
     }
   }
+}
+
+template <typename Four, typename One>
+inline void for_each_tile(int64_t M, int64_t n0, int64_t n1, size_t x_row_bytes, size_t w_row_bytes, Four&& four,
+                          One&& one) {
+  auto across = [&](int64_t m, int64_t n) {
+    for (int64_t i = 0; i < 4; ++i) one(m, n + i);
+  };
+  for_each_tile(M, n0, n1, x_row_bytes, w_row_bytes, four, across, one);
 }
 
 }  // namespace ftllm::cpu

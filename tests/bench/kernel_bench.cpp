@@ -1,0 +1,81 @@
+// One thread's matmul speed per weight dtype, with the weights in cache (hot: what the kernel computes,
+// memory aside) and streamed from memory (cold), for M = 1 (decode) and M = 64 (a prefill tile).
+//   ftllm-kernel-bench [--kernels auto|avx512vnni|avx2|scalar] [DTYPE ...]
+// Prints Gweights/s (weights x activation rows per second / 1e9): best of five runs, each ~0.1 s.
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "cpu/kernels.h"
+#include "quant/quant.h"
+
+using namespace ftllm;
+
+namespace {
+
+double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Best rate over five runs of `fn` repeated for about 0.1 s each; fn does `work` weight-rows of work.
+template <typename Fn>
+double best_rate(double work, Fn&& fn) {
+  double best = 0;
+  for (int run = 0; run < 5; ++run) {
+    int reps = 0;
+    const double t0 = seconds();
+    double t = t0;
+    while (t - t0 < 0.1) fn(), ++reps, t = seconds();
+    best = std::max(best, work * reps / (t - t0));
+  }
+  return best / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string kernels = "auto";
+  std::vector<std::string> names;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--kernels" && i + 1 < argc) kernels = argv[++i];
+    else names.push_back(a);
+  }
+  if (names.empty()) names = {"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k", "int8", "int4g128", "fp8"};
+  const cpu::Kernels& k = cpu::kernels_named(kernels);
+  const int64_t K = 2048;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(64 * K));
+  for (float& v : x) v = normal(rng);
+  std::printf("%s kernels, one thread, K = %lld; Gweights/s\n%-10s %9s %9s %9s\n", k.name, (long long)K, "dtype", "M=1 hot",
+              "M=1 cold", "M=64 hot");
+  for (const std::string& name : names) {
+    const std::optional<DType> parsed = parse_dtype(name);
+    if (!parsed) return std::fprintf(stderr, "ftllm-kernel-bench: unknown dtype %s\n", name.c_str()), 2;
+    const DType t = *parsed;
+    // Hot: 256 rows (in L2 for 4-bit types); cold: 64 MB of rows, more than any cache here.
+    const int64_t hot_rows = 256, cold_rows = std::max<int64_t>(256, int64_t(64e6 / double(row_bytes(t, K))));
+    Tensor w = Tensor::zeros(t, {cold_rows, K});
+    std::vector<float> row(static_cast<size_t>(K));
+    for (int64_t r = 0; r < cold_rows; ++r) {
+      for (float& v : row) v = normal(rng) * 0.05f;
+      if (quant::can_quantize_to(t))
+        quant::quantize_row(t, row.data(), K, static_cast<uint8_t*>(w.data) + size_t(r) * row_bytes(t, K));
+      else  // ggml blocks: any bytes are valid weights; keep the float16 scales finite
+        for (size_t i = 0; i < row_bytes(t, K); ++i) static_cast<uint8_t*>(w.data)[size_t(r) * row_bytes(t, K) + i] = uint8_t(rng() & 0x3b);
+    }
+    std::vector<cpu::Q8Block> xq(static_cast<size_t>(64 * K / 32));
+    for (int64_t m = 0; m < 64; ++m) k.quantize_q8(x.data() + m * K, K, xq.data() + m * (K / 32));
+    std::vector<float> y(static_cast<size_t>(64 * cold_rows));
+    auto run = [&](int64_t M, int64_t rows) {
+      return best_rate(double(M * rows * K), [&] { k.matmul(t, x.data(), xq.data(), M, K, w.data, 0, rows, y.data(), cold_rows); });
+    };
+    std::printf("%-10s %9.2f %9.2f %9.2f\n", name.c_str(), run(1, hot_rows), run(1, cold_rows), run(64, hot_rows));
+  }
+  return 0;
+}
