@@ -40,46 +40,54 @@ inline float load1(const void* row, int64_t k) {
 
 // Every output is summed in the same order whatever M is (two 8-lane accumulators over 16-element
 // steps, then the tail), so a sequence decodes to the same bits alone or batched with others. Rows of
-// x come four at a time against one weight row, so the weight chunk is widened once and used four times.
-template <DType T, int R>
-inline void dot_rows(const float* x, int64_t K, const void* row, float* out) {
+// x come four at a time against one weight row, so the weight chunk is widened once and used four times;
+// a single row of x goes against W weight rows at once, their sums independent chains in flight
+// together, each 16-element step also prefetching the same place `ahead` bytes on (rows to come).
+template <DType T, int R, int W>
+inline void dot_rows(const float* x, int64_t K, const char* const* rows, size_t ahead, float* out) {
   const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
-  __m256 a[R][2];
-  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K16; k += 16) {
-    __m256 w0 = load8<T>(row, k), w1 = load8<T>(row, k + 8);
-    for (int r = 0; r < R; ++r) {
-      a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k), w0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k + 8), w1, a[r][1]);
+  __m256 a[W][R][2];
+  for (int w = 0; w < W; ++w)
+    for (int r = 0; r < R; ++r) a[w][r][0] = a[w][r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K16; k += 16)
+    for (int w = 0; w < W; ++w) {
+      if (ahead) _mm_prefetch(rows[w] + ahead + size_t(k) * dtype_size(T), _MM_HINT_T0);
+      __m256 w0 = load8<T>(rows[w], k), w1 = load8<T>(rows[w], k + 8);
+      for (int r = 0; r < R; ++r) {
+        a[w][r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k), w0, a[w][r][0]);
+        a[w][r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k + 8), w1, a[w][r][1]);
+      }
     }
-  }
-  if (K8 > K16) {
-    __m256 w0 = load8<T>(row, K16);
-    for (int r = 0; r < R; ++r) a[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + K16), w0, a[r][0]);
-  }
-  for (int r = 0; r < R; ++r) {
-    float s = hsum(_mm256_add_ps(a[r][0], a[r][1]));
-    for (int64_t k = K8; k < K; ++k) s += x[r * K + k] * load1<T>(row, k);
-    out[r] = s;
+  for (int w = 0; w < W; ++w) {
+    if (K8 > K16) {
+      __m256 w0 = load8<T>(rows[w], K16);
+      for (int r = 0; r < R; ++r) a[w][r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + K16), w0, a[w][r][0]);
+    }
+    for (int r = 0; r < R; ++r) {
+      float s = hsum(_mm256_add_ps(a[w][r][0], a[w][r][1]));
+      for (int64_t k = K8; k < K; ++k) s = std::fma(x[r * K + k], load1<T>(rows[w], k), s);  // spelled out: no contraction choices
+      out[w * R + r] = s;
+    }
   }
 }
 
 template <DType T>
 void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
-  auto row_of = [&](int64_t n) { return static_cast<const char*>(w) + size_t(n) * bytes; };
+  // R rows of x from m against W weight rows from n.
+  auto dots = [&]<int R, int W>(int64_t m, int64_t n) {
+    const char* ws[W];
+    for (int i = 0; i < W; ++i) ws[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
+    const size_t ahead = n + 2 * W + 2 <= n1 ? (W + 2) * bytes : 0;  // only rows this thread will read
+    float out[R * W];
+    dot_rows<T, R, W>(x + m * K, K, ws, ahead, out);
+    for (int i = 0; i < W; ++i)
+      for (int r = 0; r < R; ++r) y[(m + r) * ldy + n + i] = out[i * R + r];
+  };
   for_each_tile(
-      M, n0, n1, size_t(K) * sizeof(float), bytes,
-      [&](int64_t m, int64_t n) {
-        float out[4];
-        dot_rows<T, 4>(x + m * K, K, row_of(n), out);
-        for (int r = 0; r < 4; ++r) y[(m + r) * ldy + n] = out[r];
-      },
-      [&](int64_t m, int64_t n) {
-        float out[1];
-        dot_rows<T, 1>(x + m * K, K, row_of(n), out);
-        y[m * ldy + n] = out[0];
-      });
+      M, n0, n1, size_t(K) * sizeof(float), bytes, [&](int64_t m, int64_t n) { dots.template operator()<4, 1>(m, n); },
+      [&](int64_t m, int64_t n) { dots.template operator()<1, 4>(m, n); },
+      [&](int64_t m, int64_t n) { dots.template operator()<1, 1>(m, n); });
 }
 
 // Block types without an integer kernel: each weight row is widened to float32 once (in cache) and
