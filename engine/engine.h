@@ -62,6 +62,12 @@ struct ModelLoadOptions {
   std::string dtype = "auto", moe_dtype = "auto";
   std::string dtype_config;    // a JSON file of {"key": REGEX, "dtype": NAME} rules
   std::string kernels = "auto";  // "scalar" (the reference kernels), "avx2", or the fastest the CPU runs
+  // Mixture-of-experts models (fastllm's --moe_experts, --moe_device, --cuda_se): routed experts per
+  // token (0: the model's num_experts_per_tok); where the experts run ("cpu", or "numa": their rows split
+  // over the NUMA nodes); whether shared experts stay on the GPU (needs a CUDA device).
+  int moe_experts = 0;
+  std::string moe_device = "cpu";
+  bool cuda_se = false;
   LoadProgress progress;       // optional
 };
 

@@ -99,6 +99,25 @@ ModelLoadOptions ModelInstance::check_kv_fits(ModelLoadOptions o, const model::M
   return o;
 }
 
+namespace {
+
+// --moe_experts, --moe_device and --cuda_se checked against the model and this build.
+void apply_moe_options(const ModelLoadOptions& o, model::ModelConfig& c) {
+  const bool moe = c.moe.num_experts > 0;
+  if (o.moe_experts != 0) {
+    if (!moe) throw EngineError("--moe_experts applies to mixture-of-experts models; " + c.architecture + " has no experts");
+    if (o.moe_experts < 1 || o.moe_experts > c.moe.num_experts)
+      throw EngineError("--moe_experts " + std::to_string(o.moe_experts) + " is outside 1.." + std::to_string(c.moe.num_experts) +
+                        " (the experts this model has)");
+    c.moe.experts_per_token = o.moe_experts;
+  }
+  if (o.moe_device != "cpu" && o.moe_device != "numa" && !o.moe_device.empty())
+    throw EngineError("--moe_device " + o.moe_device + " is not available: this build runs experts on cpu or numa");
+  if (o.cuda_se) throw EngineError("--cuda_se keeps shared experts on a CUDA device, which this build does not have; load without it");
+}
+
+}  // namespace
+
 std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& requested) {
   ModelLoadOptions options = requested;
   cpu::kernels_named(options.kernels);  // an unknown or unrunnable kernel set fails the load, not a request
@@ -126,6 +145,7 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
     });
     if (options.progress) options.progress("binding", file_bytes, file_bytes);
     g.weights.set_dtype_rules(rules, load_threads);
+    apply_moe_options(options, g.config);
     const model::Architecture& arch = model::find_architecture(g.config.architecture);
     auto decoder = std::make_unique<model::DecoderModel>(g.config, arch.spec(g.config), g.weights);
     ModelLoadOptions o = options;
@@ -144,6 +164,7 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& reque
     if (fs::exists(dir / "generation_config.json"))
       model::merge_generation_config(config, read_text_file(dir / "generation_config.json"),
                                      (dir / "generation_config.json").string());
+    apply_moe_options(options, config);
     const model::Architecture& arch = model::find_architecture(config.architecture);
     model::DecoderSpec spec = arch.spec(config);
     if (options.progress) options.progress("reading", 0, 0);
@@ -189,6 +210,10 @@ ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::De
       // Prompts are fed in slices of at most 512 tokens per step so running streams keep flowing.
       scheduler_({512, options_.max_sequences}) {
   current_threads_ = pool_->size();
+  if (options_.moe_device == "numa" && model_->config().moe.num_experts > 0) {
+    if (cpu::numa_nodes_with_cpus().size() > 1) experts_on_nodes_ = true;
+    else add_load_note("--moe_device numa: this machine has one NUMA node, so the experts run as --moe_device cpu");
+  }
   std::string note;
   apply_placement(resolve_placement(options_.device, model_->config().num_layers, &note), 0);
   add_load_note(note);
@@ -265,11 +290,12 @@ void ModelInstance::add_load_note(const std::string& note) {
 void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threads) {
   if (threads <= 0) threads = pool_->size();
   // NUMA mode: one pool whose threads are grouped by node, over weights whose rows are split the same way.
+  // --moe_device numa alone: only the experts' rows are split, but the pool is grouped the same way.
   const bool numa_mode = placement.size() == 1 && placement[0].device == "numa";
-  if (numa_mode) place_weights_on_nodes();
-  if (threads != pool_->size() || numa_mode != !pool_->group_nodes().empty())
-    pool_ = numa_mode ? std::make_unique<cpu::ThreadPool>(threads, split_nodes_)
-                      : std::make_unique<cpu::ThreadPool>(threads);
+  if (numa_mode || experts_on_nodes_) place_weights_on_nodes(!numa_mode);
+  const bool grouped = numa_mode || experts_on_nodes_;
+  if (threads != pool_->size() || grouped != !pool_->group_nodes().empty())
+    pool_ = grouped ? std::make_unique<cpu::ThreadPool>(threads, split_nodes_) : std::make_unique<cpu::ThreadPool>(threads);
   device_contexts_.clear();
   device_pools_.clear();
   layer_ctx_.clear();
@@ -295,10 +321,13 @@ void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threa
   placement_ = std::move(placement);
 }
 
-void ModelInstance::place_weights_on_nodes() {
-  if (!split_nodes_.empty()) return;  // once: the rows stay where they are for later placements
+void ModelInstance::place_weights_on_nodes(bool experts_only) {
+  const int done = experts_only ? 1 : 2;
+  if (nodes_placed_ >= done) return;  // once: the rows stay where they are for later placements
   split_nodes_ = cpu::numa_nodes_with_cpus();
-  model_->move_matrices([&](Tensor& w) { cpu::place_rows_on_nodes(w, split_nodes_); });
+  // Experts placed before (--moe_device numa) move again with the rest: a copy each, the old one freed.
+  model_->move_matrices([&](Tensor& w) { cpu::place_rows_on_nodes(w, split_nodes_); }, experts_only);
+  nodes_placed_ = done;
 }
 
 void ModelInstance::set_threads(int threads) {

@@ -114,8 +114,11 @@ class ModelInstance {
   std::vector<ops::Context*> layer_ctx_;  // empty: every layer on pool_
   std::unique_ptr<ops::Context> main_ctx_;  // pool_'s context for the layers left on the cpu
   void apply_placement(std::vector<LayerRange> placement, int threads);  // worker, compute_mu_ held
-  void place_weights_on_nodes();  // --device numa: each matrix's rows split over the nodes, once
+  // --device numa (every matrix) or --moe_device numa (experts only): rows split over the nodes, once.
+  void place_weights_on_nodes(bool experts_only);
   std::vector<int> split_nodes_;  // the nodes the rows were split over; empty until then
+  int nodes_placed_ = 0;          // 0 nothing, 1 the experts, 2 every matrix
+  bool experts_on_nodes_ = false;  // --moe_device numa on a machine of several nodes
   void add_load_note(const std::string& note);
   const std::vector<ops::Context*>* layer_contexts() const { return layer_ctx_.empty() ? nullptr : &layer_ctx_; }
 

@@ -118,9 +118,17 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
 
 void ThreadPool::parallel_for_groups(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (group_nodes_.size() < 2) return parallel_for(n, grain, fn);
-  if (n <= 0) return;
+  parallel_for_bounds(split_rows(n, groups()), grain, fn);
+}
+
+void ThreadPool::parallel_for_bounds(const std::vector<int64_t>& bounds, int64_t grain,
+                                     const std::function<void(int64_t, int64_t)>& fn) {
+  if (group_nodes_.size() < 2) {
+    const int64_t begin = bounds.front();
+    return parallel_for(bounds.back() - begin, grain, [&](int64_t b, int64_t e) { fn(begin + b, begin + e); });
+  }
+  if (bounds.back() <= bounds.front()) return;
   grain = std::max<int64_t>(1, grain);
-  const std::vector<int64_t> bounds = split_rows(n, groups());
   shared_ = false;
   for (size_t g = 0; g < group_nodes_.size(); ++g) {
     const int64_t rows = bounds[g + 1] - bounds[g], threads = threads_in_group_[g];

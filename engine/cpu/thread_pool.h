@@ -36,6 +36,10 @@ class ThreadPool {
   // As parallel_for, but group g's threads cover only rows [split[g], split[g+1]) of split_rows(n, groups()):
   // the rows place_rows_on_nodes put in group g's memory. The same as parallel_for when not grouped.
   void parallel_for_groups(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // Group g's threads cover [bounds[g], bounds[g + 1]) (groups() + 1 bounds): work whose memory the
+  // caller laid out by node. Not grouped: all of [bounds.front(), bounds.back()) over all threads.
+  void parallel_for_bounds(const std::vector<int64_t>& bounds, int64_t grain,
+                           const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   struct alignas(64) GroupRange {  // one cache line each: groups do not contend on their counters

@@ -1,4 +1,4 @@
-// What distinguishes one dense decoder architecture from another, and the registry from the
+// What distinguishes one decoder architecture from another, and the registry from the
 // Hugging Face "architectures" name to it. A new architecture is one file defining its spec function
 // plus one line in registry.cpp.
 #pragma once
@@ -16,6 +16,8 @@ struct DecoderSpec {
   bool mlp_bias = false;        // gate, up and down projections have biases
   bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (Qwen3)
   bool sliding_window = false;  // honour config.sliding_window on every layer (Mistral)
+  bool moe = false;             // config.moe's layers route each token to experts (mlp.gate, mlp.experts.N)
+  bool shared_expert = false;   // MoE layers also run mlp.shared_expert, gated by mlp.shared_expert_gate
 };
 
 // Returns the spec for this config, or throws EngineError for a variant the engine cannot run.
@@ -35,5 +37,7 @@ DecoderSpec llama_spec(const ModelConfig&);
 DecoderSpec mistral_spec(const ModelConfig&);
 DecoderSpec qwen2_spec(const ModelConfig&);
 DecoderSpec qwen3_spec(const ModelConfig&);
+DecoderSpec qwen2_moe_spec(const ModelConfig&);
+DecoderSpec qwen3_moe_spec(const ModelConfig&);
 
 }  // namespace ftllm::model

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "../core/error.h"
+#include "../cpu/kernels.h"
 #include "rope.h"
 
 namespace ftllm::model {
@@ -17,6 +18,36 @@ std::optional<Tensor> maybe_vector(const WeightStore& w, bool wanted, const std:
 }
 
 }  // namespace
+
+// Hugging Face checkpoints hold one tensor per expert matrix (mlp.experts.N.gate_proj.weight, ...);
+// transformers 5 saves them fused (mlp.experts.gate_up_proj [E, 2I, H], gate rows first, and
+// mlp.experts.down_proj [E, H, I]). Both bind as views; --moe_dtype sees the per-expert names.
+void DecoderModel::bind_experts(const WeightStore& w, const std::string& p, LayerWeights& L) {
+  const MoeConfig& m = config_.moe;
+  const int64_t H = config_.hidden_size, E = m.num_experts, I = m.expert_intermediate;
+  L.router = w.matrix(p + "gate.weight", {E, H});
+  const bool fused = w.has(p + "experts.gate_up_proj");
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = p + "experts." + std::to_string(e) + ".";
+    ops::Expert ex;
+    if (fused) {
+      ex.gate = w.matrix_rows(p + "experts.gate_up_proj", {E, 2 * I, H}, e * 2 * I, I, x + "gate_proj.weight");
+      ex.up = w.matrix_rows(p + "experts.gate_up_proj", {E, 2 * I, H}, e * 2 * I + I, I, x + "up_proj.weight");
+      ex.down = w.matrix_rows(p + "experts.down_proj", {E, H, I}, e * H, H, x + "down_proj.weight");
+    } else {
+      ex.gate = w.matrix(x + "gate_proj.weight", {I, H});
+      ex.up = w.matrix(x + "up_proj.weight", {I, H});
+      ex.down = w.matrix(x + "down_proj.weight", {H, I});
+    }
+    L.experts.push_back(std::move(ex));
+  }
+  if (spec_.shared_expert) {
+    const int64_t S = m.shared_intermediate;
+    L.shared = ops::Expert{w.matrix(p + "shared_expert.gate_proj.weight", {S, H}), w.matrix(p + "shared_expert.up_proj.weight", {S, H}),
+                           w.matrix(p + "shared_expert.down_proj.weight", {H, S})};
+    L.shared_gate = w.matrix(p + "shared_expert_gate.weight", {1, H});
+  }
+}
 
 DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightStore& w)
     : config_(std::move(config)), spec_(spec) {
@@ -44,12 +75,16 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightSto
     L.q_norm = maybe_vector(w, spec.qk_norm, p + "self_attn.q_norm.weight", d);
     L.k_norm = maybe_vector(w, spec.qk_norm, p + "self_attn.k_norm.weight", d);
     L.mlp_norm = w.vector_f32(p + "post_attention_layernorm.weight", H);
-    L.gate = w.matrix(p + "mlp.gate_proj.weight", {I, H});
-    L.up = w.matrix(p + "mlp.up_proj.weight", {I, H});
-    L.down = w.matrix(p + "mlp.down_proj.weight", {H, I});
-    L.gate_bias = maybe_vector(w, spec.mlp_bias, p + "mlp.gate_proj.bias", I);
-    L.up_bias = maybe_vector(w, spec.mlp_bias, p + "mlp.up_proj.bias", I);
-    L.down_bias = maybe_vector(w, spec.mlp_bias, p + "mlp.down_proj.bias", H);
+    if (spec.moe && c.moe.is_moe_layer(i)) {
+      bind_experts(w, p + "mlp.", L);
+    } else {
+      L.gate = w.matrix(p + "mlp.gate_proj.weight", {I, H});
+      L.up = w.matrix(p + "mlp.up_proj.weight", {I, H});
+      L.down = w.matrix(p + "mlp.down_proj.weight", {H, I});
+      L.gate_bias = maybe_vector(w, spec.mlp_bias, p + "mlp.gate_proj.bias", I);
+      L.up_bias = maybe_vector(w, spec.mlp_bias, p + "mlp.up_proj.bias", I);
+      L.down_bias = maybe_vector(w, spec.mlp_bias, p + "mlp.down_proj.bias", H);
+    }
     layers_.push_back(std::move(L));
   }
   inv_freq_ = rope_inv_freq(c.rope, d);
@@ -68,7 +103,13 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightSto
   count(final_norm_);
   if (!c.tie_word_embeddings) count(lm_head_);
   for (const LayerWeights& L : layers_) {
-    for (const Tensor* t : {&L.attn_norm, &L.q, &L.k, &L.v, &L.o, &L.mlp_norm, &L.gate, &L.up, &L.down}) count(*t);
+    for (const Tensor* t : {&L.attn_norm, &L.q, &L.k, &L.v, &L.o, &L.mlp_norm}) count(*t);
+    for (const Tensor* t : {&L.gate, &L.up, &L.down, &L.router})
+      if (!t->empty()) count(*t);
+    for (const ops::Expert& e : L.experts)
+      for (const Tensor* t : {&e.gate, &e.up, &e.down}) count(*t);
+    if (L.shared)
+      for (const Tensor* t : {&L.shared->gate, &L.shared->up, &L.shared->down, &*L.shared_gate}) count(*t);
     for (const std::optional<Tensor>* t : {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.q_norm, &L.k_norm, &L.gate_bias,
                                            &L.up_bias, &L.down_bias})
       count_opt(*t);
@@ -88,22 +129,62 @@ std::vector<std::pair<std::string, const Tensor*>> DecoderModel::named_tensors()
              {"self_attn.v_proj.weight", &L.v}, {"self_attn.o_proj.weight", &L.o},
              {"post_attention_layernorm.weight", &L.mlp_norm}, {"mlp.gate_proj.weight", &L.gate},
              {"mlp.up_proj.weight", &L.up}, {"mlp.down_proj.weight", &L.down}})
-      out.emplace_back(p + name, t);
+      if (!t->empty()) out.emplace_back(p + name, t);
     for (auto [name, t] : std::initializer_list<std::pair<const char*, const std::optional<Tensor>*>>{
              {"self_attn.q_proj.bias", &L.q_bias}, {"self_attn.k_proj.bias", &L.k_bias}, {"self_attn.v_proj.bias", &L.v_bias},
              {"self_attn.o_proj.bias", &L.o_bias}, {"self_attn.q_norm.weight", &L.q_norm},
              {"self_attn.k_norm.weight", &L.k_norm}, {"mlp.gate_proj.bias", &L.gate_bias}, {"mlp.up_proj.bias", &L.up_bias},
              {"mlp.down_proj.bias", &L.down_bias}})
       if (*t) out.emplace_back(p + name, &**t);
+    if (L.experts.empty()) continue;
+    out.emplace_back(p + "mlp.gate.weight", &L.router);
+    for (size_t e = 0; e < L.experts.size(); ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      out.emplace_back(x + "gate_proj.weight", &L.experts[e].gate);
+      out.emplace_back(x + "up_proj.weight", &L.experts[e].up);
+      out.emplace_back(x + "down_proj.weight", &L.experts[e].down);
+    }
+    if (L.shared) {
+      out.emplace_back(p + "mlp.shared_expert.gate_proj.weight", &L.shared->gate);
+      out.emplace_back(p + "mlp.shared_expert.up_proj.weight", &L.shared->up);
+      out.emplace_back(p + "mlp.shared_expert.down_proj.weight", &L.shared->down);
+      out.emplace_back(p + "mlp.shared_expert_gate.weight", &*L.shared_gate);
+    }
   }
   return out;
 }
 
-void DecoderModel::move_matrices(const std::function<void(Tensor&)>& move) {
-  move(lm_head_);
-  if (config_.tie_word_embeddings) embed_ = lm_head_;  // one copy serves both
-  for (LayerWeights& L : layers_)
-    for (Tensor* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) move(*t);
+void DecoderModel::move_matrices(const std::function<void(Tensor&)>& move, bool experts_only) {
+  if (!experts_only) {
+    move(lm_head_);
+    if (config_.tie_word_embeddings) embed_ = lm_head_;  // one copy serves both
+  }
+  for (LayerWeights& L : layers_) {
+    for (ops::Expert& e : L.experts)
+      for (Tensor* t : {&e.gate, &e.up, &e.down}) move(*t);
+    if (experts_only) continue;
+    for (Tensor* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.router})
+      if (!t->empty()) move(*t);
+    if (L.shared)
+      for (Tensor* t : {&L.shared->gate, &L.shared->up, &L.shared->down}) move(*t);
+  }
+}
+
+void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const {
+  const int64_t T = h.dim(0), H = h.dim(1);
+  Tensor logits = Tensor::zeros_f32({T, int64_t(L.experts.size())});
+  ops::linear(ctx, h, L.router, nullptr, logits);
+  const ops::Routes routes = ops::route_softmax_topk(logits, config_.moe.experts_per_token, config_.moe.norm_topk_prob);
+  ops::moe_experts(ctx, h, routes, L.experts, out);
+  if (!L.shared) return;
+  // Qwen2-MoE: every token also goes through the shared expert, scaled by sigmoid(shared_expert_gate · h).
+  Tensor shared = Tensor::zeros_f32({T, H}), gate = Tensor::zeros_f32({T, 1});
+  ops::expert_mlp(ctx, h, *L.shared, shared);
+  ops::linear(ctx, h, *L.shared_gate, nullptr, gate);
+  for (int64_t t = 0; t < T; ++t) {
+    const float g = 1.0f / (1.0f + std::exp(-gate.as<float>()[t]));
+    ctx.kernels.axpy(g, shared.as<float>() + t * H, out.as<float>() + t * H, H);
+  }
 }
 
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
@@ -163,10 +244,14 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
     ops::add(ctx, x, proj);
 
     ops::rmsnorm(ctx, x, L.mlp_norm, eps, h);
-    ops::linear(ctx, h, L.gate, opt(L.gate_bias), gate);
-    ops::linear(ctx, h, L.up, opt(L.up_bias), up);
-    ops::silu_mul(ctx, gate, up, gate);
-    ops::linear(ctx, gate, L.down, opt(L.down_bias), proj);
+    if (!L.experts.empty()) {
+      moe_mlp(ctx, L, h, proj);
+    } else {
+      ops::linear(ctx, h, L.gate, opt(L.gate_bias), gate);
+      ops::linear(ctx, h, L.up, opt(L.up_bias), up);
+      ops::silu_mul(ctx, gate, up, gate);
+      ops::linear(ctx, gate, L.down, opt(L.down_bias), proj);
+    }
     ops::add(ctx, x, proj);
   }
 

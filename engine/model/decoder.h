@@ -1,5 +1,6 @@
-// The dense decoder-only transformer shared by every architecture in architecture.h: embeddings,
-// N blocks of (RMSNorm, attention with RoPE and GQA, RMSNorm, SwiGLU MLP), final norm, LM head.
+// The decoder-only transformer shared by every architecture in architecture.h: embeddings, N blocks of
+// (RMSNorm, attention with RoPE and GQA, RMSNorm, SwiGLU MLP or mixture of SwiGLU experts), final norm,
+// LM head.
 #pragma once
 
 #include <functional>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "../kvcache/kv_cache.h"
+#include "../ops/moe.h"
 #include "../ops/ops.h"
 #include "architecture.h"
 #include "model_config.h"
@@ -18,8 +20,14 @@ struct LayerWeights {
   Tensor attn_norm, q, k, v, o;
   std::optional<Tensor> q_bias, k_bias, v_bias, o_bias;
   std::optional<Tensor> q_norm, k_norm;
-  Tensor mlp_norm, gate, up, down;
+  Tensor mlp_norm, gate, up, down;  // a dense layer's MLP (empty in a mixture-of-experts layer)
   std::optional<Tensor> gate_bias, up_bias, down_bias;
+  // A mixture-of-experts layer: the router [E, H], the routed experts, and Qwen2-MoE's shared expert
+  // with its gate [1, H].
+  Tensor router;
+  std::vector<ops::Expert> experts;
+  std::optional<ops::Expert> shared;
+  std::optional<Tensor> shared_gate;
 };
 
 // One forward step: any mix of sequences, each token at its position. Tokens of one sequence must
@@ -44,8 +52,9 @@ class DecoderModel {
   // Every bound tensor under its Hugging Face name (the tied LM head once, as the embedding).
   std::vector<std::pair<std::string, const Tensor*>> named_tensors() const;
   // Lets `move` replace the storage of every matrix the linear op reads (the LM head included, the
-  // input embedding along with it when tied); --device numa moves them into node-bound memory.
-  void move_matrices(const std::function<void(Tensor&)>& move);
+  // input embedding along with it when tied), or of the routed experts' only; --device numa and
+  // --moe_device numa move them into node-bound memory.
+  void move_matrices(const std::function<void(Tensor&)>& move, bool experts_only = false);
 
   // Writes the batch's keys and values into the cache and returns float32 logits [logit_rows, vocab].
   // `layer_ctx`, when given, holds one context per layer (layers placed on different thread pools);
@@ -55,6 +64,8 @@ class DecoderModel {
                  const std::vector<ops::Context*>* layer_ctx = nullptr) const;
 
  private:
+  void bind_experts(const WeightStore& w, const std::string& prefix, LayerWeights& L);
+  void moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const;
   ModelConfig config_;
   DecoderSpec spec_;
   Tensor embed_, final_norm_, lm_head_;

@@ -52,6 +52,9 @@ std::optional<DType> DTypeRules::target(const std::string& tensor) const {
     if (std::regex_match(tensor, rule.pattern)) return rule.dtype;
   if (tensor.find(".mlp.experts.") != std::string::npos && moe_dtype_) return moe_dtype_;
   if (tensor == "model.embed_tokens.weight") return std::nullopt;
+  // MoE routers choose experts: a rounding can flip a choice, and they are tiny. Like llama-quantize
+  // (ffn_gate_inp), keep them unless a rule names them.
+  if (tensor.ends_with(".mlp.gate.weight") || tensor.ends_with(".mlp.shared_expert_gate.weight")) return std::nullopt;
   return dtype_;
 }
 

@@ -19,7 +19,8 @@ class DTypeRules {
   static DTypeRules parse(const std::string& dtype, const std::string& moe_dtype, const std::string& dtype_config);
 
   // The dtype to convert `tensor` to, or nullopt to keep it as stored. An untied input embedding is left
-  // alone unless a rule names it: it is only a table lookup (a tied one is bound as "lm_head.weight").
+  // alone unless a rule names it: it is only a table lookup (a tied one is bound as "lm_head.weight");
+  // so are MoE routers (mlp.gate, mlp.shared_expert_gate), whose rounding could flip expert choices.
   std::optional<DType> target(const std::string& tensor) const;
   bool empty() const { return !dtype_ && !moe_dtype_ && rules_.empty(); }
 

@@ -129,6 +129,28 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (r.has("sliding_window") && r.bool_or("use_sliding_window", true))
     c.sliding_window = r.int_or("sliding_window", 0);
 
+  // Qwen's own configs say num_experts; transformers 5 writes num_local_experts (Mixtral's name).
+  const char* experts_key = r.has("num_experts") ? "num_experts" : "num_local_experts";
+  if (r.int_or(experts_key, 0) > 0) {
+    MoeConfig& m = c.moe;
+    m.num_experts = r.int_or(experts_key, 0);
+    m.experts_per_token = r.required_int("num_experts_per_tok");
+    if (m.experts_per_token == 0 || m.experts_per_token > m.num_experts)
+      throw r.error("num_experts_per_tok", "must be between 1 and num_experts (" + std::to_string(m.num_experts) + ")");
+    m.expert_intermediate = r.required_int("moe_intermediate_size");
+    m.shared_intermediate = r.int_or("shared_expert_intermediate_size", 0);
+    m.norm_topk_prob = r.bool_or("norm_topk_prob", false);
+    m.sparse_step = r.int_or("decoder_sparse_step", 1);
+    if (m.sparse_step == 0) throw r.error("decoder_sparse_step", "must be at least 1");
+    simdjson::dom::array dense;
+    if (!obj["mlp_only_layers"].get(dense))
+      for (element layer : dense) {
+        int64_t v;
+        if (layer.get(v)) throw r.error("mlp_only_layers", "must be a list of layer numbers");
+        m.dense_layers.push_back(v);
+      }
+  }
+
   element e;
   if (!obj["bos_token_id"].get(e) && !e.is_null()) {
     std::vector<int32_t> bos;
@@ -177,6 +199,18 @@ std::string model_config_json(const ModelConfig& c) {
   field("attention_bias", c.attention_bias ? "true" : "false");
   field("mlp_bias", c.mlp_bias ? "true" : "false");
   if (c.sliding_window) field("sliding_window", std::to_string(*c.sliding_window));
+  if (c.moe.num_experts) {
+    const MoeConfig& m = c.moe;
+    std::string dense;
+    for (int64_t l : m.dense_layers) dense += (dense.empty() ? "" : ", ") + std::to_string(l);
+    field("num_experts", std::to_string(m.num_experts));
+    field("num_experts_per_tok", std::to_string(m.experts_per_token));
+    field("moe_intermediate_size", std::to_string(m.expert_intermediate));
+    if (m.shared_intermediate) field("shared_expert_intermediate_size", std::to_string(m.shared_intermediate));
+    field("norm_topk_prob", m.norm_topk_prob ? "true" : "false");
+    field("decoder_sparse_step", std::to_string(m.sparse_step));
+    field("mlp_only_layers", "[" + dense + "]");
+  }
   if (c.bos_token_id) field("bos_token_id", std::to_string(*c.bos_token_id));
   std::string eos;
   for (int32_t id : c.eos_token_ids) eos += (eos.empty() ? "" : ", ") + std::to_string(id);

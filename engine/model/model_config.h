@@ -19,6 +19,23 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
+// Mixture-of-experts (Qwen2-MoE, Qwen3-MoE): which layers route to experts, and how.
+struct MoeConfig {
+  int64_t num_experts = 0;             // routed experts per MoE layer; 0: a dense model
+  int64_t experts_per_token = 0;       // num_experts_per_tok (--moe_experts overrides it)
+  int64_t expert_intermediate = 0;     // moe_intermediate_size
+  int64_t shared_intermediate = 0;     // shared_expert_intermediate_size; 0: no shared expert
+  bool norm_topk_prob = false;         // renormalise the chosen experts' weights to sum to 1
+  int64_t sparse_step = 1;             // decoder_sparse_step: every sparse_step-th layer is MoE
+  std::vector<int64_t> dense_layers;   // mlp_only_layers: dense MLP whatever the step says
+  bool is_moe_layer(int64_t layer) const {
+    if (num_experts == 0 || sparse_step <= 0 || (layer + 1) % sparse_step != 0) return false;
+    for (int64_t d : dense_layers)
+      if (d == layer) return false;
+    return true;
+  }
+};
+
 struct ModelConfig {
   std::string architecture;  // the first entry of "architectures"
   int64_t hidden_size = 0;
@@ -37,6 +54,7 @@ struct ModelConfig {
   std::optional<int64_t> sliding_window;  // attention sees at most this many positions back
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // config.json's and generation_config.json's, merged
+  MoeConfig moe;
 };
 
 // Parses config.json text; `source` names it in errors. Throws EngineError naming a missing or

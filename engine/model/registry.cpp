@@ -9,6 +9,8 @@ const std::vector<Architecture>& architectures() {
       {"MistralForCausalLM", mistral_spec},
       {"Qwen2ForCausalLM", qwen2_spec},
       {"Qwen3ForCausalLM", qwen3_spec},
+      {"Qwen2MoeForCausalLM", qwen2_moe_spec},
+      {"Qwen3MoeForCausalLM", qwen3_moe_spec},
   };
   return all;
 }

@@ -207,14 +207,29 @@ Tensor WeightStore::from_awq(const std::string& prefix, const std::vector<int64_
 }
 
 Tensor WeightStore::matrix(const std::string& name, const std::vector<int64_t>& shape, const std::string& rule_name) const {
-  Tensor t = stored_matrix(name, shape);
-  const std::optional<DType> to = rules_.target(rule_name.empty() ? name : rule_name);
+  return converted(stored_matrix(name, shape), rule_name.empty() ? name : rule_name);
+}
+
+Tensor WeightStore::matrix_rows(const std::string& name, const std::vector<int64_t>& stored_shape, int64_t first_row,
+                                int64_t rows, const std::string& rule_name) const {
+  const StoredTensor& s = get(name, stored_shape);
+  const int64_t cols = stored_shape.back();
+  Tensor t;
+  t.dtype = *s.dtype;
+  t.shape = {rows, cols};
+  t.data = const_cast<char*>(static_cast<const char*>(s.data)) + size_t(first_row) * row_bytes(t.dtype, cols);
+  t.owner = s.owner;
+  return converted(std::move(t), rule_name);
+}
+
+Tensor WeightStore::converted(Tensor t, const std::string& rule_name) const {
+  const std::optional<DType> to = rules_.target(rule_name);
   if (!to || *to == t.dtype) return t;
-  if (!fits_rows(*to, shape[1])) {
-    kept_["rows of " + std::to_string(shape[1]) + " values are not whole " + std::string(dtype_name(*to)) + " blocks"]++;
+  if (!fits_rows(*to, t.shape[1])) {
+    kept_["rows of " + std::to_string(t.shape[1]) + " values are not whole " + std::string(dtype_name(*to)) + " blocks"]++;
     return t;
   }
-  return convert_rows(t.data, t.dtype, shape, *to, threads_);
+  return convert_rows(t.data, t.dtype, t.shape, *to, threads_);
 }
 
 Tensor WeightStore::vector_f32(const std::string& name, int64_t n) const {

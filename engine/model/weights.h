@@ -33,12 +33,17 @@ class WeightStore {
   // blocks) becomes fp8, AWQ (qweight, qzeros, scales) becomes int4g of its group size.
   // `rule_name` is the name the dtype rules see (a tied embedding is converted as the LM head it also is).
   Tensor matrix(const std::string& name, const std::vector<int64_t>& shape, const std::string& rule_name = "") const;
+  // Rows [first_row, first_row + rows) of a stored tensor of `stored_shape` seen as a matrix (all but the
+  // last dimension flattened): one expert of transformers 5's fused experts [E, 2I, H], for instance.
+  Tensor matrix_rows(const std::string& name, const std::vector<int64_t>& stored_shape, int64_t first_row, int64_t rows,
+                     const std::string& rule_name) const;
   // A small vector (norm weight, bias) converted to float32.
   Tensor vector_f32(const std::string& name, int64_t n) const;
 
  private:
   const StoredTensor& get(const std::string& name, const std::vector<int64_t>& shape) const;
   Tensor stored_matrix(const std::string& name, const std::vector<int64_t>& shape) const;
+  Tensor converted(Tensor t, const std::string& rule_name) const;  // as the dtype rules say for rule_name
   Tensor from_fp8_blocks(const StoredTensor& w, const std::vector<int64_t>& shape) const;
   Tensor from_awq(const std::string& prefix, const std::vector<int64_t>& shape) const;
   std::map<std::string, StoredTensor> tensors_;

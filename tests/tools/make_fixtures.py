@@ -20,7 +20,8 @@ import zipfile
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
                                                     TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
 
@@ -44,7 +45,17 @@ FIXTURES = {
     "mistral-window": (MistralConfig, MistralForCausalLM, dict(sliding_window=16, head_dim=32)),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=True, use_sliding_window=False)),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(head_dim=32, tie_word_embeddings=False)),
+    # Mixture of experts: 8 experts, 2 per token, layer 1 dense (mlp_only_layers).
+    "qwen3-moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM,
+                  dict(head_dim=32, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
+                       moe_intermediate_size=64, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1])),
+    "qwen2-moe": (Qwen2MoeConfig, Qwen2MoeForCausalLM,
+                  dict(tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
+                       shared_expert_intermediate_size=96, norm_topk_prob=False, decoder_sparse_step=1,
+                       mlp_only_layers=[1], use_sliding_window=False)),
 }
+# MoE fixtures also hold the logits with this many experts per token (what --moe_experts changes).
+MOE_EXPERTS_OVERRIDE = 4
 PROMPT_TOKENS = 40
 NEW_TOKENS = 32
 
@@ -79,6 +90,16 @@ def reference(model, prompt):
                 min_greedy_gap=gap)
 
 
+def with_experts_per_token(model_cls, model, k, prompt):
+    """The last-prompt-position logits of the same weights with num_experts_per_tok = k."""
+    config = copy.deepcopy(model.config)
+    config.num_experts_per_tok = k
+    other = model_cls(config).to(next(model.parameters()).dtype).eval()
+    other.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        return other(prompt).logits[0, -1].float().tolist()
+
+
 def write_model(model, directory, ref, extra):
     if directory.exists():
         shutil.rmtree(directory)
@@ -87,9 +108,11 @@ def write_model(model, directory, ref, extra):
     (directory / "reference.json").write_text(json.dumps(ref) + "\n")
 
 
-def make_architecture_fixtures():
+def make_architecture_fixtures(only=None):
     CACHE.mkdir(exist_ok=True)
     for name, (config_cls, model_cls, extra) in FIXTURES.items():
+        if only and name not in only:
+            continue
         for seed in range(100, 120):
             config = config_cls(**{**COMMON, **extra})
             torch.manual_seed(seed)
@@ -107,6 +130,11 @@ def make_architecture_fixtures():
             with torch.no_grad():
                 native = model_cls.from_pretrained(tmp, dtype=torch.bfloat16, attn_implementation="eager")(prompt).logits[0, -1].float()
             native_diff = float((native - torch.tensor(ref16["last_logits"])).abs().max())
+            if getattr(config, "num_experts", 0):
+                ref32["moe_experts"] = dict(k=MOE_EXPERTS_OVERRIDE, last_logits=with_experts_per_token(
+                    model_cls, model, MOE_EXPERTS_OVERRIDE, prompt))
+                ref16["moe_experts"] = dict(k=MOE_EXPERTS_OVERRIDE, last_logits=with_experts_per_token(
+                    model_cls, upcast, MOE_EXPERTS_OVERRIDE, prompt))
             if min(ref32["min_greedy_gap"], ref16["min_greedy_gap"]) > 1e-2:
                 break
         write_model(model, DATA / "models" / f"{name}-f32", ref32, dict(seed=seed))
@@ -181,6 +209,10 @@ if __name__ == "__main__":
     which = sys.argv[1:] or ["models", "sampling", "smollm2"]
     if "models" in which:
         make_architecture_fixtures()
+    # "model:NAME" regenerates one architecture's fixtures only.
+    names = [w.split(":", 1)[1] for w in which if w.startswith("model:")]
+    if names:
+        make_architecture_fixtures(names)
     if "sampling" in which:
         make_sampling_fixtures()
     if "smollm2" in which:

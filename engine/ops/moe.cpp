@@ -1,0 +1,162 @@
+#include "moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "../core/error.h"
+#include "../cpu/kernels.h"
+#include "../cpu/thread_pool.h"
+
+namespace ftllm::ops {
+
+Routes route_softmax_topk(const Tensor& logits, int64_t k, bool renormalize) {
+  const int64_t T = logits.dim(0), E = logits.dim(1);
+  if (k < 1 || k > E) throw EngineError("moe: " + std::to_string(k) + " experts per token, of " + std::to_string(E));
+  Routes r;
+  r.k = k;
+  r.expert.resize(size_t(T * k));
+  r.weight.resize(size_t(T * k));
+  std::vector<float> prob(static_cast<size_t>(E));
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits.as<float>() + t * E;
+    const float top = *std::max_element(l, l + E);
+    float sum = 0;
+    for (int64_t e = 0; e < E; ++e) sum += prob[size_t(e)] = std::exp(l[e] - top);
+    for (float& p : prob) p /= sum;
+    // The k most probable, ties to the lower index (torch.topk's order does not matter past the choice).
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return prob[size_t(a)] > prob[size_t(b)] || (prob[size_t(a)] == prob[size_t(b)] && a < b); });
+    std::sort(order.begin(), order.begin() + k);
+    float chosen = 0;
+    for (int64_t j = 0; j < k; ++j) chosen += prob[size_t(order[size_t(j)])];
+    for (int64_t j = 0; j < k; ++j) {
+      r.expert[size_t(t * k + j)] = order[size_t(j)];
+      r.weight[size_t(t * k + j)] = renormalize ? prob[size_t(order[size_t(j)])] / chosen : prob[size_t(order[size_t(j)])];
+    }
+  }
+  return r;
+}
+
+namespace {
+
+// Rows [0, n) of x quantized for `wt` when its kernel computes with int8 activations; empty otherwise.
+std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x, int64_t n, int64_t K) {
+  std::vector<cpu::Q8Block> xq;
+  if (!ctx.kernels.uses_q8(wt)) return xq;
+  xq.resize(size_t(n * (K / 32)));
+  ctx.pool.parallel_for(n, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) ctx.kernels.quantize_q8(x + r * K, K, xq.data() + r * (K / 32));
+  });
+  return xq;
+}
+
+// Output rows per piece of work: small enough that a step's pieces outnumber the threads several times.
+int64_t slice_rows(int64_t rows, int64_t experts, int threads) {
+  const int64_t want = std::max<int64_t>(1, int64_t(threads) * 4 / std::max<int64_t>(1, experts));
+  return std::max<int64_t>(16, (rows / want + 15) / 16 * 16);
+}
+
+}  // namespace
+
+void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<const Expert> experts, Tensor& out) {
+  const int64_t T = x.dim(0), H = x.dim(1), k = routes.k, E = int64_t(experts.size());
+  const int64_t I = experts.front().gate.dim(0);
+  // Group the (token, choice) pairs by expert: expert e's rows are [first[e], first[e + 1]) of the packed
+  // buffers, in token order.
+  std::vector<int64_t> first(size_t(E) + 1, 0);
+  for (int32_t e : routes.expert) ++first[size_t(e) + 1];
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  std::vector<int64_t> slot(size_t(T * k)), fill(first.begin(), first.end() - 1);
+  std::vector<int64_t> token_of(size_t(T * k));
+  for (int64_t i = 0; i < T * k; ++i) {
+    const int32_t e = routes.expert[size_t(i)];
+    slot[size_t(i)] = fill[size_t(e)]++;
+    token_of[size_t(slot[size_t(i)])] = i / k;
+  }
+  const int64_t P = T * k;
+  std::vector<float> xs(size_t(P * H)), gate(size_t(P * I)), up(size_t(P * I)), ys(size_t(P * H));
+  ctx.pool.parallel_for(P, 16, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      std::memcpy(xs.data() + p * H, x.as<float>() + token_of[size_t(p)] * H, size_t(H) * 4);
+  });
+  std::vector<int32_t> active;
+  for (int32_t e = 0; e < E; ++e)
+    if (first[size_t(e) + 1] > first[size_t(e)]) active.push_back(e);
+  const int threads = ctx.pool.size();
+
+  // gate and up of every active expert, in pieces of output rows.
+  const std::vector<cpu::Q8Block> xq = quantized_rows(ctx, experts.front().gate.dtype, xs.data(), P, H);
+  struct Piece {
+    int32_t expert;
+    int64_t r0, r1;
+  };
+  // With the pool grouped by NUMA node, each expert's rows are split over the nodes as the linear op's
+  // are (split_rows), and node g's threads take the pieces in node g's share: bounds[g]..bounds[g + 1].
+  std::vector<int64_t> bounds;
+  auto pieces_of = [&](int64_t rows) {
+    std::vector<Piece> pieces;
+    const int groups = ctx.pool.groups();
+    const std::vector<int64_t> share = cpu::split_rows(rows, groups);
+    const int64_t step = slice_rows(rows / groups, int64_t(active.size()), threads);
+    bounds.assign(1, 0);
+    for (int g = 0; g < groups; ++g) {
+      for (int32_t e : active)
+        for (int64_t r = share[size_t(g)]; r < share[size_t(g) + 1]; r += step)
+          pieces.push_back({e, r, std::min(share[size_t(g) + 1], r + step)});
+      bounds.push_back(int64_t(pieces.size()));
+    }
+    return pieces;
+  };
+  const std::vector<Piece> up_pieces = pieces_of(I);
+  ctx.pool.parallel_for_bounds(bounds, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Piece& pc = up_pieces[size_t(i)];
+      const Expert& ex = experts[size_t(pc.expert)];
+      const int64_t p = first[size_t(pc.expert)], n = first[size_t(pc.expert) + 1] - p;
+      const cpu::Q8Block* q = xq.empty() ? nullptr : xq.data() + p * (H / 32);
+      ctx.kernels.matmul(ex.gate.dtype, xs.data() + p * H, q, n, H, ex.gate.data, pc.r0, pc.r1, gate.data() + p * I, I);
+      ctx.kernels.matmul(ex.up.dtype, xs.data() + p * H, q, n, H, ex.up.data, pc.r0, pc.r1, up.data() + p * I, I);
+    }
+  });
+  ctx.pool.parallel_for(P, 4, [&](int64_t p0, int64_t p1) {
+    ctx.kernels.silu_mul(gate.data() + p0 * I, up.data() + p0 * I, gate.data() + p0 * I, (p1 - p0) * I);
+  });
+
+  // down, in pieces of its output rows.
+  const std::vector<cpu::Q8Block> aq = quantized_rows(ctx, experts.front().down.dtype, gate.data(), P, I);
+  const std::vector<Piece> down_pieces = pieces_of(H);
+  ctx.pool.parallel_for_bounds(bounds, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Piece& pc = down_pieces[size_t(i)];
+      const Expert& ex = experts[size_t(pc.expert)];
+      const int64_t p = first[size_t(pc.expert)], n = first[size_t(pc.expert) + 1] - p;
+      const cpu::Q8Block* q = aq.empty() ? nullptr : aq.data() + p * (I / 32);
+      ctx.kernels.matmul(ex.down.dtype, gate.data() + p * I, q, n, I, ex.down.data, pc.r0, pc.r1, ys.data() + p * H, H);
+    }
+  });
+
+  // Each token's weighted sum, its choices in ascending expert order (routes keep them so).
+  ctx.pool.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* o = out.as<float>() + t * H;
+      std::fill(o, o + H, 0.0f);
+      for (int64_t j = 0; j < k; ++j)
+        ctx.kernels.axpy(routes.weight[size_t(t * k + j)], ys.data() + slot[size_t(t * k + j)] * H, o, H);
+    }
+  });
+}
+
+void expert_mlp(Context& ctx, const Tensor& x, const Expert& e, Tensor& out) {
+  const int64_t T = x.dim(0), I = e.gate.dim(0);
+  Tensor gate = Tensor::zeros_f32({T, I}), up = Tensor::zeros_f32({T, I});
+  linear(ctx, x, e.gate, nullptr, gate);
+  linear(ctx, x, e.up, nullptr, up);
+  silu_mul(ctx, gate, up, gate);
+  linear(ctx, gate, e.down, nullptr, out);
+}
+
+}  // namespace ftllm::ops

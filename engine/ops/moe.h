@@ -1,0 +1,40 @@
+// Mixture-of-experts: routing each token to its top experts, and running the experts on the CPU with
+// tokens grouped per expert.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "../core/tensor.h"
+#include "ops.h"
+
+namespace ftllm::ops {
+
+// One SwiGLU expert: down(silu(gate · x) * (up · x)).
+struct Expert {
+  Tensor gate, up, down;  // [I, H], [I, H], [H, I]
+};
+
+// Each token's chosen experts, ascending by expert index, with their weights: token t's j-th choice is
+// expert[t * k + j] with weight[t * k + j].
+struct Routes {
+  int64_t k = 0;
+  std::vector<int32_t> expert;
+  std::vector<float> weight;
+};
+
+// Qwen-MoE routing: softmax over each row of logits [T, E], the k largest probabilities, divided by
+// their sum when `renormalize` (norm_topk_prob).
+Routes route_softmax_topk(const Tensor& logits, int64_t k, bool renormalize);
+
+// out[t] = sum over token t's routes of weight * expert(x[t]), added in ascending expert order (as
+// transformers adds them). Tokens are grouped per expert so each expert's weights are read once per
+// step; the work, (expert, slice of output rows) pieces, is handed out to the threads as they free up,
+// since some experts get many tokens and others few. x and out are float32 [T, H].
+void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<const Expert> experts, Tensor& out);
+
+// out[t] = swiglu expert e(x[t]) for every token (a dense MLP or a shared expert); out float32 [T, H].
+void expert_mlp(Context& ctx, const Tensor& x, const Expert& e, Tensor& out);
+
+}  // namespace ftllm::ops
