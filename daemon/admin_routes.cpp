@@ -71,11 +71,10 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
   if (!body["dtype_config"].get(sv)) o.dtype_config = sv;
   if (!body["kernels"].get(sv)) o.kernels = sv;
   if (!body["device"].get(sv)) o.device = sv;
-  for (const char* moe : {"moe_device", "moe_experts", "cuda_se"})
-    if (!body[moe].error())
-      return ex->respond(admin_error(400, std::string(moe) + " applies to mixture-of-experts models, which this build does not load yet; "
-                                                            "load without it",
-                                     "unsupported_option"));
+  if (!body["moe_device"].get(sv)) o.moe_device = sv;
+  if (!body["moe_experts"].get(n)) o.moe_experts = int(n);
+  bool flag = false;
+  if (!body["cuda_se"].get(flag)) o.cuda_se = flag;
   const std::string name = o.name.empty() ? o.path : o.name;
   if (!o.name.empty() && engine.model(o.name))
     return ex->respond(admin_error(409, "a model named " + o.name + " is already loaded; unload it first or pick another --name", "name_taken"));

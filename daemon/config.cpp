@@ -167,7 +167,7 @@ std::string known_keys(const Section& section) {
 }
 
 // [[model]] entries: path (required), name, threads, context_length, max_sequences, chat_template, dtype,
-// moe_dtype, dtype_config.
+// moe_dtype, dtype_config, device, moe_device, moe_experts, cuda_se.
 std::string parse_models(const toml::node& node, Config& cfg, const std::string& source, ConfigError& error) {
   const toml::array* list = node.as_array();
   if (!list || !list->is_array_of_tables()) {
@@ -185,21 +185,26 @@ std::string parse_models(const toml::node& node, Config& cfg, const std::string&
       };
       const std::map<std::string, std::string ModelEntry::*> strings = {
           {"path", &ModelEntry::path},   {"name", &ModelEntry::name},           {"chat_template", &ModelEntry::chat_template},
-          {"dtype", &ModelEntry::dtype}, {"moe_dtype", &ModelEntry::moe_dtype}, {"dtype_config", &ModelEntry::dtype_config}};
+          {"dtype", &ModelEntry::dtype}, {"moe_dtype", &ModelEntry::moe_dtype}, {"dtype_config", &ModelEntry::dtype_config},
+          {"device", &ModelEntry::device}, {"moe_device", &ModelEntry::moe_device}};
       if (auto field = strings.find(k); field != strings.end()) {
         auto v = value.value<std::string>();
         if (!value.is_string() || !v) return fail("must be a string");
         m.*(field->second) = *v;
-      } else if (k == "threads" || k == "context_length" || k == "max_sequences") {
+      } else if (k == "threads" || k == "context_length" || k == "max_sequences" || k == "moe_experts") {
         if (!value.is_integer() || *value.value<int64_t>() < 1) return fail("must be a positive integer");
         int64_t v = *value.value<int64_t>();
         if (k == "threads") m.threads = int(v);
         else if (k == "context_length") m.context_length = v;
+        else if (k == "moe_experts") m.moe_experts = int(std::min<int64_t>(v, 1 << 20));
         else m.max_sequences = int(std::min<int64_t>(v, 1024));
+      } else if (k == "cuda_se") {
+        if (!value.is_boolean()) return fail("must be true or false");
+        m.cuda_se = *value.value<bool>();
       } else {
         error = error_at(source, key.source(),
-                         "unknown key \"" + k + "\" in [[model]]; known keys: chat_template, context_length, dtype, dtype_config, "
-                         "max_sequences, moe_dtype, name, path, threads");
+                         "unknown key \"" + k + "\" in [[model]]; known keys: chat_template, context_length, cuda_se, device, "
+                         "dtype, dtype_config, max_sequences, moe_device, moe_dtype, moe_experts, name, path, threads");
         return error.reason;
       }
     }

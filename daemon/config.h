@@ -22,6 +22,9 @@ struct ListenAddress {
 struct ModelEntry {
   std::string path, name, chat_template;
   std::string dtype = "auto", moe_dtype = "auto", dtype_config;
+  std::string device = "cpu", moe_device = "cpu";
+  int moe_experts = 0;   // 0: the model's num_experts_per_tok
+  bool cuda_se = false;
   int threads = 0;
   int64_t context_length = 0;
   int max_sequences = 8;

@@ -7,7 +7,7 @@ namespace ftllm::daemon {
 const char* usage() {
   return "usage: ftllmd [MODEL ...] [--name NAME] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
          "              [--dtype DTYPE] [--moe_dtype DTYPE] [--dtype_config FILE] [--device DEVICE]\n"
-         "              [--kernels auto|avx512vnni|avx2|scalar]\n"
+         "              [--kernels auto|avx512vnni|avx2|scalar] [--moe_device cpu|numa] [--moe_experts N] [--cuda_se]\n"
          "              [--config FILE] [--listen HOST:PORT] [--admin-socket PATH] [--api_key KEY]\n"
          "              [--log-level error|warn|info|debug] [--hide_input]\n"
          "       ftllmd --check-config FILE\n"
@@ -34,7 +34,8 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
       {"--max_sequences", &Options::max_sequences}, {"--dtype", &Options::dtype},
       {"--device", &Options::device},        {"--cache_dir", &Options::cache_dir},
       {"--moe_dtype", &Options::moe_dtype},  {"--dtype_config", &Options::dtype_config},
-      {"--kernels", &Options::kernels},
+      {"--kernels", &Options::kernels},      {"--moe_device", &Options::moe_device},
+      {"--moe_experts", &Options::moe_experts},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -48,6 +49,10 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
     }
     if (arg == "--hide_input") {
       o.hide_input = true;
+      continue;
+    }
+    if (arg == "--cuda_se") {
+      o.cuda_se = true;
       continue;
     }
     if (!arg.starts_with("-")) {
@@ -126,6 +131,10 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
     m.dtype = e.dtype;
     m.moe_dtype = e.moe_dtype;
     m.dtype_config = e.dtype_config;
+    m.device = e.device;
+    m.moe_device = e.moe_device;
+    m.moe_experts = e.moe_experts;
+    m.cuda_se = e.cuda_se;
   }
   if (o.model_name && o.models.size() != 1) return "--name needs exactly one MODEL";
   for (const std::string& path : o.models) {
@@ -152,6 +161,12 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
     if (o.moe_dtype) m.moe_dtype = *o.moe_dtype;
     if (o.dtype_config) m.dtype_config = *o.dtype_config;
     if (o.kernels) m.kernels = *o.kernels;
+    if (o.moe_device) m.moe_device = *o.moe_device;
+    if (o.moe_experts) {
+      if (!positive_number(*o.moe_experts, n)) return "--moe_experts needs a positive number of experts, not " + *o.moe_experts;
+      m.moe_experts = int(n);
+    }
+    m.cuda_se = o.cuda_se;
     out.push_back(m);
   }
   return {};

@@ -30,6 +30,9 @@ struct Options {
   std::optional<std::string> kernels;        // --kernels auto|avx512vnni|avx2|scalar (scalar: float32 reference, slow)
   std::optional<std::string> device;         // --device: cpu, numa, numa:N, or {'cpu':1,'numa:0':1}
   std::optional<std::string> cache_dir;      // --cache_dir: the Hugging Face cache for "org/name" models
+  std::optional<std::string> moe_device;     // --moe_device: where routed experts run (cpu, numa)
+  std::optional<std::string> moe_experts;    // --moe_experts N: routed experts per token
+  bool cuda_se = false;                      // --cuda_se: shared experts on the GPU
   bool hide_input = false;                   // --hide_input: prompts never reach the log
   bool help = false;
   bool version = false;

@@ -77,6 +77,10 @@ threads = 2
 [[model]]
 path = "/models/b"
 context_length = 4096
+moe_experts = 4
+moe_device = "numa"
+cuda_se = true
+device = "numa"
 )",
                                 "m.conf");
   BOOST_REQUIRE_MESSAGE(r.config.has_value(), (r.error ? r.error->to_string() : ""));
@@ -85,6 +89,12 @@ context_length = 4096
   BOOST_TEST(r.config->models[0].threads == 2);
   BOOST_TEST(r.config->models[1].path == "/models/b");
   BOOST_TEST(r.config->models[1].context_length == 4096);
+  BOOST_TEST(r.config->models[1].moe_experts == 4);
+  BOOST_TEST(r.config->models[1].moe_device == "numa");
+  BOOST_TEST(r.config->models[1].cuda_se);
+  BOOST_TEST(r.config->models[1].device == "numa");
+  BOOST_TEST(r.config->models[0].moe_experts == 0);
+  BOOST_TEST(expect_error("[[model]]\npath = \"p\"\ncuda_se = 1\n").reason == "model.cuda_se must be true or false");
   ConfigError e = expect_error("[[model]]\nname = \"x\"\n");
   BOOST_TEST(e.reason == "a [[model]] needs a path");
   e = expect_error("[[model]]\npath = \"p\"\nthreds = 2\n");
@@ -179,6 +189,21 @@ BOOST_AUTO_TEST_CASE(command_line_errors) {
   OptionsResult o = parse_options({"--listen", "nonsense"});
   Config c;
   BOOST_TEST(apply_overrides(o.options, c).find("--listen nonsense") == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(moe_options_reach_the_load) {
+  OptionsResult o = parse_options({"m", "--moe_experts", "4", "--moe_device", "numa", "--cuda_se"});
+  BOOST_REQUIRE(o.error.empty());
+  std::vector<ftllm::ModelLoadOptions> loads;
+  const Config config;
+  BOOST_TEST(model_load_options(o.options, config, loads).empty());
+  BOOST_REQUIRE_EQUAL(loads.size(), 1u);
+  BOOST_TEST(loads[0].moe_experts == 4);
+  BOOST_TEST(loads[0].moe_device == "numa");
+  BOOST_TEST(loads[0].cuda_se);
+  loads.clear();
+  BOOST_TEST(model_load_options(parse_options({"m", "--moe_experts", "0"}).options, config, loads) ==
+             "--moe_experts needs a positive number of experts, not 0");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -59,6 +59,28 @@ int running(const DaemonProcess& d, const std::string& model) {
 
 BOOST_AUTO_TEST_SUITE(admin)
 
+// A mixture-of-experts model through ftllmctl with fastllm's MoE options, and the ones this build refuses.
+BOOST_AUTO_TEST_CASE(moe_model_loads_with_its_options_and_serves) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  const std::string model = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/models/qwen3-moe-f32";
+  CommandResult ok = run_command(ctl(d, "load " + model + " --name moe --moe_experts 4 --moe_device numa -t 2"));
+  BOOST_TEST(ok.exit_code == 0, ok.err);
+  if (cpu_nodes() == 1)
+    BOOST_TEST(ok.out.find("note: --moe_device numa: this machine has one NUMA node, so the experts run as --moe_device cpu") !=
+                   std::string::npos, ok.out);
+  simdjson::dom::parser p;
+  const std::string answer = run_command("curl -s -d '{\"model\": \"moe\", \"prompt\": [5, 17, 33, 102, 7], \"max_tokens\": 6, "
+                                         "\"temperature\": 0}' " + d.base_url() + "/v1/completions").out;
+  BOOST_TEST(int64_t(p.parse(answer)["usage"]["completion_tokens"]) == 6, answer);
+  CommandResult too_many = run_command(ctl(d, "load " + model + " --name m9 --moe_experts 9"));
+  BOOST_TEST(too_many.exit_code == 1);
+  BOOST_TEST(too_many.err.find("--moe_experts 9 is outside 1..8") != std::string::npos, too_many.err);
+  CommandResult cuda = run_command(ctl(d, "load " + model + " --name se --cuda_se"));
+  BOOST_TEST(cuda.exit_code == 1);
+  BOOST_TEST(cuda.err.find("--cuda_se") != std::string::npos, cuda.err);
+}
+
 BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
   TempDir dir;
   DaemonProcess d(dir);
