@@ -83,50 +83,95 @@ double median(std::vector<double> v) {
 
 struct Shape {
   const char* arch;
-  int64_t hidden, intermediate, layers, heads, kv_heads, vocab;
-  bool tied, qkv_bias;
+  int64_t hidden, intermediate, layers, heads, kv_heads, head_dim, vocab;  // head_dim 0: hidden / heads
+  bool tied, qkv_bias, qk_norm;
+  int64_t experts = 0, experts_per_token = 0, expert_intermediate = 0;  // mixture of experts
 };
 const std::map<std::string, Shape> kShapes = {
-    {"qwen2.5-0.5b", {"Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 151936, true, true}},
-    {"smollm2-135m", {"LlamaForCausalLM", 576, 1536, 30, 9, 3, 49152, true, false}},
+    {"qwen2.5-0.5b", {"Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 0, 151936, true, true, false}},
+    {"smollm2-135m", {"LlamaForCausalLM", 576, 1536, 30, 9, 3, 0, 49152, true, false, false}},
+    {"qwen3-30b-a3b", {"Qwen3MoeForCausalLM", 2048, 6144, 48, 32, 4, 128, 151936, false, false, true, 128, 8, 768}},
 };
 
-int make_random(const std::string& dir, const std::string& shape_name, const std::string& dtype_name) {
+// A quick generator for bulk bytes (30 billion weights would take minutes through std::normal_distribution).
+struct SplitMix {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+// Random weights of a real shape, written as safetensors one tensor at a time (a 30B model never sits in
+// memory): float types as normal(0, 0.02) values, block types (int4gN, int8) as random quantized values
+// under a scale that spans about +-0.04, in ftllm's format (U8 rows, dtype in the metadata). Norms are 1
+// and MoE routers float32.
+int make_random(const std::string& dir, const std::string& shape_name, const std::string& dtype_text) {
   auto it = kShapes.find(shape_name);
   if (it == kShapes.end()) return std::fprintf(stderr, "unknown shape %s\n", shape_name.c_str()), 2;
   const Shape& s = it->second;
-  DType dt = dtype_name == "f32" ? DType::F32 : dtype_name == "f16" ? DType::F16 : DType::BF16;
-  const char* st_dtype = dt == DType::F32 ? "F32" : dt == DType::F16 ? "F16" : "BF16";
+  const std::optional<DType> parsed = parse_dtype(dtype_text);
+  if (!parsed || !(is_float(*parsed) || *parsed == DType::I8 || *parsed == DType::I4G32 || *parsed == DType::I4G64 ||
+                   *parsed == DType::I4G128 || *parsed == DType::I4G256))
+    return std::fprintf(stderr, "--make-random writes f32, f16, bf16, int8 or int4gN, not %s\n", dtype_text.c_str()), 2;
+  const DType dt = *parsed;
   fs::create_directories(dir);
-  const int64_t d = s.hidden / s.heads, q = s.heads * d, kv = s.kv_heads * d;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {{"model.embed_tokens.weight", {s.vocab, s.hidden}},
-                                                                       {"model.norm.weight", {s.hidden}}};
+  const int64_t d = s.head_dim ? s.head_dim : s.hidden / s.heads, q = s.heads * d, kv = s.kv_heads * d;
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> shape;
+    DType dtype;
+  };
+  std::vector<Entry> tensors = {{"model.embed_tokens.weight", {s.vocab, s.hidden}, dt}, {"model.norm.weight", {s.hidden}, DType::F32}};
+  if (!s.tied) tensors.push_back({"lm_head.weight", {s.vocab, s.hidden}, dt});
   for (int64_t l = 0; l < s.layers; ++l) {
-    std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = "model.layers." + std::to_string(l) + ".";
     for (auto& [n, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-             {"input_layernorm.weight", {s.hidden}}, {"post_attention_layernorm.weight", {s.hidden}},
              {"self_attn.q_proj.weight", {q, s.hidden}}, {"self_attn.k_proj.weight", {kv, s.hidden}},
-             {"self_attn.v_proj.weight", {kv, s.hidden}}, {"self_attn.o_proj.weight", {s.hidden, q}},
-             {"mlp.gate_proj.weight", {s.intermediate, s.hidden}}, {"mlp.up_proj.weight", {s.intermediate, s.hidden}},
-             {"mlp.down_proj.weight", {s.hidden, s.intermediate}}})
-      tensors.push_back({p + n, shape});
+             {"self_attn.v_proj.weight", {kv, s.hidden}}, {"self_attn.o_proj.weight", {s.hidden, q}}})
+      tensors.push_back({p + n, shape, dt});
+    tensors.push_back({p + "input_layernorm.weight", {s.hidden}, DType::F32});
+    tensors.push_back({p + "post_attention_layernorm.weight", {s.hidden}, DType::F32});
+    if (s.qk_norm) {
+      tensors.push_back({p + "self_attn.q_norm.weight", {d}, DType::F32});
+      tensors.push_back({p + "self_attn.k_norm.weight", {d}, DType::F32});
+    }
     if (s.qkv_bias)
       for (auto [n, len] : {std::pair{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}})
-        tensors.push_back({p + "self_attn." + n + ".bias", {len}});
+        tensors.push_back({p + "self_attn." + n + ".bias", {len}, DType::F32});
+    if (s.experts) {
+      tensors.push_back({p + "mlp.gate.weight", {s.experts, s.hidden}, DType::F32});
+      for (int64_t e = 0; e < s.experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        tensors.push_back({x + "gate_proj.weight", {s.expert_intermediate, s.hidden}, dt});
+        tensors.push_back({x + "up_proj.weight", {s.expert_intermediate, s.hidden}, dt});
+        tensors.push_back({x + "down_proj.weight", {s.hidden, s.expert_intermediate}, dt});
+      }
+    } else {
+      tensors.push_back({p + "mlp.gate_proj.weight", {s.intermediate, s.hidden}, dt});
+      tensors.push_back({p + "mlp.up_proj.weight", {s.intermediate, s.hidden}, dt});
+      tensors.push_back({p + "mlp.down_proj.weight", {s.hidden, s.intermediate}, dt});
+    }
   }
-  std::string header = "{";
+  auto st_name = [](DType t) { return t == DType::F32 ? "F32" : t == DType::F16 ? "F16" : t == DType::BF16 ? "BF16" : "U8"; };
+  std::string header = "{\"__metadata__\":{\"format\":\"ftllm\"", meta;
+  std::string entries;
   uint64_t offset = 0;
-  for (auto& [name, shape] : tensors) {
-    uint64_t n = 1;
-    std::string dims;
-    for (int64_t x : shape) n *= uint64_t(x), dims += (dims.empty() ? "" : ",") + std::to_string(x);
-    uint64_t bytes = n * dtype_size(dt);
-    header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"" + st_dtype +
-              "\",\"shape\":[" + dims + "],\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + bytes) + "]}";
+  for (const Entry& t : tensors) {
+    const int64_t cols = t.shape.back(), rows = t.shape.size() == 2 ? t.shape[0] : 1;
+    const uint64_t bytes = uint64_t(rows) * row_bytes(t.dtype, cols);
+    std::string dims = is_float(t.dtype) ? "" : std::to_string(rows) + "," + std::to_string(row_bytes(t.dtype, cols));
+    if (is_float(t.dtype))
+      for (int64_t x : t.shape) dims += (dims.empty() ? "" : ",") + std::to_string(x);
+    else
+      header += ",\"" + t.name + "\":\"" + std::string(dtype_name(t.dtype)) + "\"";
+    entries += ",\"" + t.name + "\":{\"dtype\":\"" + st_name(t.dtype) + "\",\"shape\":[" + dims + "],\"data_offsets\":[" +
+               std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
     offset += bytes;
   }
-  header += "}";
+  header += "}" + entries + "}";
   while (header.size() % 8) header += ' ';
   std::ofstream out(fs::path(dir) / "model.safetensors", std::ios::binary);
   uint64_t len = header.size();
@@ -134,28 +179,56 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
   out << header;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  for (auto& [name, shape] : tensors) {
-    uint64_t n = 1;
-    for (int64_t x : shape) n *= uint64_t(x);
-    bool norm = name.find("norm") != std::string::npos;
-    std::vector<char> buf(static_cast<size_t>(n * dtype_size(dt)));
-    for (uint64_t i = 0; i < n; ++i) {
-      float v = norm ? 1.0f : normal(rng);
-      if (dt == DType::F32) std::memcpy(buf.data() + i * 4, &v, 4);
-      else {
-        uint16_t h = dt == DType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
-        std::memcpy(buf.data() + i * 2, &h, 2);
+  SplitMix bits{1};
+  std::vector<char> buf;
+  for (const Entry& t : tensors) {
+    const int64_t cols = t.shape.back(), rows = t.shape.size() == 2 ? t.shape[0] : 1;
+    buf.resize(size_t(rows) * row_bytes(t.dtype, cols));
+    const bool norm = t.name.find("norm") != std::string::npos;
+    if (is_float(t.dtype)) {
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const float v = norm ? 1.0f : normal(rng);
+        if (t.dtype == DType::F32) std::memcpy(buf.data() + i * 4, &v, 4);
+        else {
+          const uint16_t h = t.dtype == DType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+          std::memcpy(buf.data() + i * 2, &h, 2);
+        }
+      }
+    } else {
+      for (size_t i = 0; i + 8 <= buf.size(); i += 8) {
+        const uint64_t r = bits.next();
+        std::memcpy(buf.data() + i, &r, 8);
+      }
+      // Valid headers: int8 rows start with a float32 scale; int4gN groups with float16 scale and minimum.
+      const size_t row = row_bytes(t.dtype, cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        char* p = buf.data() + size_t(r) * row;
+        if (t.dtype == DType::I8) {
+          const float scale = 0.04f / 127;
+          std::memcpy(p, &scale, 4);
+        } else {
+          const DTypeLayout g = dtype_layout(t.dtype);
+          for (int64_t b = 0; b < cols / g.block_values; ++b) {
+            const uint16_t h[2] = {f32_to_f16(0.08f / 15), f32_to_f16(-0.04f)};
+            std::memcpy(p + size_t(b) * g.block_bytes, h, 4);
+          }
+        }
       }
     }
     out.write(buf.data(), std::streamsize(buf.size()));
   }
-  std::ofstream(fs::path(dir) / "config.json")
-      << "{\"architectures\":[\"" << s.arch << "\"],\"hidden_size\":" << s.hidden
-      << ",\"intermediate_size\":" << s.intermediate << ",\"num_hidden_layers\":" << s.layers
-      << ",\"num_attention_heads\":" << s.heads << ",\"num_key_value_heads\":" << s.kv_heads
-      << ",\"vocab_size\":" << s.vocab << ",\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6"
-      << ",\"rope_theta\":1000000.0,\"tie_word_embeddings\":" << (s.tied ? "true" : "false") << "}\n";
-  std::printf("wrote %s: %s shape, %s, %.1f MB\n", dir.c_str(), shape_name.c_str(), st_dtype, double(offset) / 1e6);
+  std::ofstream cfg(fs::path(dir) / "config.json");
+  cfg << "{\"architectures\":[\"" << s.arch << "\"],\"hidden_size\":" << s.hidden << ",\"intermediate_size\":" << s.intermediate
+      << ",\"num_hidden_layers\":" << s.layers << ",\"num_attention_heads\":" << s.heads
+      << ",\"num_key_value_heads\":" << s.kv_heads << ",\"head_dim\":" << d << ",\"vocab_size\":" << s.vocab
+      << ",\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":"
+      << (s.tied ? "true" : "false");
+  if (s.experts)
+    cfg << ",\"num_experts\":" << s.experts << ",\"num_experts_per_tok\":" << s.experts_per_token
+        << ",\"moe_intermediate_size\":" << s.expert_intermediate << ",\"norm_topk_prob\":true";
+  cfg << "}\n";
+  std::printf("wrote %s: %s shape, %s, %.1f MB\n", dir.c_str(), shape_name.c_str(), std::string(dtype_name(dt)).c_str(),
+              double(offset) / 1e6);
   return 0;
 }
 
@@ -225,18 +298,22 @@ int main(int argc, char** argv) {
   }
   const auto& c = m->config();
   const int nthreads = threads ? threads : int(std::thread::hardware_concurrency());
-  // Bytes one decode step reads: every weight, except an untied input embedding (one row is looked up).
+  // Bytes one decode step reads: every weight, except an untied input embedding (one row is looked up)
+  // and, in a mixture of experts, the experts a token does not route to (k of E are read).
   double step_bytes = double(m->weight_bytes());
-  for (auto& [name, t] : m->model().named_tensors())
+  for (auto& [name, t] : m->model().named_tensors()) {
     if (name == "model.embed_tokens.weight" && !c.tie_word_embeddings) step_bytes -= double(t->bytes());
+    if (name.find(".mlp.experts.") != std::string::npos)
+      step_bytes -= double(t->bytes()) * (1.0 - double(c.moe.experts_per_token) / double(c.moe.num_experts));
+  }
   const double bandwidth = read_bandwidth(nthreads);
   std::printf("model %s (%s, %lld layers, hidden %lld, %s), %zu file bytes, %d threads, %s kernels\n", model.c_str(),
               c.architecture.c_str(), (long long)c.num_layers, (long long)c.hidden_size, m->dtypes().c_str(),
               m->weight_file_bytes(), nthreads, m->kernels().name);
   std::printf("load %.2f s; RSS after load and one prefill: %.1f MiB = %.2f x the weight file\n", load_s,
               double(rss) / 1048576.0, double(rss) / double(m->weight_file_bytes()));
-  std::printf("read bandwidth %.1f GB/s; a decode step reads %.1f MB of weights: ceiling %.1f tokens/s\n", bandwidth,
-              step_bytes / 1e6, bandwidth * 1e9 / step_bytes);
+  std::printf("read bandwidth %.1f GB/s; a decode step reads %.1f MB of weights%s: ceiling %.1f tokens/s\n", bandwidth,
+              step_bytes / 1e6, c.moe.num_experts ? " (the routed experts' share only)" : "", bandwidth * 1e9 / step_bytes);
   std::printf("%-18s %12s %10s %10s\n", "test", "tokens/s", "ms/token", "roofline");
   double p = median(prefill), d = median(decode_rates);
   std::printf("prefill %-10lld %12.1f %10.2f %10s\n", (long long)prompt, p, 1000.0 / p, "-");
