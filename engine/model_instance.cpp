@@ -113,6 +113,8 @@ void apply_moe_options(const ModelLoadOptions& o, model::ModelConfig& c) {
   }
   if (o.moe_device != "cpu" && o.moe_device != "numa" && !o.moe_device.empty())
     throw EngineError("--moe_device " + o.moe_device + " is not available: this build runs experts on cpu or numa");
+  if (o.moe_device == "numa" && !moe)
+    throw EngineError("--moe_device numa applies to mixture-of-experts models; " + c.architecture + " has no experts");
   if (o.cuda_se) throw EngineError("--cuda_se keeps shared experts on a CUDA device, which this build does not have; load without it");
 }
 

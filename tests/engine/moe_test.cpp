@@ -237,6 +237,9 @@ BOOST_AUTO_TEST_CASE(moe_options_that_do_not_apply_are_refused_by_name) {
   o = options_for("qwen3-f32");
   o.moe_experts = 2;
   BOOST_TEST(load_error(o).find("--moe_experts applies to mixture-of-experts models") != std::string::npos, load_error(o));
+  o.moe_experts = 0;
+  o.moe_device = "numa";
+  BOOST_TEST(load_error(o).find("--moe_device numa applies to mixture-of-experts models") != std::string::npos, load_error(o));
   o = options_for("qwen3-moe-f32");
   o.cuda_se = true;
   BOOST_TEST(load_error(o).find("--cuda_se") != std::string::npos, load_error(o));

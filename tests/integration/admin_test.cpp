@@ -195,9 +195,10 @@ BOOST_AUTO_TEST_CASE(failed_loads_and_exit_codes) {
   CommandResult listed = run_command(ctl(d, "status --json"));
   BOOST_TEST(listed.out.find("\"dtypes\":\"float32, int8\"") != std::string::npos, listed.out);
   BOOST_TEST(run_command(ctl(d, "unload small-int8")).exit_code == 0);
-  CommandResult moe = run_command(ctl(d, "load " + smollm2_gguf_path() + " --moe_device cpu"));
+  CommandResult moe = run_command(ctl(d, "load " + smollm2_gguf_path() + " --moe_experts 2"));
   BOOST_TEST(moe.exit_code == 1);
-  BOOST_TEST(moe.err.find("moe_device applies to mixture-of-experts models") != std::string::npos, moe.err);
+  BOOST_TEST(moe.err.find("--moe_experts applies to mixture-of-experts models; LlamaForCausalLM has no experts") !=
+                 std::string::npos, moe.err);
   BOOST_TEST(run_command(ctl(d, "status")).exit_code == 0);
 
   std::string socket = d.socket_path();
