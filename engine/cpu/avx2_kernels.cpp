@@ -2,6 +2,7 @@
 // called after cpuid said the processor has them (see kernel_select.cpp).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -173,14 +174,65 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
+// Four keys per pass: each chunk of q is loaded once for the four, and the four sums are reduced together.
+// A key's sum always runs the same tree, so its score does not depend on its neighbours; a short last
+// group repeats its last key and drops the extra results.
+void scores(const float* q, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
+  const int64_t d8 = d & ~int64_t(7);
+  for (int64_t j = 0; j < n; j += 4) {
+    const float* k[4];
+    for (int64_t i = 0; i < 4; ++i) k[i] = keys[std::min(j + i, n - 1)];
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < d8; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + i);
+      a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[0] + i), a0);
+      a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[1] + i), a1);
+      a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[2] + i), a2);
+      a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[3] + i), a3);
+    }
+    // Each key's eight lanes are summed in hsum's order (halves, then lanes i and i+2, then the pair),
+    // so a score is the same bits as dot()'s: four keys transposed side by side instead of one by one.
+    auto fold = [](__m256 v) { return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); };
+    __m128 v0 = fold(a0), v1 = fold(a1), v2 = fold(a2), v3 = fold(a3);
+    _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
+    float s[4];
+    _mm_storeu_ps(s, _mm_add_ps(_mm_add_ps(v0, v2), _mm_add_ps(v1, v3)));
+    for (int64_t i = 0; i < 4 && j + i < n; ++i) {
+      for (int64_t x = d8; x < d; ++x) s[i] = std::fma(q[x], k[i][x], s[i]);
+      out[j + i] = s[i] * scale;
+    }
+  }
+}
+
+// Up to 64 output floats stay in eight registers while every value row streams through once.
+void weighted_sum(const float* w, const float* const* values, int64_t n, int64_t d, float* out) {
+  const int64_t d8 = d & ~int64_t(7);
+  for (int64_t c = 0; c < d8; c += 64) {
+    const int64_t lanes = std::min<int64_t>(8, (d8 - c) / 8);
+    __m256 acc[8];
+    for (int64_t u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      const __m256 wj = _mm256_set1_ps(w[j]);
+      const float* v = values[j] + c;
+      for (int64_t u = 0; u < lanes; ++u) acc[u] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 8 * u), acc[u]);
+    }
+    for (int64_t u = 0; u < lanes; ++u) _mm256_storeu_ps(out + c + 8 * u, acc[u]);
+  }
+  for (int64_t x = d8; x < d; ++x) {
+    float s = 0;
+    for (int64_t j = 0; j < n; ++j) s = std::fma(w[j], values[j][x], s);
+    out[x] = s;
+  }
+}
+
 // The AVX-512 VNNI table differs only in the integer dot products; the float kernels stay AVX2.
 const Kernels& avx512vnni_kernel_table() {
-  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32};
+  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
   return k;
 }
 
 const Kernels& avx2_kernel_table() {
-  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32};
+  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
   return k;
 }
 

@@ -37,6 +37,10 @@ struct Kernels {
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);  // silu(gate) * up
   // One row of n values of any dtype (a whole row of a block type) to float32.
   void (*to_f32)(DType t, const void* src, float* dst, int64_t n);
+  // Attention's two halves for one query: out[j] = scale * (q . keys[j]), and out = sum_j w[j] * values[j],
+  // over n rows of d floats. Each key's score is summed in the same order whichever keys share its call.
+  void (*scores)(const float* q, const float* const* keys, int64_t n, int64_t d, float scale, float* out);
+  void (*weighted_sum)(const float* w, const float* const* values, int64_t n, int64_t d, float* out);
 };
 
 const Kernels& scalar_kernels();

@@ -69,10 +69,19 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
 
 void to_f32(DType t, const void* src, float* dst, int64_t n) { quant::dequantize_row(t, src, dst, n); }
 
+void scores(const float* q, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = dot(q, keys[j], d) * scale;
+}
+
+void weighted_sum(const float* w, const float* const* values, int64_t n, int64_t d, float* out) {
+  std::fill(out, out + d, 0.0f);
+  for (int64_t j = 0; j < n; ++j) axpy(w[j], values[j], out, d);
+}
+
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32};
+  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
   return k;
 }
 

@@ -94,29 +94,29 @@ void paged_attention(Context& ctx, const Tensor& q, std::span<const int64_t> pos
   const auto& k = ctx.kernels;
   ctx.pool.parallel_for(T * sh.heads, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores;
+    std::vector<const float*> keys, values;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / sh.heads, h = i % sh.heads, kvh = h / group;
       const KvBlocks& cache = kv[size_t(seq[size_t(t)])];
       const int64_t last = pos[size_t(t)];
       const int64_t first = sh.window > 0 ? std::max<int64_t>(0, last - sh.window + 1) : 0;
+      const int64_t n = last - first + 1;
       const float* qv = q.as<float>() + (t * sh.heads + h) * d;
-      scores.resize(size_t(last - first + 1));
-      float max_score = -INFINITY;
+      scores.resize(size_t(n));
+      keys.resize(size_t(n));
+      values.resize(size_t(n));
       for (int64_t p = first; p <= last; ++p) {
-        const float* kr = cache.keys[size_t(p / sh.block_tokens)] + (p % sh.block_tokens) * row + kvh * d;
-        float s = k.dot(qv, kr, d) * sh.scale;
-        scores[size_t(p - first)] = s;
-        max_score = std::max(max_score, s);
+        const int64_t at = (p % sh.block_tokens) * row + kvh * d;
+        keys[size_t(p - first)] = cache.keys[size_t(p / sh.block_tokens)] + at;
+        values[size_t(p - first)] = cache.values[size_t(p / sh.block_tokens)] + at;
       }
+      k.scores(qv, keys.data(), n, d, sh.scale, scores.data());
+      const float max_score = *std::max_element(scores.begin(), scores.end());
       float sum = 0;
       for (float& s : scores) sum += (s = std::exp(s - max_score));
-      float* o = out.as<float>() + (t * sh.heads + h) * d;
-      std::fill(o, o + d, 0.0f);
       const float inv = 1.0f / sum;
-      for (int64_t p = first; p <= last; ++p) {
-        const float* vr = cache.values[size_t(p / sh.block_tokens)] + (p % sh.block_tokens) * row + kvh * d;
-        k.axpy(scores[size_t(p - first)] * inv, vr, o, d);
-      }
+      for (float& s : scores) s *= inv;
+      k.weighted_sum(scores.data(), values.data(), n, d, out.as<float>() + (t * sh.heads + h) * d);
     }
   });
 }

@@ -19,7 +19,7 @@ while [[ $# -gt 0 && $1 == -* ]]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-bench="$root/build/tests/bench/ftllm-bench"
+bench="${FTLLM_BENCH:-$root/build/tests/bench/ftllm-bench}"
 printf '%-28s %-12s %10s %10s %7s %9s\n' model test ftllm llama.cpp ratio roofline
 for model in "$@"; do
   name=$(basename "$model" .gguf)

@@ -133,6 +133,37 @@ BOOST_AUTO_TEST_CASE(vector_kernels_with_tails) {
   }
 }
 
+// Attention's halves against the scalar reference, and a key's score the same bits whichever keys share
+// its call (a token's attention must not depend on how many tokens precede it in the batch).
+BOOST_AUTO_TEST_CASE(attention_scores_and_weighted_sums) {
+  const Kernels& ref = cpu::scalar_kernels();
+  const Kernels& fast = *cpu::avx2_kernels();
+  std::mt19937 rng(4);
+  for (int64_t d : {8, 60, 64, 128, 200}) {
+    for (int64_t n : {1, 3, 4, 9, 33}) {
+      BOOST_TEST_CONTEXT("d=" << d << " n=" << n) {
+        auto q = random_floats(size_t(d), rng), rows = random_floats(size_t(n * d), rng), w = random_floats(size_t(n), rng);
+        std::vector<const float*> ptr(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) ptr[size_t(j)] = rows.data() + j * d;
+        std::vector<float> want(static_cast<size_t>(std::max(n, d))), got(want.size());
+        ref.scores(q.data(), ptr.data(), n, d, 0.125f, want.data());
+        fast.scores(q.data(), ptr.data(), n, d, 0.125f, got.data());
+        check_close(std::vector<float>(got.begin(), got.begin() + n), std::vector<float>(want.begin(), want.begin() + n),
+                    double(d), "scores");
+        for (int64_t j = 0; j < n; ++j) {
+          float alone;
+          fast.scores(q.data(), ptr.data() + j, 1, d, 0.125f, &alone);
+          BOOST_REQUIRE_EQUAL(float_bits(alone), float_bits(got[size_t(j)]));
+        }
+        ref.weighted_sum(w.data(), ptr.data(), n, d, want.data());
+        fast.weighted_sum(w.data(), ptr.data(), n, d, got.data());
+        check_close(std::vector<float>(got.begin(), got.begin() + d), std::vector<float>(want.begin(), want.begin() + d),
+                    double(n), "weighted_sum");
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(scalar_reference_is_right_on_known_values) {
   const Kernels& ref = cpu::scalar_kernels();
   float x[] = {1, 2, 3, 4}, w[] = {1, 1, 1, 1}, out[4];
