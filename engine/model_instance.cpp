@@ -86,7 +86,8 @@ uint64_t available_memory() {
 // Refuses a KV cache that cannot fit in the memory available now, with what to change.
 ModelLoadOptions ModelInstance::check_kv_fits(ModelLoadOptions o, const model::ModelConfig& c) {
   const uint64_t blocks = uint64_t(o.max_sequences) * uint64_t((context_of(o, c) + kKvBlockTokens - 1) / kKvBlockTokens);
-  const uint64_t bytes = uint64_t(c.num_layers) * 2 * blocks * kKvBlockTokens * uint64_t(c.num_kv_heads * c.head_dim) * 4;
+  const uint64_t bytes =
+      uint64_t(c.num_layers) * (c.kv_keys_only() ? 1 : 2) * blocks * kKvBlockTokens * uint64_t(c.kv_row_floats()) * 4;
   const uint64_t available = available_memory();
   if (bytes > available) {
     char msg[512];
@@ -207,8 +208,9 @@ ModelInstance::ModelInstance(ModelLoadOptions options, std::unique_ptr<model::De
       model_(std::move(model)),
       weight_file_bytes_(weight_bytes),
       pool_(std::make_unique<cpu::ThreadPool>(options_.threads)),
-      kv_(model_->config().num_layers, model_->config().num_kv_heads, model_->config().head_dim, kKvBlockTokens,
-          options_.max_sequences * ((context_of(options_, model_->config()) + kKvBlockTokens - 1) / kKvBlockTokens)),
+      kv_(model_->config().num_layers, 1, model_->config().kv_row_floats(), kKvBlockTokens,
+          options_.max_sequences * ((context_of(options_, model_->config()) + kKvBlockTokens - 1) / kKvBlockTokens),
+          model_->config().kv_keys_only()),
       // Prompts are fed in slices of at most 512 tokens per step so running streams keep flowing.
       scheduler_({512, options_.max_sequences}) {
   current_threads_ = pool_->size();

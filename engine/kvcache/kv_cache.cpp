@@ -2,9 +2,9 @@
 
 namespace ftllm::kvcache {
 
-KvPool::KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_tokens, int64_t num_blocks)
-    : layers_(layers), row_(kv_heads * head_dim), block_tokens_(block_tokens), num_blocks_(num_blocks),
-      floats_(size_t(layers * 2 * num_blocks * block_tokens * kv_heads * head_dim)), data_(new float[floats_]) {
+KvPool::KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_tokens, int64_t num_blocks, bool keys_only)
+    : layers_(layers), row_(kv_heads * head_dim), block_tokens_(block_tokens), num_blocks_(num_blocks), kinds_(keys_only ? 1 : 2),
+      floats_(size_t(layers * kinds_ * num_blocks * block_tokens * kv_heads * head_dim)), data_(new float[floats_]) {
   free_.reserve(size_t(num_blocks));
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
 }

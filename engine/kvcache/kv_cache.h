@@ -11,7 +11,10 @@ namespace ftllm::kvcache {
 
 class KvPool {
  public:
-  KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_tokens, int64_t num_blocks);
+  // keys_only: one row per token serves as key and value (multi-head latent attention's compressed
+  // cache); value() then returns the key row.
+  KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_tokens, int64_t num_blocks,
+         bool keys_only = false);
 
   int64_t block_tokens() const { return block_tokens_; }
   int64_t num_blocks() const { return num_blocks_; }
@@ -24,13 +27,14 @@ class KvPool {
 
   // The key (value) row of one token: kv_heads * head_dim floats.
   float* key(int64_t layer, int32_t block, int64_t slot) { return row_at(layer, 0, block, slot); }
-  float* value(int64_t layer, int32_t block, int64_t slot) { return row_at(layer, 1, block, slot); }
+  float* value(int64_t layer, int32_t block, int64_t slot) { return row_at(layer, kinds_ - 1, block, slot); }
 
  private:
   float* row_at(int64_t layer, int kind, int32_t block, int64_t slot) {
-    return data_.get() + (((layer * 2 + kind) * num_blocks_ + block) * block_tokens_ + slot) * row_;
+    return data_.get() + (((layer * kinds_ + kind) * num_blocks_ + block) * block_tokens_ + slot) * row_;
   }
   int64_t layers_, row_, block_tokens_, num_blocks_;
+  int kinds_;  // 2: keys and values; 1: keys only
   size_t floats_;
   std::unique_ptr<float[]> data_;  // not zeroed: pages are touched only as sequences fill them
   std::vector<int32_t> free_;

@@ -18,6 +18,8 @@ struct DecoderSpec {
   bool sliding_window = false;  // honour config.sliding_window on every layer (Mistral)
   bool moe = false;             // config.moe's layers route each token to experts (mlp.gate, mlp.experts.N)
   bool shared_expert = false;   // MoE layers also run mlp.shared_expert, gated by mlp.shared_expert_gate
+  bool shared_experts = false;  // DeepSeek: MoE layers also run mlp.shared_experts, ungated
+  bool mla = false;             // multi-head latent attention (config.mla) instead of q, k, v projections
 };
 
 // Returns the spec for this config, or throws EngineError for a variant the engine cannot run.
@@ -39,5 +41,6 @@ DecoderSpec qwen2_spec(const ModelConfig&);
 DecoderSpec qwen3_spec(const ModelConfig&);
 DecoderSpec qwen2_moe_spec(const ModelConfig&);
 DecoderSpec qwen3_moe_spec(const ModelConfig&);
+DecoderSpec deepseek_v3_spec(const ModelConfig&);
 
 }  // namespace ftllm::model

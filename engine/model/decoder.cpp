@@ -6,6 +6,7 @@
 
 #include "../core/error.h"
 #include "../cpu/kernels.h"
+#include "../cpu/thread_pool.h"
 #include "rope.h"
 
 namespace ftllm::model {
@@ -26,6 +27,7 @@ void DecoderModel::bind_experts(const WeightStore& w, const std::string& p, Laye
   const MoeConfig& m = config_.moe;
   const int64_t H = config_.hidden_size, E = m.num_experts, I = m.expert_intermediate;
   L.router = w.matrix(p + "gate.weight", {E, H});
+  if (m.sigmoid_grouped) L.router_bias = w.vector_f32(p + "gate.e_score_correction_bias", E);
   const bool fused = w.has(p + "experts.gate_up_proj");
   for (int64_t e = 0; e < E; ++e) {
     const std::string x = p + "experts." + std::to_string(e) + ".";
@@ -47,6 +49,33 @@ void DecoderModel::bind_experts(const WeightStore& w, const std::string& p, Laye
                            w.matrix(p + "shared_expert.down_proj.weight", {H, S})};
     L.shared_gate = w.matrix(p + "shared_expert_gate.weight", {1, H});
   }
+  if (spec_.shared_experts) {
+    const int64_t S = m.shared_intermediate;
+    L.shared = ops::Expert{w.matrix(p + "shared_experts.gate_proj.weight", {S, H}), w.matrix(p + "shared_experts.up_proj.weight", {S, H}),
+                           w.matrix(p + "shared_experts.down_proj.weight", {H, S})};
+  }
+}
+
+void DecoderModel::bind_mla(const WeightStore& w, const std::string& p, LayerWeights& L) {
+  const MlaConfig& a = config_.mla;
+  const int64_t H = config_.hidden_size, heads = config_.num_heads, qk = a.nope_dim + a.rope_dim;
+  if (a.q_lora_rank) {
+    L.q_a = w.matrix(p + "q_a_proj.weight", {a.q_lora_rank, H});
+    L.q_a_norm = w.vector_f32(p + "q_a_layernorm.weight", a.q_lora_rank);
+    L.q_b = w.matrix(p + "q_b_proj.weight", {heads * qk, a.q_lora_rank});
+  } else {
+    L.q = w.matrix(p + "q_proj.weight", {heads * qk, H});
+  }
+  L.kv_a = w.matrix(p + "kv_a_proj_with_mqa.weight", {a.kv_lora_rank + a.rope_dim, H});
+  L.kv_a_norm = w.vector_f32(p + "kv_a_layernorm.weight", a.kv_lora_rank);
+  // Read a row at a time by the absorbed attention, so kept as float32 whatever it is stored in.
+  const Tensor kv_b = w.matrix(p + "kv_b_proj.weight", {heads * (a.nope_dim + a.v_dim), a.kv_lora_rank});
+  L.kv_b = Tensor::zeros_f32(kv_b.shape);
+  const size_t row = row_bytes(kv_b.dtype, a.kv_lora_rank);
+  for (int64_t r = 0; r < kv_b.dim(0); ++r)
+    cpu::best_kernels().to_f32(kv_b.dtype, static_cast<const char*>(kv_b.data) + size_t(r) * row,
+                               L.kv_b.as<float>() + r * a.kv_lora_rank, a.kv_lora_rank);
+  L.o = w.matrix(p + "o_proj.weight", {H, heads * a.v_dim});
 }
 
 DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightStore& w)
@@ -64,10 +93,14 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightSto
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights L;
     L.attn_norm = w.vector_f32(p + "input_layernorm.weight", H);
-    L.q = w.matrix(p + "self_attn.q_proj.weight", {q_dim, H});
-    L.k = w.matrix(p + "self_attn.k_proj.weight", {kv_dim, H});
-    L.v = w.matrix(p + "self_attn.v_proj.weight", {kv_dim, H});
-    L.o = w.matrix(p + "self_attn.o_proj.weight", {H, q_dim});
+    if (spec.mla) {
+      bind_mla(w, p + "self_attn.", L);
+    } else {
+      L.q = w.matrix(p + "self_attn.q_proj.weight", {q_dim, H});
+      L.k = w.matrix(p + "self_attn.k_proj.weight", {kv_dim, H});
+      L.v = w.matrix(p + "self_attn.v_proj.weight", {kv_dim, H});
+      L.o = w.matrix(p + "self_attn.o_proj.weight", {H, q_dim});
+    }
     L.q_bias = maybe_vector(w, spec.qkv_bias, p + "self_attn.q_proj.bias", q_dim);
     L.k_bias = maybe_vector(w, spec.qkv_bias, p + "self_attn.k_proj.bias", kv_dim);
     L.v_bias = maybe_vector(w, spec.qkv_bias, p + "self_attn.v_proj.bias", kv_dim);
@@ -103,13 +136,15 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightSto
   count(final_norm_);
   if (!c.tie_word_embeddings) count(lm_head_);
   for (const LayerWeights& L : layers_) {
-    for (const Tensor* t : {&L.attn_norm, &L.q, &L.k, &L.v, &L.o, &L.mlp_norm}) count(*t);
-    for (const Tensor* t : {&L.gate, &L.up, &L.down, &L.router})
+    for (const Tensor* t : {&L.attn_norm, &L.q, &L.k, &L.v, &L.o, &L.mlp_norm, &L.q_a, &L.q_a_norm, &L.q_b, &L.kv_a,
+                            &L.kv_a_norm, &L.kv_b, &L.gate, &L.up, &L.down, &L.router})
       if (!t->empty()) count(*t);
+    if (L.router_bias) count(*L.router_bias);
     for (const ops::Expert& e : L.experts)
       for (const Tensor* t : {&e.gate, &e.up, &e.down}) count(*t);
     if (L.shared)
-      for (const Tensor* t : {&L.shared->gate, &L.shared->up, &L.shared->down, &*L.shared_gate}) count(*t);
+      for (const Tensor* t : {&L.shared->gate, &L.shared->up, &L.shared->down}) count(*t);
+    if (L.shared_gate) count(*L.shared_gate);
     for (const std::optional<Tensor>* t : {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.q_norm, &L.k_norm, &L.gate_bias,
                                            &L.up_bias, &L.down_bias})
       count_opt(*t);
@@ -128,7 +163,10 @@ std::vector<std::pair<std::string, const Tensor*>> DecoderModel::named_tensors()
              {"input_layernorm.weight", &L.attn_norm}, {"self_attn.q_proj.weight", &L.q}, {"self_attn.k_proj.weight", &L.k},
              {"self_attn.v_proj.weight", &L.v}, {"self_attn.o_proj.weight", &L.o},
              {"post_attention_layernorm.weight", &L.mlp_norm}, {"mlp.gate_proj.weight", &L.gate},
-             {"mlp.up_proj.weight", &L.up}, {"mlp.down_proj.weight", &L.down}})
+             {"mlp.up_proj.weight", &L.up}, {"mlp.down_proj.weight", &L.down},
+             {"self_attn.q_a_proj.weight", &L.q_a}, {"self_attn.q_a_layernorm.weight", &L.q_a_norm},
+             {"self_attn.q_b_proj.weight", &L.q_b}, {"self_attn.kv_a_proj_with_mqa.weight", &L.kv_a},
+             {"self_attn.kv_a_layernorm.weight", &L.kv_a_norm}, {"self_attn.kv_b_proj.weight", &L.kv_b}})
       if (!t->empty()) out.emplace_back(p + name, t);
     for (auto [name, t] : std::initializer_list<std::pair<const char*, const std::optional<Tensor>*>>{
              {"self_attn.q_proj.bias", &L.q_bias}, {"self_attn.k_proj.bias", &L.k_bias}, {"self_attn.v_proj.bias", &L.v_bias},
@@ -138,6 +176,7 @@ std::vector<std::pair<std::string, const Tensor*>> DecoderModel::named_tensors()
       if (*t) out.emplace_back(p + name, &**t);
     if (L.experts.empty()) continue;
     out.emplace_back(p + "mlp.gate.weight", &L.router);
+    if (L.router_bias) out.emplace_back(p + "mlp.gate.e_score_correction_bias", &*L.router_bias);
     for (size_t e = 0; e < L.experts.size(); ++e) {
       const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
       out.emplace_back(x + "gate_proj.weight", &L.experts[e].gate);
@@ -145,11 +184,12 @@ std::vector<std::pair<std::string, const Tensor*>> DecoderModel::named_tensors()
       out.emplace_back(x + "down_proj.weight", &L.experts[e].down);
     }
     if (L.shared) {
-      out.emplace_back(p + "mlp.shared_expert.gate_proj.weight", &L.shared->gate);
-      out.emplace_back(p + "mlp.shared_expert.up_proj.weight", &L.shared->up);
-      out.emplace_back(p + "mlp.shared_expert.down_proj.weight", &L.shared->down);
-      out.emplace_back(p + "mlp.shared_expert_gate.weight", &*L.shared_gate);
+      const std::string s = p + (spec_.shared_experts ? "mlp.shared_experts." : "mlp.shared_expert.");
+      out.emplace_back(s + "gate_proj.weight", &L.shared->gate);
+      out.emplace_back(s + "up_proj.weight", &L.shared->up);
+      out.emplace_back(s + "down_proj.weight", &L.shared->down);
     }
+    if (L.shared_gate) out.emplace_back(p + "mlp.shared_expert_gate.weight", &*L.shared_gate);
   }
   return out;
 }
@@ -163,7 +203,7 @@ void DecoderModel::move_matrices(const std::function<void(Tensor&)>& move, bool 
     for (ops::Expert& e : L.experts)
       for (Tensor* t : {&e.gate, &e.up, &e.down}) move(*t);
     if (experts_only) continue;
-    for (Tensor* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.router})
+    for (Tensor* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.router, &L.q_a, &L.q_b, &L.kv_a})
       if (!t->empty()) move(*t);
     if (L.shared)
       for (Tensor* t : {&L.shared->gate, &L.shared->up, &L.shared->down}) move(*t);
@@ -174,9 +214,19 @@ void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tenso
   const int64_t T = h.dim(0), H = h.dim(1);
   Tensor logits = Tensor::zeros_f32({T, int64_t(L.experts.size())});
   ops::linear(ctx, h, L.router, nullptr, logits);
-  const ops::Routes routes = ops::route_softmax_topk(logits, config_.moe.experts_per_token, config_.moe.norm_topk_prob);
+  const MoeConfig& m = config_.moe;
+  const ops::Routes routes =
+      m.sigmoid_grouped ? ops::route_sigmoid_grouped(logits, *L.router_bias, m.experts_per_token, m.n_group, m.topk_group,
+                                                     m.norm_topk_prob, float(m.routed_scaling_factor))
+                        : ops::route_softmax_topk(logits, m.experts_per_token, m.norm_topk_prob);
   ops::moe_experts(ctx, h, routes, L.experts, out);
   if (!L.shared) return;
+  if (!L.shared_gate) {  // DeepSeek: shared experts added as they are
+    Tensor shared = Tensor::zeros_f32({T, H});
+    ops::expert_mlp(ctx, h, *L.shared, shared);
+    ops::add(ctx, out, shared);
+    return;
+  }
   // Qwen2-MoE: every token also goes through the shared expert, scaled by sigmoid(shared_expert_gate · h).
   Tensor shared = Tensor::zeros_f32({T, H}), gate = Tensor::zeros_f32({T, 1});
   ops::expert_mlp(ctx, h, *L.shared, shared);
@@ -187,60 +237,166 @@ void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tenso
   }
 }
 
+namespace {
+
+// RoPE on one head's d values at x with angles cos/sin[d / 2]: Hugging Face's rotate-half pairs (i, i + d/2),
+// or DeepSeek's interleaved pairs (2i, 2i + 1), whose results transformers lays out rotate-half style
+// (evens' results first). Keys and queries get the same layout, so their dot products are unchanged.
+void rope_head(float* x, const float* cos, const float* sin, int64_t d, bool interleaved) {
+  const int64_t half = d / 2;
+  float tmp[512];
+  if (interleaved) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[2 * i], b = x[2 * i + 1];
+      tmp[i] = a * cos[i] - b * sin[i];
+      tmp[half + i] = b * cos[i] + a * sin[i];
+    }
+  } else {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[i], b = x[i + half];
+      tmp[i] = a * cos[i] - b * sin[i];
+      tmp[half + i] = b * cos[i] + a * sin[i];
+    }
+  }
+  std::memcpy(x, tmp, size_t(d) * 4);
+}
+
+}  // namespace
+
+// Absorbed MLA: head h's score against a cached row [c (kv_lora_rank), k_rot] is
+// (W_uk[h]^T q_nope) . c + q_rot . k_rot, and its output W_uv[h] (sum of p * c), where W_uk[h] and W_uv[h]
+// are head h's nope and v rows of kv_b_proj. The cache holds c and k_rot only; nothing is expanded per
+// cached token, for prefill or decode.
+void DecoderModel::mla_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
+                                 const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
+                                 const std::vector<kvcache::SequenceKv*>& sequences, std::vector<ops::KvBlocks>& kv,
+                                 Tensor& out) const {
+  const ModelConfig& c = config_;
+  const MlaConfig& a = c.mla;
+  const int64_t T = h.dim(0), heads = c.num_heads, nope = a.nope_dim, rope = a.rope_dim, lora = a.kv_lora_rank;
+  const int64_t qk = nope + rope, row = lora + rope, B = pool.block_tokens(), kvb_row = nope + a.v_dim;
+  const float eps = float(c.rms_norm_eps);
+  if (rope > 512) throw EngineError("MLA: qk_rope_head_dim " + std::to_string(rope) + " is larger than this engine handles (512)");
+
+  Tensor q = Tensor::zeros_f32({T, heads * qk});
+  if (a.q_lora_rank) {
+    Tensor qa = Tensor::zeros_f32({T, a.q_lora_rank});
+    ops::linear(ctx, h, L.q_a, nullptr, qa);
+    ops::rmsnorm(ctx, qa, L.q_a_norm, eps, qa);
+    ops::linear(ctx, qa, L.q_b, nullptr, q);
+  } else {
+    ops::linear(ctx, h, L.q, nullptr, q);
+  }
+  Tensor latent = Tensor::zeros_f32({T, row});
+  ops::linear(ctx, h, L.kv_a, nullptr, latent);
+
+  // Per token: normalise and rotate the cached row and store it; absorb each head's query.
+  Tensor query = Tensor::zeros_f32({T, heads * row});
+  const float* w = L.kv_b.as<float>();
+  ctx.pool.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* lat = latent.as<float>() + t * row;
+      ctx.kernels.rmsnorm(lat, L.kv_a_norm.as<float>(), lora, eps, lat);
+      rope_head(lat + lora, cos.as<float>() + t * (rope / 2), sin.as<float>() + t * (rope / 2), rope, a.rope_interleave);
+      const kvcache::SequenceKv& s = *sequences[size_t(b.seq[size_t(t)])];
+      const int64_t p = b.positions[size_t(t)];
+      std::memcpy(pool.key(l, s.block_of(p, B), p % B), lat, size_t(row) * 4);
+      for (int64_t hd = 0; hd < heads; ++hd) {
+        float* qh = q.as<float>() + (t * heads + hd) * qk;
+        rope_head(qh + nope, cos.as<float>() + t * (rope / 2), sin.as<float>() + t * (rope / 2), rope, a.rope_interleave);
+        float* dst = query.as<float>() + (t * heads + hd) * row;
+        std::fill(dst, dst + lora, 0.0f);
+        for (int64_t i = 0; i < nope; ++i) ctx.kernels.axpy(qh[i], w + (hd * kvb_row + i) * lora, dst, lora);
+        std::memcpy(dst + lora, qh + nope, size_t(rope) * 4);
+      }
+    }
+  });
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    kv[s].keys.clear();
+    for (int32_t block : sequences[s]->blocks) kv[s].keys.push_back(pool.key(l, block, 0));
+    kv[s].values = kv[s].keys;  // the value is the first kv_lora_rank floats of the same row
+  }
+  ops::AttentionShape shape{heads, 1, row, B, 0, 1.0f / std::sqrt(float(qk)), lora};
+  Tensor mixed = Tensor::zeros_f32({T, heads * lora});
+  ops::paged_attention(ctx, query, b.positions, b.seq, kv, shape, mixed);
+
+  // Each head's output through its v rows of kv_b_proj, then o_proj.
+  Tensor attn = Tensor::zeros_f32({T, heads * a.v_dim});
+  ctx.pool.parallel_for(T * heads, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t hd = i % heads;
+      const float* m = mixed.as<float>() + i * lora;
+      float* o = attn.as<float>() + i * a.v_dim;
+      for (int64_t j = 0; j < a.v_dim; ++j) o[j] = ctx.kernels.dot(m, w + (hd * kvb_row + nope + j) * lora, lora);
+    }
+  });
+  ops::linear(ctx, attn, L.o, nullptr, out);
+}
+
+void DecoderModel::gqa_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
+                                 const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
+                                 const std::vector<kvcache::SequenceKv*>& sequences, std::vector<ops::KvBlocks>& kv,
+                                 Tensor& out) const {
+  const ModelConfig& c = config_;
+  const int64_t T = h.dim(0), d = c.head_dim, q_dim = c.num_heads * d, kv_dim = c.num_kv_heads * d, B = pool.block_tokens();
+  const float eps = float(c.rms_norm_eps);
+  auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
+  Tensor q = Tensor::zeros_f32({T, q_dim}), k = Tensor::zeros_f32({T, kv_dim}), v = Tensor::zeros_f32({T, kv_dim});
+  Tensor attn = Tensor::zeros_f32({T, q_dim});
+  ops::AttentionShape shape{c.num_heads, c.num_kv_heads, d, B, 0, 1.0f / std::sqrt(float(d))};
+  if (spec_.sliding_window && c.sliding_window) shape.window = *c.sliding_window;
+  ops::linear(ctx, h, L.q, opt(L.q_bias), q);
+  ops::linear(ctx, h, L.k, opt(L.k_bias), k);
+  ops::linear(ctx, h, L.v, opt(L.v_bias), v);
+  if (L.q_norm) {
+    ops::rmsnorm(ctx, q, *L.q_norm, eps, q);
+    ops::rmsnorm(ctx, k, *L.k_norm, eps, k);
+  }
+  ops::rope(ctx, q, c.num_heads, cos, sin);
+  ops::rope(ctx, k, c.num_kv_heads, cos, sin);
+
+  for (int64_t t = 0; t < T; ++t) {
+    const kvcache::SequenceKv& s = *sequences[size_t(b.seq[size_t(t)])];
+    const int64_t p = b.positions[size_t(t)];
+    const int32_t block = s.block_of(p, B);
+    std::memcpy(pool.key(l, block, p % B), k.as<float>() + t * kv_dim, size_t(kv_dim) * 4);
+    std::memcpy(pool.value(l, block, p % B), v.as<float>() + t * kv_dim, size_t(kv_dim) * 4);
+  }
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    kv[s].keys.clear();
+    kv[s].values.clear();
+    for (int32_t block : sequences[s]->blocks) {
+      kv[s].keys.push_back(pool.key(l, block, 0));
+      kv[s].values.push_back(pool.value(l, block, 0));
+    }
+  }
+  ops::paged_attention(ctx, q, b.positions, b.seq, kv, shape, attn);
+  ops::linear(ctx, attn, L.o, opt(L.o_bias), out);
+}
+
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
                              const std::vector<kvcache::SequenceKv*>& sequences,
                              const std::vector<ops::Context*>* layer_ctx) const {
   ops::Context& ctx = main_ctx;
   const ModelConfig& c = config_;
   const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
-  const int64_t q_dim = c.num_heads * d, kv_dim = c.num_kv_heads * d, B = pool.block_tokens();
   const float eps = float(c.rms_norm_eps);
   auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
 
-  Tensor x = Tensor::zeros_f32({T, H}), h = Tensor::zeros_f32({T, H});
-  Tensor q = Tensor::zeros_f32({T, q_dim}), k = Tensor::zeros_f32({T, kv_dim}), v = Tensor::zeros_f32({T, kv_dim});
-  Tensor attn = Tensor::zeros_f32({T, q_dim}), proj = Tensor::zeros_f32({T, H});
+  Tensor x = Tensor::zeros_f32({T, H}), h = Tensor::zeros_f32({T, H}), proj = Tensor::zeros_f32({T, H});
   Tensor gate = Tensor::zeros_f32({T, I}), up = Tensor::zeros_f32({T, I});
   Tensor cos = Tensor::zeros_f32({T, d / 2}), sin = Tensor::zeros_f32({T, d / 2});
 
   ops::embedding(ctx, embed_, b.tokens, x);
   rope_tables(inv_freq_, b.positions, cos, sin);
-
-  ops::AttentionShape shape{c.num_heads, c.num_kv_heads, d, B, 0, 1.0f / std::sqrt(float(d))};
-  if (spec_.sliding_window && c.sliding_window) shape.window = *c.sliding_window;
   std::vector<ops::KvBlocks> kv(sequences.size());
 
   for (int64_t l = 0; l < int64_t(layers_.size()); ++l) {
     const LayerWeights& L = layers_[size_t(l)];
     ops::Context& ctx = layer_ctx ? *(*layer_ctx)[size_t(l)] : main_ctx;
     ops::rmsnorm(ctx, x, L.attn_norm, eps, h);
-    ops::linear(ctx, h, L.q, opt(L.q_bias), q);
-    ops::linear(ctx, h, L.k, opt(L.k_bias), k);
-    ops::linear(ctx, h, L.v, opt(L.v_bias), v);
-    if (L.q_norm) {
-      ops::rmsnorm(ctx, q, *L.q_norm, eps, q);
-      ops::rmsnorm(ctx, k, *L.k_norm, eps, k);
-    }
-    ops::rope(ctx, q, c.num_heads, cos, sin);
-    ops::rope(ctx, k, c.num_kv_heads, cos, sin);
-
-    for (int64_t t = 0; t < T; ++t) {
-      const kvcache::SequenceKv& s = *sequences[size_t(b.seq[size_t(t)])];
-      const int64_t p = b.positions[size_t(t)];
-      const int32_t block = s.block_of(p, B);
-      std::memcpy(pool.key(l, block, p % B), k.as<float>() + t * kv_dim, size_t(kv_dim) * 4);
-      std::memcpy(pool.value(l, block, p % B), v.as<float>() + t * kv_dim, size_t(kv_dim) * 4);
-    }
-    for (size_t s = 0; s < sequences.size(); ++s) {
-      kv[s].keys.clear();
-      kv[s].values.clear();
-      for (int32_t block : sequences[s]->blocks) {
-        kv[s].keys.push_back(pool.key(l, block, 0));
-        kv[s].values.push_back(pool.value(l, block, 0));
-      }
-    }
-    ops::paged_attention(ctx, q, b.positions, b.seq, kv, shape, attn);
-    ops::linear(ctx, attn, L.o, opt(L.o_bias), proj);
+    if (spec_.mla) mla_attention(ctx, l, L, h, cos, sin, b, pool, sequences, kv, proj);
+    else gqa_attention(ctx, l, L, h, cos, sin, b, pool, sequences, kv, proj);
     ops::add(ctx, x, proj);
 
     ops::rmsnorm(ctx, x, L.mlp_norm, eps, h);

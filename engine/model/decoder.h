@@ -17,7 +17,11 @@
 namespace ftllm::model {
 
 struct LayerWeights {
-  Tensor attn_norm, q, k, v, o;
+  Tensor attn_norm, q, k, v, o;  // q only without q compression and k, v none under MLA
+  // Multi-head latent attention: q_a (-> q_a_norm -> q_b) when q is compressed; kv_a gives the compressed
+  // row (kv_a_norm over its first kv_lora_rank values); kv_b as float32 [heads * (nope + v), kv_lora_rank],
+  // read by rows: a head's nope rows absorb its query, its v rows expand its output.
+  Tensor q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b;
   std::optional<Tensor> q_bias, k_bias, v_bias, o_bias;
   std::optional<Tensor> q_norm, k_norm;
   Tensor mlp_norm, gate, up, down;  // a dense layer's MLP (empty in a mixture-of-experts layer)
@@ -25,6 +29,7 @@ struct LayerWeights {
   // A mixture-of-experts layer: the router [E, H], the routed experts, and Qwen2-MoE's shared expert
   // with its gate [1, H].
   Tensor router;
+  std::optional<Tensor> router_bias;  // DeepSeek's e_score_correction_bias
   std::vector<ops::Expert> experts;
   std::optional<ops::Expert> shared;
   std::optional<Tensor> shared_gate;
@@ -66,6 +71,16 @@ class DecoderModel {
  private:
   void bind_experts(const WeightStore& w, const std::string& prefix, LayerWeights& L);
   void moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const;
+  void bind_mla(const WeightStore& w, const std::string& prefix, LayerWeights& L);
+  // Grouped-query attention for layer l (q, k, v projections, RoPE, the paged cache), after o_proj.
+  void gqa_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
+                     const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
+                     const std::vector<kvcache::SequenceKv*>& sequences, std::vector<ops::KvBlocks>& kv, Tensor& out) const;
+  // MLA for layer l: writes the batch's compressed rows into the cache and the attention output
+  // (after o_proj) into out.
+  void mla_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
+                     const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
+                     const std::vector<kvcache::SequenceKv*>& sequences, std::vector<ops::KvBlocks>& kv, Tensor& out) const;
   ModelConfig config_;
   DecoderSpec spec_;
   Tensor embed_, final_norm_, lm_head_;

@@ -129,8 +129,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (r.has("sliding_window") && r.bool_or("use_sliding_window", true))
     c.sliding_window = r.int_or("sliding_window", 0);
 
-  // Qwen's own configs say num_experts; transformers 5 writes num_local_experts (Mixtral's name).
-  const char* experts_key = r.has("num_experts") ? "num_experts" : "num_local_experts";
+  // Qwen's own configs say num_experts; transformers 5 writes num_local_experts (Mixtral's name);
+  // DeepSeek n_routed_experts.
+  const char* experts_key = r.has("num_experts") ? "num_experts" : r.has("n_routed_experts") ? "n_routed_experts" : "num_local_experts";
   if (r.int_or(experts_key, 0) > 0) {
     MoeConfig& m = c.moe;
     m.num_experts = r.int_or(experts_key, 0);
@@ -139,6 +140,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       throw r.error("num_experts_per_tok", "must be between 1 and num_experts (" + std::to_string(m.num_experts) + ")");
     m.expert_intermediate = r.required_int("moe_intermediate_size");
     m.shared_intermediate = r.int_or("shared_expert_intermediate_size", 0);
+    if (r.has("n_shared_experts")) m.shared_intermediate = m.expert_intermediate * r.int_or("n_shared_experts", 0);
     m.norm_topk_prob = r.bool_or("norm_topk_prob", false);
     m.sparse_step = r.int_or("decoder_sparse_step", 1);
     if (m.sparse_step == 0) throw r.error("decoder_sparse_step", "must be at least 1");
@@ -149,6 +151,28 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         if (layer.get(v)) throw r.error("mlp_only_layers", "must be a list of layer numbers");
         m.dense_layers.push_back(v);
       }
+    // DeepSeek: the first first_k_dense_replace layers are dense; sigmoid routing over expert groups.
+    for (int64_t l = 0; l < r.int_or("first_k_dense_replace", 0); ++l) m.dense_layers.push_back(l);
+    std::string_view scoring = c.architecture == "DeepseekV3ForCausalLM" ? "sigmoid" : "softmax";
+    if (r.has("scoring_func") && obj["scoring_func"].get(scoring)) throw r.error("scoring_func", "must be a string");
+    if (scoring != "softmax" && scoring != "sigmoid") throw r.error("scoring_func", "must be softmax or sigmoid");
+    m.sigmoid_grouped = scoring == "sigmoid";
+    m.n_group = std::max<int64_t>(1, r.int_or("n_group", 1));
+    m.topk_group = std::max<int64_t>(1, r.int_or("topk_group", m.n_group));
+    if (m.num_experts % m.n_group != 0 || m.topk_group > m.n_group)
+      throw r.error("n_group", "must divide the experts, with topk_group at most n_group");
+    m.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
+  }
+  if (r.int_or("kv_lora_rank", 0) > 0) {
+    MlaConfig& a = c.mla;
+    a.kv_lora_rank = r.int_or("kv_lora_rank", 0);
+    a.q_lora_rank = r.int_or("q_lora_rank", 0);  // null (no q compression) reads as absent
+    a.nope_dim = r.required_int("qk_nope_head_dim");
+    a.rope_dim = r.required_int("qk_rope_head_dim");
+    a.v_dim = r.required_int("v_head_dim");
+    a.rope_interleave = r.bool_or("rope_interleave", true);
+    if (a.rope_dim % 2 != 0) throw r.error("qk_rope_head_dim", "must be even");
+    c.head_dim = a.rope_dim;  // what RoPE rotates
   }
 
   element e;
@@ -210,6 +234,21 @@ std::string model_config_json(const ModelConfig& c) {
     field("norm_topk_prob", m.norm_topk_prob ? "true" : "false");
     field("decoder_sparse_step", std::to_string(m.sparse_step));
     field("mlp_only_layers", "[" + dense + "]");
+    if (m.sigmoid_grouped) {
+      field("scoring_func", "\"sigmoid\"");
+      field("n_group", std::to_string(m.n_group));
+      field("topk_group", std::to_string(m.topk_group));
+    }
+    field("routed_scaling_factor", json_number(m.routed_scaling_factor));
+  }
+  if (c.mla.kv_lora_rank) {
+    const MlaConfig& a = c.mla;
+    field("kv_lora_rank", std::to_string(a.kv_lora_rank));
+    field("q_lora_rank", a.q_lora_rank ? std::to_string(a.q_lora_rank) : "null");
+    field("qk_nope_head_dim", std::to_string(a.nope_dim));
+    field("qk_rope_head_dim", std::to_string(a.rope_dim));
+    field("v_head_dim", std::to_string(a.v_dim));
+    field("rope_interleave", a.rope_interleave ? "true" : "false");
   }
   if (c.bos_token_id) field("bos_token_id", std::to_string(*c.bos_token_id));
   std::string eos;

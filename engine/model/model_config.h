@@ -28,12 +28,26 @@ struct MoeConfig {
   bool norm_topk_prob = false;         // renormalise the chosen experts' weights to sum to 1
   int64_t sparse_step = 1;             // decoder_sparse_step: every sparse_step-th layer is MoE
   std::vector<int64_t> dense_layers;   // mlp_only_layers: dense MLP whatever the step says
+  // DeepSeek V3: sigmoid scores plus e_score_correction_bias choose among the topk_group best of n_group
+  // groups; the chosen weights (sigmoid, renormalised when norm_topk_prob) scaled by routed_scaling_factor.
+  bool sigmoid_grouped = false;
+  int64_t n_group = 1, topk_group = 1;
+  double routed_scaling_factor = 1.0;
   bool is_moe_layer(int64_t layer) const {
     if (num_experts == 0 || sparse_step <= 0 || (layer + 1) % sparse_step != 0) return false;
     for (int64_t d : dense_layers)
       if (d == layer) return false;
     return true;
   }
+};
+
+// Multi-head latent attention (DeepSeek V2/V3): keys and values come from one compressed row per token
+// (kv_lora_rank values plus a shared rope_dim key part), which is all the KV cache holds.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;   // 0: q_proj straight from the hidden state
+  int64_t kv_lora_rank = 0;  // 0: not MLA
+  int64_t nope_dim = 0, rope_dim = 0, v_dim = 0;  // qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+  bool rope_interleave = true;  // rope pairs (x0, x1), (x2, x3) ... as DeepSeek's weights lay them out
 };
 
 struct ModelConfig {
@@ -55,6 +69,11 @@ struct ModelConfig {
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // config.json's and generation_config.json's, merged
   MoeConfig moe;
+  MlaConfig mla;
+  // What the KV cache holds per token and layer: kv_heads * head_dim floats of keys and as many of
+  // values, or MLA's one compressed row.
+  int64_t kv_row_floats() const { return mla.kv_lora_rank ? mla.kv_lora_rank + mla.rope_dim : num_kv_heads * head_dim; }
+  bool kv_keys_only() const { return mla.kv_lora_rank > 0; }
 };
 
 // Parses config.json text; `source` names it in errors. Throws EngineError naming a missing or

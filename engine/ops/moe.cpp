@@ -41,6 +41,55 @@ Routes route_softmax_topk(const Tensor& logits, int64_t k, bool renormalize) {
   return r;
 }
 
+Routes route_sigmoid_grouped(const Tensor& logits, const Tensor& bias, int64_t k, int64_t n_group, int64_t topk_group,
+                             bool renormalize, float scale) {
+  const int64_t T = logits.dim(0), E = logits.dim(1), per_group = E / n_group;
+  if (k < 1 || k > topk_group * per_group)
+    throw EngineError("moe: " + std::to_string(k) + " experts per token, of " + std::to_string(topk_group * per_group) +
+                      " in the chosen groups");
+  Routes r;
+  r.k = k;
+  r.expert.resize(size_t(T * k));
+  r.weight.resize(size_t(T * k));
+  std::vector<float> score(static_cast<size_t>(E)), choice(static_cast<size_t>(E)), group(static_cast<size_t>(n_group));
+  std::vector<int32_t> order(static_cast<size_t>(std::max(E, n_group)));
+  // Larger first, ties to the lower index.
+  auto by = [](const std::vector<float>& v) {
+    return [&v](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)] || (v[size_t(a)] == v[size_t(b)] && a < b); };
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < E; ++e) {
+      score[size_t(e)] = 1.0f / (1.0f + std::exp(-logits.as<float>()[t * E + e]));
+      choice[size_t(e)] = score[size_t(e)] + bias.as<float>()[e];
+    }
+    for (int64_t g = 0; g < n_group; ++g) {  // a group's strength: its two best biased scores
+      const float* c = choice.data() + g * per_group;
+      float best = -INFINITY, second = -INFINITY;
+      for (int64_t i = 0; i < per_group; ++i)
+        if (c[i] > best) second = best, best = c[i];
+        else if (c[i] > second) second = c[i];
+      group[size_t(g)] = per_group > 1 ? best + second : best;
+    }
+    std::iota(order.begin(), order.begin() + n_group, 0);
+    std::partial_sort(order.begin(), order.begin() + topk_group, order.begin() + n_group, by(group));
+    std::vector<bool> allowed(static_cast<size_t>(n_group), false);
+    for (int64_t g = 0; g < topk_group; ++g) allowed[size_t(order[size_t(g)])] = true;
+    for (int64_t e = 0; e < E; ++e)
+      if (!allowed[size_t(e / per_group)]) choice[size_t(e)] = -INFINITY;
+    std::iota(order.begin(), order.begin() + E, 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.begin() + E, by(choice));
+    std::sort(order.begin(), order.begin() + k);
+    float chosen = 0;
+    for (int64_t j = 0; j < k; ++j) chosen += score[size_t(order[size_t(j)])];
+    for (int64_t j = 0; j < k; ++j) {
+      const float s = score[size_t(order[size_t(j)])];
+      r.expert[size_t(t * k + j)] = order[size_t(j)];
+      r.weight[size_t(t * k + j)] = (renormalize ? s / (chosen + 1e-20f) : s) * scale;
+    }
+  }
+  return r;
+}
+
 namespace {
 
 // Rows [0, n) of x quantized for `wt` when its kernel computes with int8 activations; empty otherwise.

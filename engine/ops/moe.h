@@ -28,6 +28,12 @@ struct Routes {
 // their sum when `renormalize` (norm_topk_prob).
 Routes route_softmax_topk(const Tensor& logits, int64_t k, bool renormalize);
 
+// DeepSeek V3 routing: scores = sigmoid(logits); experts are chosen by score + bias
+// (e_score_correction_bias) among the topk_group groups (of n_group) whose two best biased scores sum
+// highest; the chosen experts' unbiased scores, divided by their sum when `renormalize`, times `scale`.
+Routes route_sigmoid_grouped(const Tensor& logits, const Tensor& bias, int64_t k, int64_t n_group, int64_t topk_group,
+                             bool renormalize, float scale);
+
 // out[t] = sum over token t's routes of weight * expert(x[t]), added in ascending expert order (as
 // transformers adds them). Tokens are grouped per expert so each expert's weights are read once per
 // step; the work, (expert, slice of output rows) pieces, is handed out to the threads as they free up,

@@ -91,6 +91,7 @@ void rope(Context&, Tensor& x, int64_t heads, const Tensor& cos, const Tensor& s
 void paged_attention(Context& ctx, const Tensor& q, std::span<const int64_t> pos, std::span<const int32_t> seq,
                      std::span<const KvBlocks> kv, const AttentionShape& sh, Tensor& out) {
   const int64_t T = q.dim(0), d = sh.head_dim, group = sh.heads / sh.kv_heads, row = sh.kv_heads * d;
+  const int64_t vd = sh.value_dim ? sh.value_dim : d;
   const auto& k = ctx.kernels;
   ctx.pool.parallel_for(T * sh.heads, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores;
@@ -116,7 +117,7 @@ void paged_attention(Context& ctx, const Tensor& q, std::span<const int64_t> pos
       for (float& s : scores) sum += (s = std::exp(s - max_score));
       const float inv = 1.0f / sum;
       for (float& s : scores) s *= inv;
-      k.weighted_sum(scores.data(), values.data(), n, d, out.as<float>() + (t * sh.heads + h) * d);
+      k.weighted_sum(scores.data(), values.data(), n, vd, out.as<float>() + (t * sh.heads + h) * vd);
     }
   });
 }

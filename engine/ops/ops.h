@@ -47,6 +47,9 @@ struct AttentionShape {
   int64_t heads, kv_heads, head_dim, block_tokens;
   int64_t window = 0;  // > 0: a token sees only the last `window` positions (itself included)
   float scale;
+  // Values narrower than keys (MLA: the value is the first value_dim floats of the compressed key row);
+  // 0: head_dim. out is [T, heads * value_dim] then.
+  int64_t value_dim = 0;
 };
 // q[T, heads * d]; token t is at position pos[t] of sequence kv[seq[t]]; out[T, heads * d].
 void paged_attention(Context& ctx, const Tensor& q, std::span<const int64_t> pos, std::span<const int32_t> seq,

@@ -103,6 +103,26 @@ BOOST_AUTO_TEST_CASE(routing_takes_the_top_softmax_probabilities) {
   BOOST_CHECK_THROW(ops::route_softmax_topk(l, 5, false), EngineError);
 }
 
+// DeepSeek V3: groups ranked by their two best biased scores, experts chosen by biased score inside the
+// chosen groups, weighted by their unbiased sigmoid scores.
+BOOST_AUTO_TEST_CASE(sigmoid_routing_picks_within_the_best_groups) {
+  // One token, six experts in three groups of two. Biased scores: group 0 = 0.9 + 0.1, group 1 =
+  // 0.8 + 0.7, group 2 = 0.95 + 0.05 (its best expert alone would lead, but the pair sum ranks it last).
+  const float s[] = {0.9f, 0.1f, 0.8f, 0.7f, 0.95f, 0.05f};
+  float logits[6];
+  for (int i = 0; i < 6; ++i) logits[i] = std::log(s[i] / (1 - s[i]));  // sigmoid(logit) = s
+  const float zero[6] = {}, bias[6] = {0, 0, 0, 0, 0, 0.3f};
+  Tensor l = Tensor::copy_of(DType::F32, {1, 6}, logits);
+  ops::Routes r = ops::route_sigmoid_grouped(l, Tensor::copy_of(DType::F32, {6}, zero), 2, 3, 2, false, 1.0f);
+  BOOST_TEST((r.expert == std::vector<int32_t>{0, 2}));  // groups 1 (1.5) and 0 (1.0); then 0.9 and 0.8
+  BOOST_TEST(r.weight[0] == 0.9f, boost::test_tools::tolerance(1e-5f));
+  // The bias lifts group 2 to 1.3 and expert 5's choice, but its weight stays its own score.
+  r = ops::route_sigmoid_grouped(l, Tensor::copy_of(DType::F32, {6}, bias), 2, 3, 2, true, 2.5f);
+  BOOST_TEST((r.expert == std::vector<int32_t>{2, 4}));  // groups 1 (1.5) and 2 (1.3); 0.95 and 0.8
+  BOOST_TEST(r.weight[0] == 2.5f * 0.8f / (0.8f + 0.95f), boost::test_tools::tolerance(1e-5f));
+  BOOST_TEST(r.weight[1] == 2.5f * 0.95f / (0.8f + 0.95f), boost::test_tools::tolerance(1e-5f));
+}
+
 // The grouped expert op against each token run through its experts one by one (double sums over the
 // same weights), for float and quantized experts, any thread count, grouped (NUMA-style) pools too.
 BOOST_AUTO_TEST_CASE(expert_op_equals_each_token_through_its_experts) {
@@ -152,7 +172,7 @@ BOOST_AUTO_TEST_CASE(expert_op_equals_each_token_through_its_experts) {
 
 // --moe_experts N computes what transformers computes with num_experts_per_tok = N.
 BOOST_AUTO_TEST_CASE(moe_experts_matches_transformers_with_that_many_experts) {
-  for (const char* name : {"qwen3-moe-f32", "qwen3-moe-bf16", "qwen2-moe-f32", "qwen2-moe-bf16"}) {
+  for (const char* name : {"qwen3-moe-f32", "qwen3-moe-bf16", "qwen2-moe-f32", "qwen2-moe-bf16", "deepseek-v3-f32", "deepseek-v3-bf16"}) {
     simdjson::dom::parser parser;
     simdjson::dom::element ref = parser.load((kModels / name / "reference.json").string());
     std::vector<int32_t> prompt;

@@ -19,7 +19,7 @@ import zipfile
 
 import torch
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
@@ -53,6 +53,13 @@ FIXTURES = {
                   dict(tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
                        shared_expert_intermediate_size=96, norm_topk_prob=False, decoder_sparse_step=1,
                        mlp_only_layers=[1], use_sliding_window=False)),
+    # Multi-head latent attention (q compressed, interleaved rope), the first layer dense, then 8 experts in
+    # 4 groups (2 groups chosen, 2 experts per token, sigmoid scores with a correction bias), a shared expert.
+    "deepseek-v3": (DeepseekV3Config, DeepseekV3ForCausalLM,
+                    dict(num_key_value_heads=4, tie_word_embeddings=False, moe_intermediate_size=32, n_routed_experts=8,
+                         n_shared_experts=1, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=1,
+                         routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
+                         qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, rope_interleave=True)),
 }
 # MoE fixtures also hold the logits with this many experts per token (what --moe_experts changes).
 MOE_EXPERTS_OVERRIDE = 4
@@ -71,6 +78,9 @@ def randomize(model, seed):
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
             else:
                 p.copy_(0.25 * torch.randn(p.shape, generator=g))
+        for name, buf in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek's routing bias: make it matter
+                buf.copy_(0.1 * torch.randn(buf.shape, generator=g))
 
 
 def reference(model, prompt):
@@ -130,7 +140,7 @@ def make_architecture_fixtures(only=None):
             with torch.no_grad():
                 native = model_cls.from_pretrained(tmp, dtype=torch.bfloat16, attn_implementation="eager")(prompt).logits[0, -1].float()
             native_diff = float((native - torch.tensor(ref16["last_logits"])).abs().max())
-            if getattr(config, "num_experts", 0):
+            if getattr(config, "num_experts", 0) or getattr(config, "n_routed_experts", 0):
                 ref32["moe_experts"] = dict(k=MOE_EXPERTS_OVERRIDE, last_logits=with_experts_per_token(
                     model_cls, model, MOE_EXPERTS_OVERRIDE, prompt))
                 ref16["moe_experts"] = dict(k=MOE_EXPERTS_OVERRIDE, last_logits=with_experts_per_token(
