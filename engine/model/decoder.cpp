@@ -316,7 +316,7 @@ void DecoderModel::mla_attention(ops::Context& ctx, int64_t l, const LayerWeight
     for (int32_t block : sequences[s]->blocks) kv[s].keys.push_back(pool.key(l, block, 0));
     kv[s].values = kv[s].keys;  // the value is the first kv_lora_rank floats of the same row
   }
-  ops::AttentionShape shape{heads, 1, row, B, 0, 1.0f / std::sqrt(float(qk)), lora};
+  ops::AttentionShape shape{heads, 1, row, B, 0, 1.0f / std::sqrt(float(qk)) * yarn_softmax_scale(c.rope), lora};
   Tensor mixed = Tensor::zeros_f32({T, heads * lora});
   ops::paged_attention(ctx, query, b.positions, b.seq, kv, shape, mixed);
 
@@ -388,7 +388,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
   Tensor cos = Tensor::zeros_f32({T, d / 2}), sin = Tensor::zeros_f32({T, d / 2});
 
   ops::embedding(ctx, embed_, b.tokens, x);
-  rope_tables(inv_freq_, b.positions, cos, sin);
+  rope_tables(inv_freq_, b.positions, cos, sin, rope_attention_factor(c.rope));
   std::vector<ops::KvBlocks> kv(sequences.size());
 
   for (int64_t l = 0; l < int64_t(layers_.size()); ++l) {

@@ -9,8 +9,8 @@ namespace ftllm::model {
 DecoderSpec deepseek_v3_spec(const ModelConfig& c) {
   if (c.mla.kv_lora_rank == 0) throw EngineError("DeepseekV3ForCausalLM needs kv_lora_rank in config.json");
   if (c.moe.num_experts == 0) throw EngineError("DeepseekV3ForCausalLM needs n_routed_experts in config.json");
-  if (c.rope.type != RopeType::Default)
-    throw EngineError("DeepSeek V3 with rope scaling (yarn) is not supported yet; only the default RoPE is");
+  if (c.rope.type != RopeType::Default && c.rope.type != RopeType::Yarn)
+    throw EngineError("DeepSeek V3 with rope scaling other than yarn is not supported");
   DecoderSpec s;
   s.o_bias = s.qkv_bias = false;
   if (c.attention_bias) throw EngineError("DeepSeek V3 with attention_bias=true is not supported");

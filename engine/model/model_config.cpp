@@ -79,10 +79,22 @@ RopeConfig parse_rope(const Reader& r, const object* scaling_or_null) {
     rope.low_freq_factor = s.number_or("low_freq_factor", 1.0);
     rope.high_freq_factor = s.number_or("high_freq_factor", 4.0);
     rope.original_max_position_embeddings = s.int_or("original_max_position_embeddings", 8192);
+  } else if (type == "yarn") {
+    rope.type = RopeType::Yarn;
+    rope.original_max_position_embeddings = s.int_or("original_max_position_embeddings", r.int_or("max_position_embeddings", 2048));
+    rope.beta_fast = s.number_or("beta_fast", 32.0);
+    rope.beta_slow = s.number_or("beta_slow", 1.0);
+    rope.mscale = s.number_or("mscale", 0.0);
+    rope.mscale_all_dim = s.number_or("mscale_all_dim", 0.0);
+    rope.attention_factor = s.number_or("attention_factor", 0.0);
+    rope.truncate = s.bool_or("truncate", true);
+    // Without a factor, the ratio of the context to the pretrained one (as transformers does for DeepSeek).
+    if (!s.has("factor"))
+      rope.factor = double(r.int_or("max_position_embeddings", 2048)) / double(rope.original_max_position_embeddings);
   } else {
-    throw r.error("rope_scaling", "has type \"" + std::string(type) + "\", which is not supported (default, linear, llama3)");
+    throw r.error("rope_scaling", "has type \"" + std::string(type) + "\", which is not supported (default, linear, llama3, yarn)");
   }
-  rope.factor = s.number_or("factor", 1.0);
+  if (rope.type != RopeType::Yarn || s.has("factor")) rope.factor = s.number_or("factor", 1.0);
   if (rope.factor <= 0) throw r.error("rope_scaling", "needs a positive factor");
   return rope;
 }
@@ -214,6 +226,13 @@ std::string model_config_json(const ModelConfig& c) {
   field("rope_theta", json_number(c.rope.theta));
   if (c.rope.type == RopeType::Linear)
     field("rope_scaling", "{\"rope_type\": \"linear\", \"factor\": " + json_number(c.rope.factor) + "}");
+  if (c.rope.type == RopeType::Yarn)
+    field("rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": " + json_number(c.rope.factor) +
+                              ", \"original_max_position_embeddings\": " + std::to_string(c.rope.original_max_position_embeddings) +
+                              ", \"beta_fast\": " + json_number(c.rope.beta_fast) + ", \"beta_slow\": " + json_number(c.rope.beta_slow) +
+                              ", \"mscale\": " + json_number(c.rope.mscale) + ", \"mscale_all_dim\": " +
+                              json_number(c.rope.mscale_all_dim) + ", \"attention_factor\": " + json_number(c.rope.attention_factor) +
+                              ", \"truncate\": " + (c.rope.truncate ? "true" : "false") + "}");
   if (c.rope.type == RopeType::Llama3)
     field("rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": " + json_number(c.rope.factor) +
                               ", \"low_freq_factor\": " + json_number(c.rope.low_freq_factor) +

@@ -8,7 +8,7 @@
 
 namespace ftllm::model {
 
-enum class RopeType { Default, Linear, Llama3 };
+enum class RopeType { Default, Linear, Llama3, Yarn };
 
 struct RopeConfig {
   double theta = 10000.0;
@@ -16,7 +16,11 @@ struct RopeConfig {
   double factor = 1.0;
   double low_freq_factor = 1.0;   // llama3
   double high_freq_factor = 4.0;  // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3, yarn
+  double beta_fast = 32, beta_slow = 1;  // yarn: the rotation counts bounding the blend
+  double mscale = 0, mscale_all_dim = 0;  // yarn: 0 when absent
+  double attention_factor = 0;           // yarn: cos/sin scale; 0 derives it from factor and the mscales
+  bool truncate = true;                  // yarn: round the blend's bounds to whole dimensions
 };
 
 // Mixture-of-experts (Qwen2-MoE, Qwen3-MoE): which layers route to experts, and how.

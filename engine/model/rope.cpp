@@ -1,5 +1,6 @@
 #include "rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ftllm::model {
@@ -28,17 +29,53 @@ std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
       }
       f = scaled;
     }
+  } else if (rope.type == RopeType::Yarn) {
+    // Dimensions rotating fewer than beta_slow times over the pretrained context are interpolated (slowed
+    // by factor), those rotating more than beta_fast times kept, a linear ramp between.
+    const double dim = double(head_dim), base = rope.theta, old_len = double(rope.original_max_position_embeddings);
+    auto correction_dim = [&](double rotations) {
+      return dim * std::log(old_len / (rotations * 2 * M_PI)) / (2 * std::log(base));
+    };
+    double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
+    if (rope.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0), high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < half; ++i) {
+      const float ramp = std::clamp((float(i) - float(low)) / float(high - low), 0.0f, 1.0f);
+      const float pos_freq = std::pow(float(base), float(2 * i) / float(head_dim));
+      const float extrapolation = 1.0f - ramp, extrapolated = 1.0f / pos_freq, interpolated = 1.0f / (float(rope.factor) * pos_freq);
+      inv[size_t(i)] = interpolated * (1.0f - extrapolation) + extrapolated * extrapolation;
+    }
   }
   return inv;
 }
 
-void rope_tables(const std::vector<float>& inv_freq, std::span<const int64_t> positions, Tensor& cos, Tensor& sin) {
+namespace {
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+}  // namespace
+
+float rope_attention_factor(const RopeConfig& rope) {
+  if (rope.type != RopeType::Yarn) return 1.0f;
+  if (rope.attention_factor > 0) return float(rope.attention_factor);
+  if (rope.mscale != 0 && rope.mscale_all_dim != 0)
+    return float(yarn_mscale(rope.factor, rope.mscale) / yarn_mscale(rope.factor, rope.mscale_all_dim));
+  return float(yarn_mscale(rope.factor, 1.0));
+}
+
+float yarn_softmax_scale(const RopeConfig& rope) {
+  if (rope.type == RopeType::Default || rope.mscale_all_dim == 0) return 1.0f;
+  const double m = yarn_mscale(rope.factor, rope.mscale_all_dim);
+  return float(m * m);
+}
+
+void rope_tables(const std::vector<float>& inv_freq, std::span<const int64_t> positions, Tensor& cos, Tensor& sin,
+                 float factor) {
   const int64_t half = int64_t(inv_freq.size());
   for (size_t t = 0; t < positions.size(); ++t)
     for (int64_t i = 0; i < half; ++i) {
       const float angle = float(positions[t]) * inv_freq[size_t(i)];  // a float32 product, as torch forms it
-      cos.as<float>()[int64_t(t) * half + i] = float(std::cos(double(angle)));
-      sin.as<float>()[int64_t(t) * half + i] = float(std::sin(double(angle)));
+      cos.as<float>()[int64_t(t) * half + i] = float(std::cos(double(angle))) * factor;
+      sin.as<float>()[int64_t(t) * half + i] = float(std::sin(double(angle))) * factor;
     }
 }
 

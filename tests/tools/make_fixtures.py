@@ -60,6 +60,17 @@ FIXTURES = {
                          n_shared_experts=1, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=1,
                          routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
                          qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, rope_interleave=True)),
+    # DeepSeek V3's own RoPE: yarn (factor 4 over a 64-token pretrained context, mscale_all_dim scaling the
+    # softmax), q uncompressed (q_proj).
+    "deepseek-v3-yarn": (DeepseekV3Config, DeepseekV3ForCausalLM,
+                         dict(num_key_value_heads=4, tie_word_embeddings=False, moe_intermediate_size=32,
+                              n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
+                              first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=None,
+                              kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                              rope_interleave=True,
+                              rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                                   original_max_position_embeddings=64, beta_fast=32, beta_slow=1,
+                                                   mscale=1.0, mscale_all_dim=1.0))),
 }
 # MoE fixtures also hold the logits with this many experts per token (what --moe_experts changes).
 MOE_EXPERTS_OVERRIDE = 4
