@@ -10,8 +10,10 @@ using namespace ftllm;
 
 namespace {
 
-std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& dtype = "auto") {
+std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& dtype = "auto",
+                                    const std::string& moe_dtype = "auto") {
   ModelLoadOptions o;
+  o.moe_dtype = moe_dtype;
   o.path = FTLLM_SOURCE_ROOT "/tests/data/quantized/" + name;
   o.threads = 2;
   o.context_length = 64;
@@ -57,6 +59,23 @@ BOOST_AUTO_TEST_CASE(prequantized_weights_convert_further_with_dtype) {
   auto ref = load("fp8-ref", "int4g128");
   const int64_t last = int64_t(kPrompt.size()) - 1;
   BOOST_TEST(fp8->prompt_logits(kPrompt, {last})[0] == ref->prompt_logits(kPrompt, {last})[0]);
+}
+
+// DeepSeek V3 as DeepSeek ships it: FP8 linear weights (MLA's kv_b_proj included, widened for the
+// absorbed attention), float32 router; and with --moe_dtype int4g the experts convert while loading.
+BOOST_AUTO_TEST_CASE(deepseek_fp8_loads_and_converts_its_experts_with_moe_dtype) {
+  const int64_t last = int64_t(kPrompt.size()) - 1;
+  auto fp8 = load("deepseek-fp8"), ref = load("deepseek-fp8-ref");
+  BOOST_TEST(fp8->dtypes() == "float32, fp8");
+  const std::vector<float> plain = fp8->prompt_logits(kPrompt, {last})[0];
+  BOOST_TEST(plain == ref->prompt_logits(kPrompt, {last})[0]);
+  auto mixed = load("deepseek-fp8", "auto", "int4g");
+  BOOST_TEST(mixed->dtypes() == "float32, fp8, int4g128");
+  for (auto& [name, t] : mixed->model().named_tensors())
+    if (name.find(".mlp.experts.") != std::string::npos) BOOST_TEST((t->dtype == DType::I4G128), name);
+  const std::vector<float> converted = mixed->prompt_logits(kPrompt, {last})[0];
+  BOOST_TEST(converted == load("deepseek-fp8-ref", "auto", "int4g")->prompt_logits(kPrompt, {last})[0]);
+  BOOST_TEST(max_error(converted, plain) > 0.0);  // the experts did change
 }
 
 BOOST_AUTO_TEST_SUITE_END()

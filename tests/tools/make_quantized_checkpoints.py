@@ -3,7 +3,10 @@ dequantized float32 twin (the oracle): a random Llama of 128 hidden / 256 interm
   fp8: e4m3 weights (ml_dtypes' float8_e4m3fn) with weight_scale_inv per 128 x 128 block, as DeepSeek V3
        and Qwen3-*-FP8 ship; twin = e4m3 value * scale in float32.
   awq: AutoAWQ GEMM layout, 4 bits, group 128, zero points; twin = (q - zero) * scale in float32.
-Writes tests/data/quantized/{fp8,fp8-ref,awq,awq-ref}. Needs numpy and ml_dtypes only."""
+  deepseek-fp8: a DeepSeek V3 (one dense layer, one MoE layer of 4 experts, MLA) whose linear weights are
+       FP8 as DeepSeek ships them (embeddings, norms, router and its bias in float32); twin as for fp8.
+Writes tests/data/quantized/{fp8,fp8-ref,awq,awq-ref,deepseek-fp8,deepseek-fp8-ref}. Needs numpy and
+ml_dtypes only."""
 import json
 import pathlib
 import struct
@@ -57,9 +60,8 @@ linears = {p + "self_attn.q_proj": (H, H), p + "self_attn.k_proj": (KV * H // HE
 weights = {name: rng.normal(0, 0.08, shape).astype(np.float32) for name, shape in linears.items()}
 plain = {k: f32(v) for k, v in dense.items()}
 
-# FP8, 128 x 128 blocks.
-fp8, fp8_ref = dict(plain), dict(plain)
-for name, w in weights.items():
+def to_fp8(w):
+    """e4m3 values and float32 scales per 128 x 128 block, and the float32 twin they stand for."""
     n, k = w.shape
     scales = np.zeros(((n + 127) // 128, (k + 127) // 128), np.float32)
     q = np.zeros_like(w, dtype=ml_dtypes.float8_e4m3fn)
@@ -69,9 +71,15 @@ for name, w in weights.items():
             s = np.float32(np.abs(block).max() / np.float32(448))
             scales[bi, bj] = s
             q[bi * 128:(bi + 1) * 128, bj * 128:(bj + 1) * 128] = (block / s).astype(ml_dtypes.float8_e4m3fn)
+    return q, scales, q.astype(np.float32) * np.repeat(np.repeat(scales, 128, 0), 128, 1)[:n, :k]
+
+
+# FP8, 128 x 128 blocks.
+fp8, fp8_ref = dict(plain), dict(plain)
+for name, w in weights.items():
+    q, scales, back = to_fp8(w)
     fp8[name + ".weight"] = ("F8_E4M3", w.shape, q.tobytes())
     fp8[name + ".weight_scale_inv"] = f32(scales)
-    back = q.astype(np.float32) * np.repeat(np.repeat(scales, 128, 0), 128, 1)[:n, :k]
     fp8_ref[name + ".weight"] = f32(back)
 write_model("fp8", fp8, {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]})
 write_model("fp8-ref", fp8_ref)
@@ -105,4 +113,43 @@ for name, w in weights.items():
     awq_ref[name + ".weight"] = f32(back)
 write_model("awq", awq, {"quant_method": "awq", "bits": 4, "group_size": G, "zero_point": True, "version": "gemm"})
 write_model("awq-ref", awq_ref)
+# DeepSeek V3 in FP8: hidden 128, 2 heads of MLA (q_lora 128, kv_lora 128, nope 64, rope 64, v 64),
+# layer 0 dense (intermediate 256), layer 1 four experts of 128 in two groups plus a shared expert.
+DS = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": H, "intermediate_size": 256, "moe_intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": VOCAB,
+      "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+      "bos_token_id": 1, "eos_token_id": 2, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+      "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+      "q_lora_rank": 128, "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 64, "v_head_dim": 64,
+      "rope_interleave": True}
+ds_plain = {"model.embed_tokens.weight": rng.normal(0, 1, (VOCAB, H)), "lm_head.weight": rng.normal(0, 0.05, (VOCAB, H)),
+            "model.norm.weight": 1 + rng.normal(0, 0.1, H)}
+ds_linears = {}
+for layer in range(2):
+    p = f"model.layers.{layer}."
+    for n in ["input_layernorm", "post_attention_layernorm"]:
+        ds_plain[p + n + ".weight"] = 1 + rng.normal(0, 0.1, H)
+    ds_plain[p + "self_attn.q_a_layernorm.weight"] = 1 + rng.normal(0, 0.1, 128)
+    ds_plain[p + "self_attn.kv_a_layernorm.weight"] = 1 + rng.normal(0, 0.1, 128)
+    a = p + "self_attn."
+    ds_linears.update({a + "q_a_proj": (128, H), a + "q_b_proj": (2 * 128, 128), a + "kv_a_proj_with_mqa": (128 + 64, H),
+                       a + "kv_b_proj": (2 * (64 + 64), 128), a + "o_proj": (H, 2 * 64)})
+    mlps = [p + "mlp."] if layer == 0 else [p + f"mlp.experts.{e}." for e in range(4)] + [p + "mlp.shared_experts."]
+    inner = 256 if layer == 0 else 128
+    for m in mlps:
+        ds_linears.update({m + "gate_proj": (inner, H), m + "up_proj": (inner, H), m + "down_proj": (H, inner)})
+    if layer == 1:
+        ds_plain[p + "mlp.gate.weight"] = rng.normal(0, 0.3, (4, H))
+        ds_plain[p + "mlp.gate.e_score_correction_bias"] = rng.normal(0, 0.1, 4)
+ds_plain = {k: f32(v) for k, v in ds_plain.items()}
+ds_fp8, ds_ref = dict(ds_plain), dict(ds_plain)
+for name, shape in ds_linears.items():
+    q, scales, back = to_fp8(rng.normal(0, 0.08, shape).astype(np.float32))
+    ds_fp8[name + ".weight"] = ("F8_E4M3", shape, q.tobytes())
+    ds_fp8[name + ".weight_scale_inv"] = f32(scales)
+    ds_ref[name + ".weight"] = f32(back)
+CONFIG = DS
+write_model("deepseek-fp8", ds_fp8, {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                     "weight_block_size": [128, 128]})
+write_model("deepseek-fp8-ref", ds_ref)
 print("wrote", sorted(p.name for p in OUT.iterdir()))
