@@ -85,6 +85,25 @@ BOOST_AUTO_TEST_CASE(exported_safetensors_model_keeps_its_config_and_tokenizer_f
   BOOST_TEST(exported->prompt_logits(ids, {5})[0] == converted->prompt_logits(ids, {5})[0]);
 }
 
+// Mixture-of-experts and MLA configs written back (experts, groups, scaling, latent ranks, yarn) read as the
+// source's: the exported MoE models compute the same bits.
+BOOST_AUTO_TEST_CASE(exported_moe_and_mla_models_compute_as_their_sources) {
+  for (const char* name : {"qwen2-moe-f32", "deepseek-v3-f32", "deepseek-v3-yarn-f32"}) {
+    const std::string fixture = std::string(FTLLM_SOURCE_ROOT "/tests/data/models/") + name;
+    TempDir dir;
+    ExportResult r;
+    ModelLoadOptions o = options(fixture, "auto");
+    o.moe_dtype = "int8";
+    Status s = export_model(o, dir.path.string(), r);
+    BOOST_REQUIRE_MESSAGE(s.ok, s.message);
+    auto converted = ModelInstance::load(o);
+    auto exported = ModelInstance::load(options(dir.path.string(), "auto"));
+    BOOST_TEST(exported->dtypes() == converted->dtypes(), name);
+    const std::vector<int32_t> ids = {1, 17, 300, 42, 5, 99, 7, 8, 200, 31};
+    BOOST_TEST(exported->prompt_logits(ids, {9})[0] == converted->prompt_logits(ids, {9})[0], name);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(export_errors_name_the_problem) {
   TempDir dir;
   ExportResult r;
