@@ -41,6 +41,7 @@ DecoderSpec qwen2_spec(const ModelConfig&);
 DecoderSpec qwen3_spec(const ModelConfig&);
 DecoderSpec qwen2_moe_spec(const ModelConfig&);
 DecoderSpec qwen3_moe_spec(const ModelConfig&);
+DecoderSpec deepseek_v2_spec(const ModelConfig&);
 DecoderSpec deepseek_v3_spec(const ModelConfig&);
 
 }  // namespace ftllm::model

@@ -218,7 +218,8 @@ void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tenso
   const ops::Routes routes =
       m.sigmoid_grouped ? ops::route_sigmoid_grouped(logits, *L.router_bias, m.experts_per_token, m.n_group, m.topk_group,
                                                      m.norm_topk_prob, float(m.routed_scaling_factor))
-                        : ops::route_softmax_topk(logits, m.experts_per_token, m.norm_topk_prob);
+                        : ops::route_softmax_topk(logits, m.experts_per_token, m.norm_topk_prob, m.n_group, m.topk_group,
+                                                  float(m.routed_scaling_factor));
   ops::moe_experts(ctx, h, routes, L.experts, out);
   if (!L.shared) return;
   if (!L.shared_gate) {  // DeepSeek: shared experts added as they are

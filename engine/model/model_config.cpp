@@ -169,8 +169,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (r.has("scoring_func") && obj["scoring_func"].get(scoring)) throw r.error("scoring_func", "must be a string");
     if (scoring != "softmax" && scoring != "sigmoid") throw r.error("scoring_func", "must be softmax or sigmoid");
     m.sigmoid_grouped = scoring == "sigmoid";
-    m.n_group = std::max<int64_t>(1, r.int_or("n_group", 1));
-    m.topk_group = std::max<int64_t>(1, r.int_or("topk_group", m.n_group));
+    std::string_view method = "noaux_tc";
+    if (r.has("topk_method") && obj["topk_method"].get(method)) throw r.error("topk_method", "must be a string");
+    if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
+      throw r.error("topk_method", "must be greedy, group_limited_greedy or noaux_tc");
+    const bool grouped = method != "greedy";
+    m.n_group = grouped ? std::max<int64_t>(1, r.int_or("n_group", 1)) : 1;
+    m.topk_group = grouped ? std::max<int64_t>(1, r.int_or("topk_group", m.n_group)) : 1;
     if (m.num_experts % m.n_group != 0 || m.topk_group > m.n_group)
       throw r.error("n_group", "must divide the experts, with topk_group at most n_group");
     m.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
@@ -253,11 +258,10 @@ std::string model_config_json(const ModelConfig& c) {
     field("norm_topk_prob", m.norm_topk_prob ? "true" : "false");
     field("decoder_sparse_step", std::to_string(m.sparse_step));
     field("mlp_only_layers", "[" + dense + "]");
-    if (m.sigmoid_grouped) {
-      field("scoring_func", "\"sigmoid\"");
-      field("n_group", std::to_string(m.n_group));
-      field("topk_group", std::to_string(m.topk_group));
-    }
+    field("scoring_func", m.sigmoid_grouped ? "\"sigmoid\"" : "\"softmax\"");
+    field("topk_method", m.n_group > 1 ? (m.sigmoid_grouped ? "\"noaux_tc\"" : "\"group_limited_greedy\"") : "\"greedy\"");
+    field("n_group", std::to_string(m.n_group));
+    field("topk_group", std::to_string(m.topk_group));
     field("routed_scaling_factor", json_number(m.routed_scaling_factor));
   }
   if (c.mla.kv_lora_rank) {

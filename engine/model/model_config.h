@@ -34,6 +34,7 @@ struct MoeConfig {
   std::vector<int64_t> dense_layers;   // mlp_only_layers: dense MLP whatever the step says
   // DeepSeek V3: sigmoid scores plus e_score_correction_bias choose among the topk_group best of n_group
   // groups; the chosen weights (sigmoid, renormalised when norm_topk_prob) scaled by routed_scaling_factor.
+  // DeepSeek V2 (group_limited_greedy): softmax scores, groups ranked by their best score. Greedy: one group.
   bool sigmoid_grouped = false;
   int64_t n_group = 1, topk_group = 1;
   double routed_scaling_factor = 1.0;

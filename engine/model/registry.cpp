@@ -11,6 +11,7 @@ const std::vector<Architecture>& architectures() {
       {"Qwen3ForCausalLM", qwen3_spec},
       {"Qwen2MoeForCausalLM", qwen2_moe_spec},
       {"Qwen3MoeForCausalLM", qwen3_moe_spec},
+      {"DeepseekV2ForCausalLM", deepseek_v2_spec},
       {"DeepseekV3ForCausalLM", deepseek_v3_spec},
   };
   return all;

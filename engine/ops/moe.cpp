@@ -11,9 +11,11 @@
 
 namespace ftllm::ops {
 
-Routes route_softmax_topk(const Tensor& logits, int64_t k, bool renormalize) {
-  const int64_t T = logits.dim(0), E = logits.dim(1);
-  if (k < 1 || k > E) throw EngineError("moe: " + std::to_string(k) + " experts per token, of " + std::to_string(E));
+Routes route_softmax_topk(const Tensor& logits, int64_t k, bool renormalize, int64_t n_group, int64_t topk_group,
+                          float scale) {
+  const int64_t T = logits.dim(0), E = logits.dim(1), per_group = E / n_group;
+  if (k < 1 || k > topk_group * per_group)
+    throw EngineError("moe: " + std::to_string(k) + " experts per token, of " + std::to_string(topk_group * per_group));
   Routes r;
   r.k = k;
   r.expert.resize(size_t(T * k));
@@ -26,16 +28,32 @@ Routes route_softmax_topk(const Tensor& logits, int64_t k, bool renormalize) {
     float sum = 0;
     for (int64_t e = 0; e < E; ++e) sum += prob[size_t(e)] = std::exp(l[e] - top);
     for (float& p : prob) p /= sum;
+    std::vector<float> choice = prob;
+    if (n_group > 1) {  // groups ranked by their best probability; the others' experts sit out
+      std::vector<float> best(static_cast<size_t>(n_group));
+      for (int64_t g = 0; g < n_group; ++g)
+        best[size_t(g)] = *std::max_element(prob.begin() + g * per_group, prob.begin() + (g + 1) * per_group);
+      std::vector<int32_t> groups(static_cast<size_t>(n_group));
+      std::iota(groups.begin(), groups.end(), 0);
+      std::partial_sort(groups.begin(), groups.begin() + topk_group, groups.end(), [&](int32_t a, int32_t b) {
+        return best[size_t(a)] > best[size_t(b)] || (best[size_t(a)] == best[size_t(b)] && a < b);
+      });
+      std::vector<bool> allowed(static_cast<size_t>(n_group), false);
+      for (int64_t g = 0; g < topk_group; ++g) allowed[size_t(groups[size_t(g)])] = true;
+      for (int64_t e = 0; e < E; ++e)
+        if (!allowed[size_t(e / per_group)]) choice[size_t(e)] = -1.0f;
+    }
     // The k most probable, ties to the lower index (torch.topk's order does not matter past the choice).
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) { return prob[size_t(a)] > prob[size_t(b)] || (prob[size_t(a)] == prob[size_t(b)] && a < b); });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return choice[size_t(a)] > choice[size_t(b)] || (choice[size_t(a)] == choice[size_t(b)] && a < b);
+    });
     std::sort(order.begin(), order.begin() + k);
     float chosen = 0;
     for (int64_t j = 0; j < k; ++j) chosen += prob[size_t(order[size_t(j)])];
     for (int64_t j = 0; j < k; ++j) {
       r.expert[size_t(t * k + j)] = order[size_t(j)];
-      r.weight[size_t(t * k + j)] = renormalize ? prob[size_t(order[size_t(j)])] / chosen : prob[size_t(order[size_t(j)])];
+      r.weight[size_t(t * k + j)] = (renormalize ? prob[size_t(order[size_t(j)])] / chosen : prob[size_t(order[size_t(j)])]) * scale;
     }
   }
   return r;

@@ -25,8 +25,10 @@ struct Routes {
 };
 
 // Qwen-MoE routing: softmax over each row of logits [T, E], the k largest probabilities, divided by
-// their sum when `renormalize` (norm_topk_prob).
-Routes route_softmax_topk(const Tensor& logits, int64_t k, bool renormalize);
+// their sum when `renormalize` (norm_topk_prob), times `scale`. With n_group > 1 (DeepSeek V2's
+// group_limited_greedy) only the topk_group groups with the highest single probability compete.
+Routes route_softmax_topk(const Tensor& logits, int64_t k, bool renormalize, int64_t n_group = 1, int64_t topk_group = 1,
+                          float scale = 1.0f);
 
 // DeepSeek V3 routing: scores = sigmoid(logits); experts are chosen by score + bias
 // (e_score_correction_bias) among the topk_group groups (of n_group) whose two best biased scores sum

@@ -88,7 +88,7 @@ BOOST_AUTO_TEST_CASE(exported_safetensors_model_keeps_its_config_and_tokenizer_f
 // Mixture-of-experts and MLA configs written back (experts, groups, scaling, latent ranks, yarn) read as the
 // source's: the exported MoE models compute the same bits.
 BOOST_AUTO_TEST_CASE(exported_moe_and_mla_models_compute_as_their_sources) {
-  for (const char* name : {"qwen2-moe-f32", "deepseek-v3-f32", "deepseek-v3-yarn-f32"}) {
+  for (const char* name : {"qwen2-moe-f32", "deepseek-v2-f32", "deepseek-v3-f32", "deepseek-v3-yarn-f32"}) {
     const std::string fixture = std::string(FTLLM_SOURCE_ROOT "/tests/data/models/") + name;
     TempDir dir;
     ExportResult r;

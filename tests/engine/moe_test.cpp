@@ -172,7 +172,7 @@ BOOST_AUTO_TEST_CASE(expert_op_equals_each_token_through_its_experts) {
 
 // --moe_experts N computes what transformers computes with num_experts_per_tok = N.
 BOOST_AUTO_TEST_CASE(moe_experts_matches_transformers_with_that_many_experts) {
-  for (const char* name : {"qwen3-moe-f32", "qwen3-moe-bf16", "qwen2-moe-f32", "qwen2-moe-bf16", "deepseek-v3-f32", "deepseek-v3-bf16"}) {
+  for (const char* name : {"qwen3-moe-f32", "qwen3-moe-bf16", "qwen2-moe-f32", "qwen2-moe-bf16", "deepseek-v3-f32", "deepseek-v3-bf16", "deepseek-v2-f32"}) {
     simdjson::dom::parser parser;
     simdjson::dom::element ref = parser.load((kModels / name / "reference.json").string());
     std::vector<int32_t> prompt;

@@ -19,7 +19,7 @@ import zipfile
 
 import torch
 import transformers
-from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
@@ -60,6 +60,12 @@ FIXTURES = {
                          n_shared_experts=1, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=1,
                          routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
                          qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, rope_interleave=True)),
+    # DeepSeek V2: MLA (q uncompressed), softmax routing limited to the 2 best of 4 expert groups, scaled.
+    "deepseek-v2": (DeepseekV2Config, DeepseekV2ForCausalLM,
+                    dict(num_key_value_heads=4, tie_word_embeddings=False, moe_intermediate_size=32, n_routed_experts=8,
+                         n_shared_experts=1, num_experts_per_tok=2, topk_method="group_limited_greedy", n_group=4,
+                         topk_group=2, first_k_dense_replace=1, routed_scaling_factor=2.0, norm_topk_prob=False,
+                         q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)),
     # DeepSeek V3's own RoPE: yarn (factor 4 over a 64-token pretrained context, mscale_all_dim scaling the
     # softmax), q uncompressed (q_proj).
     "deepseek-v3-yarn": (DeepseekV3Config, DeepseekV3ForCausalLM,
