@@ -63,25 +63,19 @@ inline __m256i fifth_bits(const uint8_t* qh) {
 }
 
 
-// Q4_K / Q5_K: a super-block's eight scales d * sc_j and minimums dmin * m_j as floats. The 12 packed
-// bytes as words A, B, C: scales 0-3 are A's low six bits, mins 0-3 B's; scales 4-7 are C's low nibbles
-// with A's top two bits above them, mins 4-7 C's high nibbles with B's top two bits (scale_min_k4 per byte).
-inline void k_scales(uint16_t d16, uint16_t dmin16, const uint8_t* packed, float* scale, float* min) {
+// Q4_K / Q5_K: a super-block's twelve packed bytes as its eight 6-bit scales and eight 6-bit minimums.
+// As words A, B, C: scales 0-3 are A's low six bits, mins 0-3 B's; scales 4-7 are C's low nibbles with
+// A's top two bits above them, mins 4-7 C's high nibbles with B's top two bits (scale_min_k4 per byte).
+inline void k_scale_bytes(const uint8_t* packed, uint8_t* sc, uint8_t* mn) {
   uint32_t a, b, c;
   std::memcpy(&a, packed, 4);
   std::memcpy(&b, packed + 4, 4);
   std::memcpy(&c, packed + 8, 4);
   const uint32_t low6 = 0x3f3f3f3f, nibble = 0x0f0f0f0f, two = 0x03030303;
-  const uint32_t sc[2] = {a & low6, (c & nibble) | (((a >> 6) & two) << 4)};
-  const uint32_t mn[2] = {b & low6, ((c >> 4) & nibble) | (((b >> 6) & two) << 4)};
-  auto widen = [](const uint32_t* words, float d, float* out) {
-    int64_t bytes;
-    std::memcpy(&bytes, words, 8);
-    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes)));
-    _mm256_storeu_ps(out, _mm256_mul_ps(v, _mm256_set1_ps(d)));
-  };
-  widen(sc, h2f(d16), scale);
-  widen(mn, h2f(dmin16), min);
+  const uint32_t s[2] = {a & low6, (c & nibble) | (((a >> 6) & two) << 4)};
+  const uint32_t m[2] = {b & low6, ((c >> 4) & nibble) | (((b >> 6) & two) << 4)};
+  std::memcpy(sc, s, 8);
+  std::memcpy(mn, m, 8);
 }
 
 // Q4_0 and Q5_0 store q + offset (8, 16) in unsigned bits. Their dot runs unsigned, starting each block
@@ -175,22 +169,28 @@ template <DType T, int R>
 
 // Q4_K / Q5_K a super-block at a time: eight scales unpacked once, each 32-byte run of nibbles loaded
 // once for the two sub-blocks it holds (low nibbles: sub-block 2p, high: 2p + 1).
+// The activations share one scale per super-block (quantize_q8_256), so the eight sub-block dots are
+// summed in integers, each times its 6-bit scale (vpmaddubsw then vpmaddwd, or vpdpwssd with VNNI), and
+// the minimums' share as sum_j m_j * sum(q_j); two float multiplies per super-block and activation row.
 template <DType T, int R>
 [[gnu::always_inline]] inline void add_superblock_k(const Q8Block* const* xq, int64_t sb, const uint8_t* row, __m256* acc,
                                                     float* mins) {
-  float scale[8], min[8];
+  uint8_t sc[8], mn[8];
   const __m256i mask = _mm256_set1_epi8(0x0F);
   {
     const uint8_t *qs, *qh = nullptr;
+    uint16_t d16, dmin16;
+    const uint8_t* packed_scales;
     if constexpr (T == DType::Q4_K) {
       const auto& blk = reinterpret_cast<const quant::BlockQ4_K*>(row)[sb];
-      qs = blk.qs;
-      k_scales(blk.d, blk.dmin, blk.scales, scale, min);
+      qs = blk.qs, d16 = blk.d, dmin16 = blk.dmin, packed_scales = blk.scales;
     } else {
       const auto& blk = reinterpret_cast<const quant::BlockQ5_K*>(row)[sb];
-      qs = blk.qs, qh = blk.qh;
-      k_scales(blk.d, blk.dmin, blk.scales, scale, min);
+      qs = blk.qs, qh = blk.qh, d16 = blk.d, dmin16 = blk.dmin, packed_scales = blk.scales;
     }
+    k_scale_bytes(packed_scales, sc, mn);
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
     for (int p = 0; p < 4; ++p) {
       const __m256i packed = load32(qs + 32 * p);
       __m256i lo = _mm256_and_si256(packed, mask), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
@@ -200,13 +200,24 @@ template <DType T, int R>
         hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(2)), 3));
       }
       const int64_t b = sb * 8 + 2 * p;
+      const __m256i s0 = _mm256_set1_epi16(sc[2 * p]), s1 = _mm256_set1_epi16(sc[2 * p + 1]);
       for (int r = 0; r < R; ++r) {
-        const Q8Block& x0 = xq[r][b];
-        const Q8Block& x1 = xq[r][b + 1];
-        acc[r] = _mm256_fmadd_ps(dot_u8s8(lo, load32(x0.q)), _mm256_set1_ps(scale[2 * p] * x0.d), acc[r]);
-        acc[r] = _mm256_fmadd_ps(dot_u8s8(hi, load32(x1.q)), _mm256_set1_ps(scale[2 * p + 1] * x1.d), acc[r]);
-        mins[r] -= std::fma(min[2 * p], x0.ds, min[2 * p + 1] * x1.ds);
+        // u <= 31 and |q| <= 127: the byte-pair sums fit int16 exactly.
+        const __m256i p0 = _mm256_maddubs_epi16(lo, load32(xq[r][b].q)), p1 = _mm256_maddubs_epi16(hi, load32(xq[r][b + 1].q));
+#ifdef FTLLM_VNNI
+        isum[r] = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(isum[r], p0, s0), p1, s1);
+#else
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+#endif
       }
+    }
+    const float d = h2f(d16), dmin = h2f(dmin16);
+    for (int r = 0; r < R; ++r) {
+      const Q8Block* x = xq[r] + sb * 8;
+      int32_t msum = 0;
+      for (int j = 0; j < 8; ++j) msum += int32_t(mn[j]) * x[j].sum;
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * x[0].d), acc[r]);
+      mins[r] = std::fma(-dmin * x[0].d, float(msum), mins[r]);
     }
   }
 }
@@ -363,39 +374,53 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
   }
 }
 
-void quantize_q8(const float* x, int64_t K, Q8Block* out) {
+namespace {
+
+inline float max_abs(const float* x, int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < K / 32; ++b, x += 32) {
-    __m256 v[4];
-    __m256 mx = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(x + 8 * i);
-      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    // The same float operations as the scalar reference, so both give the same bytes.
-    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-    __m256i q[4];
-    for (int i = 0; i < 4; ++i)
-      q[i] = _mm256_cvtps_epi32(
-          _mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-    const int32_t sum = _mm_cvtsi128_si32(s4);
-    // Narrow 4 x 8 int32 to 32 int8; the packs interleave 128-bit lanes, the permute restores order.
-    __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), packed);
-    out[b].d = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
-    out[b].sum = sum;
-    out[b].ds = out[b].d * float(sum);
-    out[b].s = _cvtsh_ss(_cvtss_sh(d * float(sum), _MM_FROUND_TO_NEAREST_INT));
+  __m256 mx = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+
+// One block of 32 at scale d (the same float operations as the scalar reference, so the same bytes).
+inline void quantize_block(const float* x, float d, bool half_d, Q8Block& out) {
+  const float id = d > 0 ? 1.0f / d : 0.0f;
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i)
+    q[i] = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), _mm256_set1_ps(id)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+  const int32_t sum = _mm_cvtsi128_si32(s4);
+  // Narrow 4 x 8 int32 to 32 int8; the packs interleave 128-bit lanes, the permute restores order.
+  __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q), packed);
+  out.d = half_d ? _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT)) : d;
+  out.sum = sum;
+  out.ds = out.d * float(sum);
+  out.s = _cvtsh_ss(_cvtss_sh(d * float(sum), _MM_FROUND_TO_NEAREST_INT));
+}
+
+}  // namespace
+
+void quantize_q8(const float* x, int64_t K, Q8Block* out) {
+  for (int64_t b = 0; b < K / 32; ++b, x += 32) quantize_block(x, max_abs(x, 32) / 127.0f, true, out[b]);
+}
+
+void quantize_q8_256(const float* x, int64_t K, Q8Block* out) {
+  for (int64_t sb = 0; sb < K / 256; ++sb, x += 256) {
+    const float d = max_abs(x, 256) / 127.0f;
+    for (int b = 0; b < 8; ++b) quantize_block(x + 32 * b, d, false, out[sb * 8 + b]);
   }
 }
+
+bool q8_per_256(DType t) { return t == DType::Q4_K || t == DType::Q5_K; }
 
 }  // namespace ftllm::cpu::FTLLM_QUANT_NS

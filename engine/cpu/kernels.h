@@ -30,6 +30,11 @@ struct Kernels {
                  int64_t n1, float* y, int64_t ldy);
   bool (*uses_q8)(DType wt);
   void (*quantize_q8)(const float* x, int64_t K, Q8Block* out);  // K a multiple of 32
+  // Q4_K and Q5_K want their activations with one scale per 256 values (llama.cpp's q8_K): every block
+  // of a super-block then shares d, and the kernel sums the super-block's integer dots, times the weight's
+  // 6-bit scales, before one float multiply. quantize_q8_256 makes such blocks (d in float32).
+  bool (*q8_per_256)(DType wt);
+  void (*quantize_q8_256)(const float* x, int64_t K, Q8Block* out);  // K a multiple of 256
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
   // out = x / sqrt(mean(x^2) + eps) * w
@@ -42,6 +47,11 @@ struct Kernels {
   void (*scores)(const float* q, const float* const* keys, int64_t n, int64_t d, float scale, float* out);
   void (*weighted_sum)(const float* w, const float* const* values, int64_t n, int64_t d, float* out);
 };
+
+// The activation blocks kernel table k wants for weights of type wt (uses_q8(wt) must hold).
+inline void quantize_activations(const Kernels& k, DType wt, const float* x, int64_t K, Q8Block* out) {
+  (k.q8_per_256(wt) ? k.quantize_q8_256 : k.quantize_q8)(x, K, out);
+}
 
 const Kernels& scalar_kernels();
 // nullptr when this processor lacks AVX2, FMA or F16C.

@@ -28,23 +28,33 @@ void matmul(DType wt, const float* x, const Q8Block*, int64_t M, int64_t K, cons
 
 bool uses_q8(DType) { return false; }
 
-void quantize_q8(const float* x, int64_t K, Q8Block* out) {
+// Blocks of `group` values share a scale: 32 (q8_0 / q8_1 style, float16 d) or 256 (q8_K style, float32 d).
+void quantize_blocks(const float* x, int64_t K, Q8Block* out, int64_t group) {
   for (int64_t b = 0; b < K / 32; ++b, x += 32) {
     Q8Block& o = out[b];
     float amax = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    if (group == 32) {
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    } else {
+      const float* first = x - (b % (group / 32)) * 32;
+      for (int64_t j = 0; j < group; ++j) amax = std::max(amax, std::fabs(first[j]));
+    }
     const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
     int32_t sum = 0;
     for (int j = 0; j < 32; ++j) {
       o.q[j] = int8_t(std::nearbyint(x[j] * id));
       sum += o.q[j];
     }
-    o.d = f16_to_f32(f32_to_f16(d));
+    o.d = group == 32 ? f16_to_f32(f32_to_f16(d)) : d;
     o.sum = sum;
     o.ds = o.d * float(sum);
     o.s = f16_to_f32(f32_to_f16(d * float(sum)));
   }
 }
+
+void quantize_q8(const float* x, int64_t K, Q8Block* out) { quantize_blocks(x, K, out, 32); }
+void quantize_q8_256(const float* x, int64_t K, Q8Block* out) { quantize_blocks(x, K, out, 256); }
+bool q8_per_256(DType wt) { return wt == DType::Q4_K || wt == DType::Q5_K; }
 
 float dot(const float* a, const float* b, int64_t n) {
   float acc = 0;
@@ -81,7 +91,7 @@ void weighted_sum(const float* w, const float* const* values, int64_t n, int64_t
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
+  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, q8_per_256, quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
   return k;
 }
 

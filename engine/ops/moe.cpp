@@ -116,7 +116,7 @@ std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x,
   if (!ctx.kernels.uses_q8(wt)) return xq;
   xq.resize(size_t(n * (K / 32)));
   ctx.pool.parallel_for(n, 4, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) ctx.kernels.quantize_q8(x + r * K, K, xq.data() + r * (K / 32));
+    for (int64_t r = r0; r < r1; ++r) cpu::quantize_activations(ctx.kernels, wt, x + r * K, K, xq.data() + r * (K / 32));
   });
   return xq;
 }

@@ -23,7 +23,7 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
     const int64_t nb = K / 32;
     xq.resize(size_t(T * nb));
     ctx.pool.parallel_for(T, 4, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) ctx.kernels.quantize_q8(xs + t * K, K, xq.data() + t * nb);
+      for (int64_t t = t0; t < t1; ++t) cpu::quantize_activations(ctx.kernels, w.dtype, xs + t * K, K, xq.data() + t * nb);
     });
   }
   // Split the output features: each thread streams its own slice of the weight once (with --device numa,

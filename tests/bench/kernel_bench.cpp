@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < row_bytes(t, K); ++i) static_cast<uint8_t*>(w.data)[size_t(r) * row_bytes(t, K) + i] = uint8_t(rng() & 0x3b);
     }
     std::vector<cpu::Q8Block> xq(static_cast<size_t>(64 * K / 32));
-    for (int64_t m = 0; m < 64; ++m) k.quantize_q8(x.data() + m * K, K, xq.data() + m * (K / 32));
+    for (int64_t m = 0; m < 64; ++m) cpu::quantize_activations(k, t, x.data() + m * K, K, xq.data() + m * (K / 32));
     std::vector<float> y(static_cast<size_t>(64 * cold_rows));
     auto run = [&](int64_t M, int64_t rows) {
       return best_rate(double(M * rows * K), [&] { k.matmul(t, x.data(), xq.data(), M, K, w.data, 0, rows, y.data(), cold_rows); });

@@ -173,6 +173,30 @@ BOOST_AUTO_TEST_CASE(q8_activations_are_the_same_bytes_on_every_path) {
   }
 }
 
+// q8_K style: one float32 scale per 256 values, the blocks' bytes the same on every path.
+BOOST_AUTO_TEST_CASE(q8_256_activations_share_a_scale_per_super_block) {
+  std::mt19937 rng(6);
+  auto x = random_floats(1024, rng, 2.0f);
+  x[300] = 40.0f;  // one large value sets the scale of its whole super-block
+  for (int i = 512; i < 768; ++i) x[size_t(i)] = 0;
+  std::vector<cpu::Q8Block> a(32), b(32);
+  cpu::scalar_kernels().quantize_q8_256(x.data(), 1024, a.data());
+  for (const cpu::Kernels* table : fast_tables()) {
+    table->quantize_q8_256(x.data(), 1024, b.data());
+    for (size_t i = 0; i < a.size(); ++i) {
+      BOOST_REQUIRE(std::memcmp(a[i].q, b[i].q, 32) == 0);
+      BOOST_REQUIRE_EQUAL(a[i].d, b[i].d);
+      BOOST_REQUIRE_EQUAL(a[i].sum, b[i].sum);
+    }
+  }
+  for (size_t i = 0; i < a.size(); ++i) BOOST_REQUIRE_EQUAL(a[i].d, a[i / 8 * 8].d);
+  BOOST_TEST(a[8].d == 40.0f / 127.0f);
+  BOOST_TEST(a[9].q[300 - 288] == 127);
+  BOOST_TEST(a[16].d == 0.0f);
+  BOOST_TEST(cpu::scalar_kernels().q8_per_256(DType::Q4_K));
+  BOOST_TEST(!cpu::scalar_kernels().q8_per_256(DType::Q4_0));
+}
+
 BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
   const cpu::Kernels& ref = cpu::scalar_kernels();
   BOOST_TEST_MESSAGE("vectorised tables on this CPU: " << fast_tables().size());
@@ -186,7 +210,9 @@ BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
     auto x = random_floats(size_t(M * K), rng);
     std::vector<float> want(static_cast<size_t>(M * N)), got(want.size()), alone(want.size()), wrow(static_cast<size_t>(K));
     std::vector<cpu::Q8Block> xq(size_t(M * nb));
-    for (int64_t m = 0; m < M; ++m) ref.quantize_q8(x.data() + m * K, K, xq.data() + m * nb);
+    // The reference quantizer (the same bytes as the fast ones, tested above), in the blocks `fast` wants.
+    for (int64_t m = 0; m < M; ++m)
+      (fast.q8_per_256(t) ? ref.quantize_q8_256 : ref.quantize_q8)(x.data() + m * K, K, xq.data() + m * nb);
     ref.matmul(t, x.data(), nullptr, M, K, w.data(), 1, N, want.data(), N);
     fast.matmul(t, x.data(), xq.data(), M, K, w.data(), 1, N, got.data(), N);
     for (int64_t m = 0; m < M; ++m)
