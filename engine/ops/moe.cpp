@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "../core/error.h"
@@ -178,16 +179,21 @@ void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<
     }
     return pieces;
   };
-  const std::vector<Piece> up_pieces = pieces_of(I);
-  ctx.pool.parallel_for_bounds(bounds, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const Piece& pc = up_pieces[size_t(i)];
-      const Expert& ex = experts[size_t(pc.expert)];
-      const int64_t p = first[size_t(pc.expert)], n = first[size_t(pc.expert) + 1] - p;
-      const cpu::Q8Block* q = xq.empty() ? nullptr : xq.data() + p * (H / 32);
-      ctx.kernels.matmul(ex.gate.dtype, xs.data() + p * H, q, n, H, ex.gate.data, pc.r0, pc.r1, gate.data() + p * I, I);
-      ctx.kernels.matmul(ex.up.dtype, xs.data() + p * H, q, n, H, ex.up.data, pc.r0, pc.r1, up.data() + p * I, I);
-    }
+  // fn(piece, expert, its first packed row, its token count) over the pieces of `rows` output rows.
+  auto run_pieces = [&](int64_t rows, const std::function<void(const Piece&, const Expert&, int64_t, int64_t)>& fn) {
+    const std::vector<Piece> pieces = pieces_of(rows);
+    ctx.pool.parallel_for_bounds(bounds, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const Piece& pc = pieces[size_t(i)];
+        const int64_t p = first[size_t(pc.expert)];
+        fn(pc, experts[size_t(pc.expert)], p, first[size_t(pc.expert) + 1] - p);
+      }
+    });
+  };
+  run_pieces(I, [&](const Piece& pc, const Expert& ex, int64_t p, int64_t n) {
+    const cpu::Q8Block* q = xq.empty() ? nullptr : xq.data() + p * (H / 32);
+    ctx.kernels.matmul(ex.gate.dtype, xs.data() + p * H, q, n, H, ex.gate.data, pc.r0, pc.r1, gate.data() + p * I, I);
+    ctx.kernels.matmul(ex.up.dtype, xs.data() + p * H, q, n, H, ex.up.data, pc.r0, pc.r1, up.data() + p * I, I);
   });
   ctx.pool.parallel_for(P, 4, [&](int64_t p0, int64_t p1) {
     ctx.kernels.silu_mul(gate.data() + p0 * I, up.data() + p0 * I, gate.data() + p0 * I, (p1 - p0) * I);
@@ -195,15 +201,9 @@ void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<
 
   // down, in pieces of its output rows.
   const std::vector<cpu::Q8Block> aq = quantized_rows(ctx, experts.front().down.dtype, gate.data(), P, I);
-  const std::vector<Piece> down_pieces = pieces_of(H);
-  ctx.pool.parallel_for_bounds(bounds, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const Piece& pc = down_pieces[size_t(i)];
-      const Expert& ex = experts[size_t(pc.expert)];
-      const int64_t p = first[size_t(pc.expert)], n = first[size_t(pc.expert) + 1] - p;
-      const cpu::Q8Block* q = aq.empty() ? nullptr : aq.data() + p * (I / 32);
-      ctx.kernels.matmul(ex.down.dtype, gate.data() + p * I, q, n, I, ex.down.data, pc.r0, pc.r1, ys.data() + p * H, H);
-    }
+  run_pieces(H, [&](const Piece& pc, const Expert& ex, int64_t p, int64_t n) {
+    const cpu::Q8Block* q = aq.empty() ? nullptr : aq.data() + p * (I / 32);
+    ctx.kernels.matmul(ex.down.dtype, gate.data() + p * I, q, n, I, ex.down.data, pc.r0, pc.r1, ys.data() + p * H, H);
   });
 
   // Each token's weighted sum, its choices in ascending expert order (routes keep them so).

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "../common/logit_error.h"
 #include "model_instance.h"
 
 namespace fs = std::filesystem;
@@ -42,14 +43,7 @@ Reference read_reference(const fs::path& dir) {
   return r;
 }
 
-// Largest absolute difference, relative to the reference's range of values.
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  BOOST_REQUIRE_EQUAL(got.size(), want.size());
-  auto [lo, hi] = std::minmax_element(want.begin(), want.end());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
-  return worst / double(*hi - *lo);
-}
+using test::relative_error;
 
 std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& dtype = "auto") {
   ModelLoadOptions o;

@@ -13,6 +13,7 @@
 #include "cpu/numa_topology.h"
 #include "cpu/thread_pool.h"
 #include "model/safetensors.h"
+#include "../common/logit_error.h"
 #include "model_instance.h"
 #include "ops/moe.h"
 #include "quant/quant.h"
@@ -57,13 +58,7 @@ std::vector<float> read_floats(simdjson::dom::element e) {
   return v;
 }
 
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  BOOST_REQUIRE_EQUAL(got.size(), want.size());
-  auto [lo, hi] = std::minmax_element(want.begin(), want.end());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
-  return worst / double(*hi - *lo);
-}
+using test::relative_error;
 
 ModelLoadOptions options_for(const std::string& name) {
   ModelLoadOptions o;
