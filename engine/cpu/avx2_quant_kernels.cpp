@@ -222,31 +222,43 @@ template <DType T, int R>
   }
 }
 
-// Q6_K a super-block at a time: sixteen scales as floats once; per 128-value half, 64 bytes of low
-// nibbles and 32 of high bit pairs loaded once for its four runs of 32 values. Each run's first and last
-// 16 values have their own scale, kept apart by the lanes (0-3: first 16, 4-7: last 16).
+// Q6_K a super-block at a time over q8_K-style activations (one scale per 256): per 128-value half, 64
+// bytes of low nibbles and 32 of high bit pairs loaded once for its four runs of 32 values. A run's
+// unsigned 6-bit values u meet the activations in vpmaddubsw, 32 * x is taken off the pairs (u - 32 is
+// the weight), and vpmaddwd applies the run's two int8 scales (first 16 values, last 16); all sixteen
+// runs sum in integers before one float multiply.
 template <int R>
 [[gnu::always_inline]] inline void add_superblock_q6k(const Q8Block* const* xq, int64_t sb, const uint8_t* row, __m256* acc) {
   const __m256i mask = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
-  {
-    const auto& blk = reinterpret_cast<const quant::BlockQ6_K*>(row)[sb];
-    const __m256 d = _mm256_set1_ps(h2f(blk.d));
-    for (int half = 0; half < 2; ++half) {
-      const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32);
-      const __m256i qh = load32(blk.qh + 32 * half);
-      const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask),
-                              _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask), _mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask)};
-      for (int quarter = 0; quarter < 4; ++quarter) {
-        const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), three);
-        const __m256i w = _mm256_sub_epi8(_mm256_or_si256(low[quarter], _mm256_slli_epi16(top, 4)), offset);
-        const int8_t* sc = blk.scales + 8 * half + 2 * quarter;
-        const __m256 scales = _mm256_mul_ps(d, _mm256_set_m128(_mm_set1_ps(float(sc[1])), _mm_set1_ps(float(sc[0]))));
-        const int64_t b = sb * 8 + 4 * half + quarter;
-        for (int r = 0; r < R; ++r)
-          acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), _mm256_mul_ps(scales, _mm256_set1_ps(xq[r][b].d)), acc[r]);
+  const auto& blk = reinterpret_cast<const quant::BlockQ6_K*>(row)[sb];
+  __m256i isum[R];
+  for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+  for (int half = 0; half < 2; ++half) {
+    const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32);
+    const __m256i qh = load32(blk.qh + 32 * half);
+    const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask),
+                            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask), _mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask)};
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), three);
+      const __m256i u = _mm256_or_si256(low[quarter], _mm256_slli_epi16(top, 4));  // 0..63
+      const int8_t* sc = blk.scales + 8 * half + 2 * quarter;
+      const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+      const int64_t b = sb * 8 + 4 * half + quarter;
+      for (int r = 0; r < R; ++r) {
+        const __m256i x = load32(xq[r][b].q);
+        // |u x + u' x'| <= 16002 and |32 (x + x')| <= 8128: int16 holds both and their difference.
+        const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, x), _mm256_maddubs_epi16(offset, x));
+#ifdef FTLLM_VNNI
+        isum[r] = _mm256_dpwssd_epi32(isum[r], pairs, scales);
+#else
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(pairs, scales));
+#endif
       }
     }
   }
+  const float d = h2f(blk.d);
+  for (int r = 0; r < R; ++r)
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * xq[r][sb * 8].d), acc[r]);
 }
 
 // int4gN a group at a time: its float16 scale and minimum converted once, its blocks in an unrolled loop,
@@ -421,6 +433,6 @@ void quantize_q8_256(const float* x, int64_t K, Q8Block* out) {
   }
 }
 
-bool q8_per_256(DType t) { return t == DType::Q4_K || t == DType::Q5_K; }
+bool q8_per_256(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
 }  // namespace ftllm::cpu::FTLLM_QUANT_NS

@@ -30,7 +30,7 @@ struct Kernels {
                  int64_t n1, float* y, int64_t ldy);
   bool (*uses_q8)(DType wt);
   void (*quantize_q8)(const float* x, int64_t K, Q8Block* out);  // K a multiple of 32
-  // Q4_K and Q5_K want their activations with one scale per 256 values (llama.cpp's q8_K): every block
+  // Q4_K, Q5_K and Q6_K want their activations with one scale per 256 values (llama.cpp's q8_K): every block
   // of a super-block then shares d, and the kernel sums the super-block's integer dots, times the weight's
   // 6-bit scales, before one float multiply. quantize_q8_256 makes such blocks (d in float32).
   bool (*q8_per_256)(DType wt);

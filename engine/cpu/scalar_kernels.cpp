@@ -54,7 +54,7 @@ void quantize_blocks(const float* x, int64_t K, Q8Block* out, int64_t group) {
 
 void quantize_q8(const float* x, int64_t K, Q8Block* out) { quantize_blocks(x, K, out, 32); }
 void quantize_q8_256(const float* x, int64_t K, Q8Block* out) { quantize_blocks(x, K, out, 256); }
-bool q8_per_256(DType wt) { return wt == DType::Q4_K || wt == DType::Q5_K; }
+bool q8_per_256(DType wt) { return wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K; }
 
 float dot(const float* a, const float* b, int64_t n) {
   float acc = 0;
