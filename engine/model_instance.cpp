@@ -298,7 +298,7 @@ void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threa
   const bool numa_mode = placement.size() == 1 && placement[0].device == "numa";
   if (numa_mode || experts_on_nodes_) place_weights_on_nodes(!numa_mode);
   const bool grouped = numa_mode || experts_on_nodes_;
-  if (threads != pool_->size() || grouped != !pool_->group_nodes().empty())
+  if (threads != pool_->size() || grouped != (pool_->groups() > 1))
     pool_ = grouped ? std::make_unique<cpu::ThreadPool>(threads, split_nodes_) : std::make_unique<cpu::ThreadPool>(threads);
   device_contexts_.clear();
   device_pools_.clear();

@@ -227,12 +227,12 @@ void weighted_sum(const float* w, const float* const* values, int64_t n, int64_t
 
 // The AVX-512 VNNI table differs only in the integer dot products; the float kernels stay AVX2.
 const Kernels& avx512vnni_kernel_table() {
-  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::q8_per_256, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
+  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
   return k;
 }
 
 const Kernels& avx2_kernel_table() {
-  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, avx2::q8_per_256, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
+  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
   return k;
 }
 

@@ -9,19 +9,15 @@ bool uses_q8(DType t);  // the types with an integer kernel
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                int64_t ldy);
 void quantize_q8(const float* x, int64_t K, Q8Block* out);
-bool q8_per_256(DType t);
 void quantize_q8_256(const float* x, int64_t K, Q8Block* out);
 
 }  // namespace ftllm::cpu::avx2
 
-// The same source built for AVX-512 VNNI (vpdpbusd on 256-bit registers).
+// The same source built for AVX-512 VNNI (vpdpbusd on 256-bit registers). Only its matmul differs; both
+// tables quantize activations with the AVX2 build's functions, which give the same bytes.
 namespace ftllm::cpu::avx512vnni {
 
-bool uses_q8(DType t);
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                int64_t ldy);
-void quantize_q8(const float* x, int64_t K, Q8Block* out);
-bool q8_per_256(DType t);
-void quantize_q8_256(const float* x, int64_t K, Q8Block* out);
 
 }  // namespace ftllm::cpu::avx512vnni

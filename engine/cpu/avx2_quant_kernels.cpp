@@ -433,6 +433,4 @@ void quantize_q8_256(const float* x, int64_t K, Q8Block* out) {
   }
 }
 
-bool q8_per_256(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
-
 }  // namespace ftllm::cpu::FTLLM_QUANT_NS

@@ -30,11 +30,8 @@ struct Kernels {
                  int64_t n1, float* y, int64_t ldy);
   bool (*uses_q8)(DType wt);
   void (*quantize_q8)(const float* x, int64_t K, Q8Block* out);  // K a multiple of 32
-  // Q4_K, Q5_K and Q6_K want their activations with one scale per 256 values (llama.cpp's q8_K): every block
-  // of a super-block then shares d, and the kernel sums the super-block's integer dots, times the weight's
-  // 6-bit scales, before one float multiply. quantize_q8_256 makes such blocks (d in float32).
-  bool (*q8_per_256)(DType wt);
-  void (*quantize_q8_256)(const float* x, int64_t K, Q8Block* out);  // K a multiple of 256
+  // Blocks sharing one float32 scale per 256 values (q8_per_256); K a multiple of 256.
+  void (*quantize_q8_256)(const float* x, int64_t K, Q8Block* out);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
   // out = x / sqrt(mean(x^2) + eps) * w
@@ -48,9 +45,14 @@ struct Kernels {
   void (*weighted_sum)(const float* w, const float* const* values, int64_t n, int64_t d, float* out);
 };
 
+// Q4_K, Q5_K and Q6_K take their activations with one scale per 256 values (llama.cpp's q8_K): every block
+// of a super-block then shares d, and the kernel sums the super-block's integer dots, times the weight's
+// scales, before one float multiply.
+constexpr bool q8_per_256(DType wt) { return wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K; }
+
 // The activation blocks kernel table k wants for weights of type wt (uses_q8(wt) must hold).
 inline void quantize_activations(const Kernels& k, DType wt, const float* x, int64_t K, Q8Block* out) {
-  (k.q8_per_256(wt) ? k.quantize_q8_256 : k.quantize_q8)(x, K, out);
+  (q8_per_256(wt) ? k.quantize_q8_256 : k.quantize_q8)(x, K, out);
 }
 
 const Kernels& scalar_kernels();

@@ -54,7 +54,6 @@ void quantize_blocks(const float* x, int64_t K, Q8Block* out, int64_t group) {
 
 void quantize_q8(const float* x, int64_t K, Q8Block* out) { quantize_blocks(x, K, out, 32); }
 void quantize_q8_256(const float* x, int64_t K, Q8Block* out) { quantize_blocks(x, K, out, 256); }
-bool q8_per_256(DType wt) { return wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K; }
 
 float dot(const float* a, const float* b, int64_t n) {
   float acc = 0;
@@ -91,7 +90,7 @@ void weighted_sum(const float* w, const float* const* values, int64_t n, int64_t
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, q8_per_256, quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
+  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
   return k;
 }
 

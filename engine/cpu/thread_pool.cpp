@@ -15,16 +15,6 @@ std::vector<int64_t> split_rows(int64_t rows, int parts) {
   return bounds;
 }
 
-ThreadPool::ThreadPool(int threads, int numa_node) : numa_node_(numa_node), ranges_(new GroupRange[1]) {
-  if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  threads_in_group_ = {threads};
-  for (int i = 1; i < threads; ++i)
-    workers_.emplace_back([this] {
-      if (numa_node_ >= 0 && numa_available() >= 0) numa_run_on_node(numa_node_);
-      worker_loop(0);
-    });
-}
-
 ThreadPool::ThreadPool(int threads, std::vector<int> group_nodes)
     : group_nodes_(std::move(group_nodes)), ranges_(new GroupRange[std::max<size_t>(1, group_nodes_.size())]) {
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));

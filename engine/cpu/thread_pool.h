@@ -1,6 +1,7 @@
 // A fixed pool of worker threads for data-parallel loops. The calling thread works too.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -16,7 +17,8 @@ class ThreadPool {
  public:
   // `threads` counts the caller: 1 means no workers. 0 means one per online core. With `numa_node` >= 0
   // the workers run on that node's cores (and so first-touch its memory).
-  explicit ThreadPool(int threads = 0, int numa_node = -1);
+  explicit ThreadPool(int threads = 0, int numa_node = -1)
+      : ThreadPool(threads, numa_node >= 0 ? std::vector<int>{numa_node} : std::vector<int>{}) {}
   // --device numa: the threads are dealt out over `group_nodes` (one group per entry, in order; the
   // caller belongs to group 0) and each group's workers run on its node. parallel_for_groups then gives
   // each group its own share of the rows, the share whose weights live in that node's memory.
@@ -26,9 +28,7 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
-  int numa_node() const { return numa_node_; }
-  const std::vector<int>& group_nodes() const { return group_nodes_; }  // empty unless grouped
-  int groups() const { return std::max<int>(1, int(group_nodes_.size())); }
+  int groups() const { return std::max<int>(1, int(group_nodes_.size())); }  // > 1: grouped by node
 
   // Calls fn(begin, end) over [0, n) in chunks of at least `grain`, spread over all threads; returns
   // when every chunk is done. Not reentrant: fn must not call parallel_for on the same pool.
@@ -51,8 +51,7 @@ class ThreadPool {
   void run_job(const std::function<void(int64_t, int64_t)>& fn);
 
   std::vector<std::thread> workers_;
-  int numa_node_ = -1;
-  std::vector<int> group_nodes_;
+  std::vector<int> group_nodes_;  // the node of each group; empty: unbound
   std::vector<int> threads_in_group_;
   std::mutex mu_;
   std::condition_variable wake_;

@@ -111,17 +111,6 @@ Routes route_sigmoid_grouped(const Tensor& logits, const Tensor& bias, int64_t k
 
 namespace {
 
-// Rows [0, n) of x quantized for `wt` when its kernel computes with int8 activations; empty otherwise.
-std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x, int64_t n, int64_t K) {
-  std::vector<cpu::Q8Block> xq;
-  if (!ctx.kernels.uses_q8(wt)) return xq;
-  xq.resize(size_t(n * (K / 32)));
-  ctx.pool.parallel_for(n, 4, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) cpu::quantize_activations(ctx.kernels, wt, x + r * K, K, xq.data() + r * (K / 32));
-  });
-  return xq;
-}
-
 // Output rows per piece of work: small enough that a step's pieces outnumber the threads several times.
 int64_t slice_rows(int64_t rows, int64_t experts, int threads) {
   const int64_t want = std::max<int64_t>(1, int64_t(threads) * 4 / std::max<int64_t>(1, experts));

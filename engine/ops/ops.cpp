@@ -10,6 +10,16 @@
 
 namespace ftllm::ops {
 
+std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x, int64_t rows, int64_t K) {
+  std::vector<cpu::Q8Block> xq;
+  if (!ctx.kernels.uses_q8(wt)) return xq;
+  xq.resize(size_t(rows * (K / 32)));
+  ctx.pool.parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) cpu::quantize_activations(ctx.kernels, wt, x + r * K, K, xq.data() + r * (K / 32));
+  });
+  return xq;
+}
+
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
   if (w.dim(1) != K || y.dim(0) != T || y.dim(1) != N)
@@ -18,14 +28,7 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
   const float* xs = x.as<float>();
   float* ys = y.as<float>();
   // Quantized weights dot int8 activations: quantize x once, row by row, before the matmul.
-  std::vector<cpu::Q8Block> xq;
-  if (ctx.kernels.uses_q8(w.dtype)) {
-    const int64_t nb = K / 32;
-    xq.resize(size_t(T * nb));
-    ctx.pool.parallel_for(T, 4, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) cpu::quantize_activations(ctx.kernels, w.dtype, xs + t * K, K, xq.data() + t * nb);
-    });
-  }
+  const std::vector<cpu::Q8Block> xq = quantized_rows(ctx, w.dtype, xs, T, K);
   // Split the output features: each thread streams its own slice of the weight once (with --device numa,
   // a slice from its own node's share).
   ctx.pool.parallel_for_groups(N, 16, [&](int64_t n0, int64_t n1) {

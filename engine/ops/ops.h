@@ -11,6 +11,7 @@
 namespace ftllm::cpu {
 class ThreadPool;
 struct Kernels;
+struct Q8Block;
 }  // namespace ftllm::cpu
 
 namespace ftllm::ops {
@@ -19,6 +20,10 @@ struct Context {
   cpu::ThreadPool& pool;
   const cpu::Kernels& kernels;
 };
+
+// Rows [0, rows) of x (K floats each) as the int8 blocks the kernels want for weights of type wt, or
+// empty when wt's kernel computes on the floats.
+std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x, int64_t rows, int64_t K);
 
 // y[T, N] = x[T, K] · w[N, K]ᵀ (+ bias[N], float32). y must be float32 [T, N].
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);

@@ -193,8 +193,8 @@ BOOST_AUTO_TEST_CASE(q8_256_activations_share_a_scale_per_super_block) {
   BOOST_TEST(a[8].d == 40.0f / 127.0f);
   BOOST_TEST(a[9].q[300 - 288] == 127);
   BOOST_TEST(a[16].d == 0.0f);
-  BOOST_TEST(cpu::scalar_kernels().q8_per_256(DType::Q4_K));
-  BOOST_TEST(!cpu::scalar_kernels().q8_per_256(DType::Q4_0));
+  BOOST_TEST(cpu::q8_per_256(DType::Q4_K));
+  BOOST_TEST(!cpu::q8_per_256(DType::Q4_0));
 }
 
 BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
@@ -212,7 +212,7 @@ BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
     std::vector<cpu::Q8Block> xq(size_t(M * nb));
     // The reference quantizer (the same bytes as the fast ones, tested above), in the blocks `fast` wants.
     for (int64_t m = 0; m < M; ++m)
-      (fast.q8_per_256(t) ? ref.quantize_q8_256 : ref.quantize_q8)(x.data() + m * K, K, xq.data() + m * nb);
+      (cpu::q8_per_256(t) ? ref.quantize_q8_256 : ref.quantize_q8)(x.data() + m * K, K, xq.data() + m * nb);
     ref.matmul(t, x.data(), nullptr, M, K, w.data(), 1, N, want.data(), N);
     fast.matmul(t, x.data(), xq.data(), M, K, w.data(), 1, N, got.data(), N);
     for (int64_t m = 0; m < M; ++m)
