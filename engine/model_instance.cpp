@@ -1,6 +1,7 @@
 #include "model_instance.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <filesystem>
 #include <fstream>
@@ -112,11 +113,28 @@ void apply_moe_options(const ModelLoadOptions& o, model::ModelConfig& c) {
                         " (the experts this model has)");
     c.moe.experts_per_token = o.moe_experts;
   }
-  if (o.moe_device != "cpu" && o.moe_device != "numa" && !o.moe_device.empty())
-    throw EngineError("--moe_device " + o.moe_device + " is not available: this build runs experts on cpu or numa");
-  if (o.moe_device == "numa" && !moe)
-    throw EngineError("--moe_device numa applies to mixture-of-experts models; " + c.architecture + " has no experts");
-  if (o.cuda_se) throw EngineError("--cuda_se keeps shared experts on a CUDA device, which this build does not have; load without it");
+  const bool cuda_experts = o.moe_device == "cuda" || o.moe_device.starts_with("cuda:");
+  if (o.moe_device != "cpu" && o.moe_device != "numa" && !o.moe_device.empty() && !cuda_experts)
+    throw EngineError("--moe_device " + o.moe_device + " is unknown; use cpu, numa or cuda");
+  if ((o.moe_device == "numa" || cuda_experts) && !moe)
+    throw EngineError("--moe_device " + o.moe_device + " applies to mixture-of-experts models; " + c.architecture +
+                      " has no experts");
+  auto no_gpu = [](const std::string& device) {  // why `device` cannot be used, or empty
+    try {
+      resolve_placement(device, 1);
+    } catch (const EngineError& e) {
+      std::string why = e.what();
+      const size_t colon = why.find(": ");  // after "device cuda:1 is not available"
+      return colon == std::string::npos ? why : why.substr(colon + 2);
+    }
+    return std::string();
+  };
+  if (cuda_experts)
+    if (std::string why = no_gpu(o.moe_device); !why.empty())
+      throw EngineError("--moe_device " + o.moe_device + " is not available: " + why);
+  if (o.cuda_se)
+    if (std::string why = no_gpu("cuda"); !why.empty())
+      throw EngineError("--cuda_se keeps shared experts on a CUDA device, and " + why + "; load without it");
 }
 
 }  // namespace
@@ -291,12 +309,55 @@ void ModelInstance::add_load_note(const std::string& note) {
   if (!note.empty()) load_notes_ += (load_notes_.empty() ? "" : "; ") + note;
 }
 
+namespace {
+
+Device device_of(const std::string& d) {
+  const int i = cuda_index(d);
+  return i >= 0 ? Device::cuda(i) : Device::cpu();
+}
+
+}  // namespace
+
+void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
+  const model::ModelConfig& c = config();
+  std::vector<Device> target(size_t(c.num_layers));
+  for (const LayerRange& r : placement)
+    for (int64_t l = r.first; l < r.first + r.count; ++l) target[size_t(l)] = device_of(r.device);
+  if (c.mla.kv_lora_rank > 0)
+    for (const Device& d : target)
+      if (d.is_cuda())
+        throw EngineError("multi-head latent attention (" + c.architecture + ") runs on the cpu in this build; place its "
+                          "layers on cpu (the experts can still go to --moe_device)");
+  // The routed experts stay where --moe_device says whatever the layer's device; shared experts follow
+  // the layer onto a GPU with --cuda_se, else stay with the routed ones.
+  const Device experts = options_.moe_device.starts_with("cuda") ? device_of(resolve_placement(options_.moe_device, 1)[0].device)
+                                                                 : Device::cpu();
+  auto move_to = [](Device d) { return [d](Tensor& t) { t = ops::to_device(t, d); }; };
+  if (layer_device_.empty()) layer_device_.assign(size_t(c.num_layers), Device::cpu());
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Device d = target[size_t(l)], was = layer_device_[size_t(l)];
+    if (d == was && layers_placed_) continue;  // the first placement also puts the experts in place
+    const Device shared = options_.cuda_se && d.is_cuda() ? d : experts;
+    model_->move_layer(l, move_to(d), false, false);
+    model_->move_layer(l, move_to(experts), true, false);
+    model_->move_layer(l, move_to(shared), false, true);
+    // The layer's cached keys and values go with it, so running sequences carry on.
+    kv_.replace_layer(l, ops::to_device(kv_.layer_storage(l), d));
+    layer_device_[size_t(l)] = d;
+  }
+  // The LM head runs where the last layer does.
+  const Device head = target.empty() ? Device::cpu() : target.back();
+  if (!(model_->head_device() == head)) model_->move_head(move_to(head));
+  layers_placed_ = true;
+}
+
 void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threads) {
   if (threads <= 0) threads = pool_->size();
   // NUMA mode: one pool whose threads are grouped by node, over weights whose rows are split the same way.
   // --moe_device numa alone: only the experts' rows are split, but the pool is grouped the same way.
   const bool numa_mode = placement.size() == 1 && placement[0].device == "numa";
   if (numa_mode || experts_on_nodes_) place_weights_on_nodes(!numa_mode);
+  move_to_devices(placement);
   const bool grouped = numa_mode || experts_on_nodes_;
   if (threads != pool_->size() || grouped != (pool_->groups() > 1))
     pool_ = grouped ? std::make_unique<cpu::ThreadPool>(threads, split_nodes_) : std::make_unique<cpu::ThreadPool>(threads);
@@ -312,10 +373,13 @@ void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threa
     for (const LayerRange& r : placement) {
       ops::Context* ctx = main_ctx_.get();
       if (r.device != "cpu") {
-        if (!device_pools_.count(r.device))
+        const bool gpu = cuda_index(r.device) >= 0;
+        // A GPU's layers keep the model's pool for what runs on the host beside them (experts).
+        if (!gpu && !device_pools_.count(r.device))
           device_pools_[r.device] = std::make_unique<cpu::ThreadPool>(threads, std::stoi(r.device.substr(5)));
         if (!device_contexts_.count(r.device))
-          device_contexts_[r.device] = std::make_unique<ops::Context>(ops::Context{*device_pools_[r.device], kernels()});
+          device_contexts_[r.device] = std::make_unique<ops::Context>(
+              ops::Context{gpu ? *pool_ : *device_pools_[r.device], kernels(), device_of(r.device)});
         ctx = device_contexts_[r.device].get();
       }
       for (int64_t l = r.first; l < r.first + r.count; ++l) layer_ctx_[size_t(l)] = ctx;
@@ -340,6 +404,15 @@ void ModelInstance::set_threads(int threads) {
     pending_threads_ = threads;
   }
   wake_.notify_one();
+}
+
+void ModelInstance::fail_all_running(const std::string& message) {
+  std::vector<uint64_t> sids;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [sid, id] : public_of_) sids.push_back(sid);
+  }
+  for (uint64_t sid : sids) scheduler_.fail(sid, message);
 }
 
 void ModelInstance::fail_all(const std::string& message) {
@@ -429,8 +502,18 @@ void ModelInstance::worker_loop() {
     }
     {
       std::lock_guard compute(compute_mu_);
-      if (placement) apply_placement(std::move(*placement), threads);
-      else if (threads > 0 && threads != pool_->size()) apply_placement(this->placement(), threads);
+      try {
+        if (placement) apply_placement(std::move(*placement), threads);
+        else if (threads > 0 && threads != pool_->size()) apply_placement(this->placement(), threads);
+      } catch (const std::exception& e) {
+        // A move that ran out of device memory: put everything back where it was and keep serving.
+        add_load_note(std::string("rebalance failed: ") + e.what());
+        try {
+          apply_placement(this->placement(), 0);
+        } catch (const std::exception& again) {
+          fail_all_running(std::string("the model could not be placed back after a failed rebalance: ") + again.what());
+        }
+      }
       if (!scheduler_.idle()) step();
       // Report finished sequences (cancelled ones included) and free their pages.
       for (scheduler::Finished& f : scheduler_.take_finished()) {

@@ -114,6 +114,12 @@ class ModelInstance {
   std::vector<ops::Context*> layer_ctx_;  // empty: every layer on pool_
   std::unique_ptr<ops::Context> main_ctx_;  // pool_'s context for the layers left on the cpu
   void apply_placement(std::vector<LayerRange> placement, int threads);  // worker, compute_mu_ held
+  // Moves each layer's weights and KV pages to the device its range names (and the experts to
+  // --moe_device, the LM head beside the last layer); throws EngineError, before moving, for what cannot go.
+  void move_to_devices(const std::vector<LayerRange>& placement);
+  std::vector<Device> layer_device_;  // where each layer's weights and KV pages are now
+  bool layers_placed_ = false;
+  void fail_all_running(const std::string& message);  // worker, compute_mu_ held
   // --device numa (every matrix) or --moe_device numa (experts only): rows split over the nodes, once.
   void place_weights_on_nodes(bool experts_only);
   std::vector<int> split_nodes_;  // the nodes the rows were split over; empty until then

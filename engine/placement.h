@@ -1,6 +1,9 @@
-// Where a model's layers run: fastllm's device syntax ("cpu", "numa:1", or "{'cpu':1,'numa:0':1}"
-// splitting the layers in those proportions, in order), parsed and resolved to layer ranges. "numa"
-// alone is fastllm's NUMA mode: every layer on all nodes, each weight's rows split across them.
+// Where a model's layers run: fastllm's device syntax ("cpu", "numa:1", "cuda", "cuda:1", or
+// "{'cuda:0':3,'cpu':1}" splitting the layers in those proportions, in order; "cudapp=N" and
+// "cudapp=1:2" as fastllm's shorthands for an even or weighted split over N GPUs), parsed and resolved
+// to layer ranges. "numa" alone is fastllm's NUMA mode: every layer on all nodes, each weight's rows
+// split across them. "multicuda:0,1" is tensor parallelism over those GPUs; over one GPU it is that
+// GPU's plain cuda:N.
 #pragma once
 
 #include <cstdint>
@@ -10,14 +13,18 @@
 namespace ftllm {
 
 struct LayerRange {
-  std::string device;  // "cpu", "numa:N", or "numa" (all nodes, rows split)
+  std::string device;  // "cpu", "numa:N", "numa" (all nodes, rows split), or "cuda:N"
   int64_t first = 0, count = 0;
 };
 
 // Resolves `spec` for a model of `layers` layers. Throws EngineError naming what is wrong, and which
 // devices this build offers. On a machine of one NUMA node "numa" resolves to "cpu", and `note` (when
 // given) says so.
-std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layers, std::string* note = nullptr);
+// `cuda_devices`: how many CUDA devices to offer (-1: the ones this build and machine have).
+std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layers, std::string* note = nullptr,
+                                          int cuda_devices = -1);
+// The CUDA ordinal of "cuda:N", or -1 for a host device.
+int cuda_index(const std::string& device);
 std::string placement_string(const std::vector<LayerRange>& ranges);  // "cpu:0-14 numa:0:15-29"
 
 }  // namespace ftllm

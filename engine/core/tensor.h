@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "device.h"
 #include "dtype.h"
 
 namespace ftllm {
@@ -16,6 +17,7 @@ struct Tensor {
   std::vector<int64_t> shape;
   void* data = nullptr;
   std::shared_ptr<void> owner;  // keeps `data` alive: an allocation or a mapped file
+  Device device;                // host unless the CUDA backend made it (cuda::empty, cuda::to_device)
 
   int64_t numel() const {
     int64_t n = 1;

@@ -210,32 +210,66 @@ void DecoderModel::move_matrices(const std::function<void(Tensor&)>& move, bool 
   }
 }
 
-void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const {
+void DecoderModel::move_layer(int64_t l, const std::function<void(Tensor&)>& move, bool experts, bool shared) {
+  LayerWeights& L = layers_[size_t(l)];
+  for (Tensor* t : {&L.attn_norm, &L.q, &L.k, &L.v, &L.o, &L.mlp_norm, &L.gate, &L.up, &L.down, &L.q_a, &L.q_a_norm, &L.q_b,
+                    &L.kv_a, &L.kv_a_norm, &L.kv_b})
+    if (!t->empty()) move(*t);
+  for (std::optional<Tensor>* t : {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.q_norm, &L.k_norm, &L.gate_bias, &L.up_bias,
+                                   &L.down_bias})
+    if (*t) move(**t);
+  if (experts && !L.experts.empty()) {
+    move(L.router);  // routing reads its logits on the host; the router runs beside the experts
+    for (ops::Expert& e : L.experts)
+      for (Tensor* t : {&e.gate, &e.up, &e.down}) move(*t);
+  }
+  if (shared && L.shared) {
+    for (Tensor* t : {&L.shared->gate, &L.shared->up, &L.shared->down}) move(*t);
+    if (L.shared_gate) move(*L.shared_gate);
+  }
+}
+
+void DecoderModel::move_head(const std::function<void(Tensor&)>& move) {
+  move(final_norm_);
+  move(lm_head_);
+  if (config_.tie_word_embeddings) embed_ = lm_head_;  // one copy serves both
+}
+
+void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h_in, Tensor& out) const {
+  // The experts run where their weights are (--moe_device): a layer on a GPU with its experts in host
+  // memory sends the normalised rows to the host and takes the sum back, once per layer.
+  const Device experts_on = L.experts.front().gate.device;
+  ops::Context host{ctx.pool, ctx.kernels, experts_on};
+  const Tensor h = ops::to_device(h_in, experts_on);
   const int64_t T = h.dim(0), H = h.dim(1);
-  Tensor logits = Tensor::zeros_f32({T, int64_t(L.experts.size())});
-  ops::linear(ctx, h, L.router, nullptr, logits);
+  Tensor logits = ops::zeros(host, {T, int64_t(L.experts.size())});
+  ops::linear(host, h, L.router, nullptr, logits);
+  logits = ops::to_device(logits, Device::cpu());  // routing is host code over [T, E]
   const MoeConfig& m = config_.moe;
   const ops::Routes routes =
       m.sigmoid_grouped ? ops::route_sigmoid_grouped(logits, *L.router_bias, m.experts_per_token, m.n_group, m.topk_group,
                                                      m.norm_topk_prob, float(m.routed_scaling_factor))
                         : ops::route_softmax_topk(logits, m.experts_per_token, m.norm_topk_prob, m.n_group, m.topk_group,
                                                   float(m.routed_scaling_factor));
-  ops::moe_experts(ctx, h, routes, L.experts, out);
-  if (!L.shared) return;
-  if (!L.shared_gate) {  // DeepSeek: shared experts added as they are
-    Tensor shared = Tensor::zeros_f32({T, H});
-    ops::expert_mlp(ctx, h, *L.shared, shared);
-    ops::add(ctx, out, shared);
-    return;
+  Tensor routed = ops::zeros(host, {T, H});
+  ops::moe_experts(host, h, routes, L.experts, routed);
+  if (L.shared) {
+    // Shared experts run where their weights are too (--cuda_se keeps them on the layer's GPU).
+    const Device shared_on = L.shared->gate.device;
+    ops::Context sc{ctx.pool, ctx.kernels, shared_on};
+    const Tensor hs = ops::to_device(h_in, shared_on);
+    Tensor shared = ops::zeros(sc, {T, H});
+    ops::expert_mlp(sc, hs, *L.shared, shared);
+    if (L.shared_gate) {
+      // Qwen2-MoE: every token also goes through the shared expert, scaled by sigmoid(shared_expert_gate · h).
+      Tensor gate = ops::zeros(sc, {T, 1});
+      ops::linear(sc, hs, *L.shared_gate, nullptr, gate);
+      ops::scale_rows(sc, shared, gate, true);
+    }
+    shared = ops::to_device(shared, experts_on);
+    ops::add(host, routed, shared);
   }
-  // Qwen2-MoE: every token also goes through the shared expert, scaled by sigmoid(shared_expert_gate · h).
-  Tensor shared = Tensor::zeros_f32({T, H}), gate = Tensor::zeros_f32({T, 1});
-  ops::expert_mlp(ctx, h, *L.shared, shared);
-  ops::linear(ctx, h, *L.shared_gate, nullptr, gate);
-  for (int64_t t = 0; t < T; ++t) {
-    const float g = 1.0f / (1.0f + std::exp(-gate.as<float>()[t]));
-    ctx.kernels.axpy(g, shared.as<float>() + t * H, out.as<float>() + t * H, H);
-  }
+  out = ops::to_device(routed, ctx.device);
 }
 
 namespace {
@@ -270,7 +304,7 @@ void rope_head(float* x, const float* cos, const float* sin, int64_t d, bool int
 // cached token, for prefill or decode.
 void DecoderModel::mla_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
                                  const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
-                                 const std::vector<kvcache::SequenceKv*>& sequences, std::vector<ops::KvBlocks>& kv,
+                                 const std::vector<kvcache::SequenceKv*>& sequences, const ops::AttentionBatch& ab,
                                  Tensor& out) const {
   const ModelConfig& c = config_;
   const MlaConfig& a = c.mla;
@@ -278,6 +312,7 @@ void DecoderModel::mla_attention(ops::Context& ctx, int64_t l, const LayerWeight
   const int64_t qk = nope + rope, row = lora + rope, B = pool.block_tokens(), kvb_row = nope + a.v_dim;
   const float eps = float(c.rms_norm_eps);
   if (rope > 512) throw EngineError("MLA: qk_rope_head_dim " + std::to_string(rope) + " is larger than this engine handles (512)");
+  if (h.device.is_cuda()) throw EngineError("multi-head latent attention runs on the cpu only; place these layers on cpu");
 
   Tensor q = Tensor::zeros_f32({T, heads * qk});
   if (a.q_lora_rank) {
@@ -312,14 +347,11 @@ void DecoderModel::mla_attention(ops::Context& ctx, int64_t l, const LayerWeight
       }
     }
   });
-  for (size_t s = 0; s < sequences.size(); ++s) {
-    kv[s].keys.clear();
-    for (int32_t block : sequences[s]->blocks) kv[s].keys.push_back(pool.key(l, block, 0));
-    kv[s].values = kv[s].keys;  // the value is the first kv_lora_rank floats of the same row
-  }
+  // The value is the first kv_lora_rank floats of the same row.
+  const ops::KvLayer kv{pool.key(l, 0, 0), pool.key(l, 0, 0), pool.block_floats(), pool.row_floats(), Device::cpu()};
   ops::AttentionShape shape{heads, 1, row, B, 0, 1.0f / std::sqrt(float(qk)) * yarn_softmax_scale(c.rope), lora};
   Tensor mixed = Tensor::zeros_f32({T, heads * lora});
-  ops::paged_attention(ctx, query, b.positions, b.seq, kv, shape, mixed);
+  ops::paged_attention(ctx, query, ab, kv, shape, mixed);
 
   // Each head's output through its v rows of kv_b_proj, then o_proj.
   Tensor attn = Tensor::zeros_f32({T, heads * a.v_dim});
@@ -335,15 +367,13 @@ void DecoderModel::mla_attention(ops::Context& ctx, int64_t l, const LayerWeight
 }
 
 void DecoderModel::gqa_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
-                                 const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
-                                 const std::vector<kvcache::SequenceKv*>& sequences, std::vector<ops::KvBlocks>& kv,
-                                 Tensor& out) const {
+                                 const Tensor& sin, kvcache::KvPool& pool, const ops::AttentionBatch& ab, Tensor& out) const {
   const ModelConfig& c = config_;
   const int64_t T = h.dim(0), d = c.head_dim, q_dim = c.num_heads * d, kv_dim = c.num_kv_heads * d, B = pool.block_tokens();
   const float eps = float(c.rms_norm_eps);
   auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
-  Tensor q = Tensor::zeros_f32({T, q_dim}), k = Tensor::zeros_f32({T, kv_dim}), v = Tensor::zeros_f32({T, kv_dim});
-  Tensor attn = Tensor::zeros_f32({T, q_dim});
+  Tensor q = ops::zeros(ctx, {T, q_dim}), k = ops::zeros(ctx, {T, kv_dim}), v = ops::zeros(ctx, {T, kv_dim});
+  Tensor attn = ops::zeros(ctx, {T, q_dim});
   ops::AttentionShape shape{c.num_heads, c.num_kv_heads, d, B, 0, 1.0f / std::sqrt(float(d))};
   if (spec_.sliding_window && c.sliding_window) shape.window = *c.sliding_window;
   ops::linear(ctx, h, L.q, opt(L.q_bias), q);
@@ -356,48 +386,53 @@ void DecoderModel::gqa_attention(ops::Context& ctx, int64_t l, const LayerWeight
   ops::rope(ctx, q, c.num_heads, cos, sin);
   ops::rope(ctx, k, c.num_kv_heads, cos, sin);
 
-  for (int64_t t = 0; t < T; ++t) {
-    const kvcache::SequenceKv& s = *sequences[size_t(b.seq[size_t(t)])];
-    const int64_t p = b.positions[size_t(t)];
-    const int32_t block = s.block_of(p, B);
-    std::memcpy(pool.key(l, block, p % B), k.as<float>() + t * kv_dim, size_t(kv_dim) * 4);
-    std::memcpy(pool.value(l, block, p % B), v.as<float>() + t * kv_dim, size_t(kv_dim) * 4);
-  }
-  for (size_t s = 0; s < sequences.size(); ++s) {
-    kv[s].keys.clear();
-    kv[s].values.clear();
-    for (int32_t block : sequences[s]->blocks) {
-      kv[s].keys.push_back(pool.key(l, block, 0));
-      kv[s].values.push_back(pool.value(l, block, 0));
-    }
-  }
-  ops::paged_attention(ctx, q, b.positions, b.seq, kv, shape, attn);
+  const ops::KvLayer kv{pool.key(l, 0, 0), pool.value(l, 0, 0), pool.block_floats(), pool.row_floats(),
+                        pool.layer_storage(l).device};
+  ops::store_kv(ctx, ab, k, &v, kv, B);
+  ops::paged_attention(ctx, q, ab, kv, shape, attn);
   ops::linear(ctx, attn, L.o, opt(L.o_bias), out);
 }
 
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
                              const std::vector<kvcache::SequenceKv*>& sequences,
                              const std::vector<ops::Context*>* layer_ctx) const {
-  ops::Context& ctx = main_ctx;
   const ModelConfig& c = config_;
   const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
   const float eps = float(c.rms_norm_eps);
   auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
 
-  Tensor x = Tensor::zeros_f32({T, H}), h = Tensor::zeros_f32({T, H}), proj = Tensor::zeros_f32({T, H});
-  Tensor gate = Tensor::zeros_f32({T, I}), up = Tensor::zeros_f32({T, I});
-  Tensor cos = Tensor::zeros_f32({T, d / 2}), sin = Tensor::zeros_f32({T, d / 2});
+  // The embedding is looked up where its table is; activations then follow the layers from device to
+  // device, crossing once per boundary.
+  ops::Context embed_ctx{main_ctx.pool, main_ctx.kernels, embed_.device};
+  Tensor x = ops::zeros(embed_ctx, {T, H});
+  ops::embedding(embed_ctx, embed_, b.tokens, x);
 
-  ops::embedding(ctx, embed_, b.tokens, x);
-  rope_tables(inv_freq_, b.positions, cos, sin, rope_attention_factor(c.rope));
-  std::vector<ops::KvBlocks> kv(sequences.size());
+  Tensor cos_host = Tensor::zeros_f32({T, d / 2}), sin_host = Tensor::zeros_f32({T, d / 2});
+  rope_tables(inv_freq_, b.positions, cos_host, sin_host, rope_attention_factor(c.rope));
+  Tensor cos = cos_host, sin = sin_host;
 
+  ops::AttentionBatch ab{b.positions, b.seq, {}, {}, nullptr, {}};
+  for (const kvcache::SequenceKv* s : sequences) {
+    ab.table_start.push_back(int32_t(ab.block_table.size()));
+    ab.block_table.insert(ab.block_table.end(), s->blocks.begin(), s->blocks.end());
+  }
+
+  Tensor h, proj, gate, up;
   for (int64_t l = 0; l < int64_t(layers_.size()); ++l) {
     const LayerWeights& L = layers_[size_t(l)];
     ops::Context& ctx = layer_ctx ? *(*layer_ctx)[size_t(l)] : main_ctx;
+    if (!(x.device == ctx.device) || h.empty()) {
+      x = ops::to_device(x, ctx.device);
+      cos = ops::to_device(cos_host, ctx.device);
+      sin = ops::to_device(sin_host, ctx.device);
+      h = ops::zeros(ctx, {T, H});
+      proj = ops::zeros(ctx, {T, H});
+      gate = ops::zeros(ctx, {T, I});
+      up = ops::zeros(ctx, {T, I});
+    }
     ops::rmsnorm(ctx, x, L.attn_norm, eps, h);
-    if (spec_.mla) mla_attention(ctx, l, L, h, cos, sin, b, pool, sequences, kv, proj);
-    else gqa_attention(ctx, l, L, h, cos, sin, b, pool, sequences, kv, proj);
+    if (spec_.mla) mla_attention(ctx, l, L, h, cos, sin, b, pool, sequences, ab, proj);
+    else gqa_attention(ctx, l, L, h, cos, sin, pool, ab, proj);
     ops::add(ctx, x, proj);
 
     ops::rmsnorm(ctx, x, L.mlp_norm, eps, h);
@@ -412,15 +447,17 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
     ops::add(ctx, x, proj);
   }
 
-  // Only the rows whose next token is wanted go through the final norm and the (large) LM head.
+  // Only the rows whose next token is wanted go through the final norm and the (large) LM head, on the
+  // LM head's device; the logits come back to the host for the sampler.
+  ops::Context head_ctx{main_ctx.pool, main_ctx.kernels, lm_head_.device};
+  x = ops::to_device(x, head_ctx.device);
   const int64_t R = int64_t(b.logit_rows.size());
-  Tensor last = Tensor::zeros_f32({R, H}), normed = Tensor::zeros_f32({R, H});
-  for (int64_t r = 0; r < R; ++r)
-    std::memcpy(last.as<float>() + r * H, x.as<float>() + b.logit_rows[size_t(r)] * H, size_t(H) * 4);
-  ops::rmsnorm(ctx, last, final_norm_, eps, normed);
-  Tensor logits = Tensor::zeros_f32({R, c.vocab_size});
-  ops::linear(ctx, normed, lm_head_, nullptr, logits);
-  return logits;
+  Tensor last = ops::zeros(head_ctx, {R, H}), normed = ops::zeros(head_ctx, {R, H});
+  ops::gather_rows(head_ctx, x, b.logit_rows, last);
+  ops::rmsnorm(head_ctx, last, final_norm_, eps, normed);
+  Tensor logits = ops::zeros(head_ctx, {R, c.vocab_size});
+  ops::linear(head_ctx, normed, lm_head_, nullptr, logits);
+  return ops::to_device(logits, Device::cpu());
 }
 
 }  // namespace ftllm::model

@@ -60,6 +60,13 @@ class DecoderModel {
   // input embedding along with it when tied), or of the routed experts' only; --device numa and
   // --moe_device numa move them into node-bound memory.
   void move_matrices(const std::function<void(Tensor&)>& move, bool experts_only = false);
+  // Moves layer l's tensors (norms and biases too) with `move`: the attention and dense MLP always, the
+  // routed experts with their router when `experts`, the shared experts with their gate when `shared`.
+  // --device and rebalance put layers on a GPU this way.
+  void move_layer(int64_t l, const std::function<void(Tensor&)>& move, bool experts, bool shared);
+  // Moves the final norm and the LM head (the input embedding along with it when tied).
+  void move_head(const std::function<void(Tensor&)>& move);
+  Device head_device() const { return lm_head_.device; }
 
   // Writes the batch's keys and values into the cache and returns float32 logits [logit_rows, vocab].
   // `layer_ctx`, when given, holds one context per layer (layers placed on different thread pools);
@@ -74,13 +81,12 @@ class DecoderModel {
   void bind_mla(const WeightStore& w, const std::string& prefix, LayerWeights& L);
   // Grouped-query attention for layer l (q, k, v projections, RoPE, the paged cache), after o_proj.
   void gqa_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
-                     const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
-                     const std::vector<kvcache::SequenceKv*>& sequences, std::vector<ops::KvBlocks>& kv, Tensor& out) const;
+                     const Tensor& sin, kvcache::KvPool& pool, const ops::AttentionBatch& ab, Tensor& out) const;
   // MLA for layer l: writes the batch's compressed rows into the cache and the attention output
   // (after o_proj) into out.
   void mla_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
                      const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
-                     const std::vector<kvcache::SequenceKv*>& sequences, std::vector<ops::KvBlocks>& kv, Tensor& out) const;
+                     const std::vector<kvcache::SequenceKv*>& sequences, const ops::AttentionBatch& ab, Tensor& out) const;
   ModelConfig config_;
   DecoderSpec spec_;
   Tensor embed_, final_norm_, lm_head_;

@@ -119,7 +119,33 @@ int64_t slice_rows(int64_t rows, int64_t experts, int threads) {
 
 }  // namespace
 
+namespace {
+
+// Experts in a device's memory: each active expert, in ascending order, takes its tokens' rows through
+// the ops of that device and adds them back weighted, so each token's sum runs in the CPU path's order.
+void moe_experts_by_ops(Context& ctx, const Tensor& x, const Routes& routes, std::span<const Expert> experts, Tensor& out) {
+  const int64_t T = x.dim(0), H = x.dim(1), k = routes.k;
+  std::vector<std::vector<int64_t>> rows(experts.size());
+  std::vector<std::vector<float>> weights(experts.size());
+  for (int64_t i = 0; i < T * k; ++i) {
+    rows[size_t(routes.expert[size_t(i)])].push_back(i / k);
+    weights[size_t(routes.expert[size_t(i)])].push_back(routes.weight[size_t(i)]);
+  }
+  out = zeros(x.device, {T, H});
+  for (size_t e = 0; e < experts.size(); ++e) {
+    if (rows[e].empty()) continue;
+    const int64_t n = int64_t(rows[e].size());
+    Tensor xs = zeros(x.device, {n, H}), ys = zeros(x.device, {n, H});
+    gather_rows(ctx, x, rows[e], xs);
+    expert_mlp(ctx, xs, experts[e], ys);
+    scatter_add_rows(ctx, ys, rows[e], weights[e], out);
+  }
+}
+
+}  // namespace
+
 void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<const Expert> experts, Tensor& out) {
+  if (x.device.is_cuda()) return moe_experts_by_ops(ctx, x, routes, experts, out);
   const int64_t T = x.dim(0), H = x.dim(1), k = routes.k, E = int64_t(experts.size());
   const int64_t I = experts.front().gate.dim(0);
   // Group the (token, choice) pairs by expert: expert e's rows are [first[e], first[e + 1]) of the packed
@@ -208,7 +234,7 @@ void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<
 
 void expert_mlp(Context& ctx, const Tensor& x, const Expert& e, Tensor& out) {
   const int64_t T = x.dim(0), I = e.gate.dim(0);
-  Tensor gate = Tensor::zeros_f32({T, I}), up = Tensor::zeros_f32({T, I});
+  Tensor gate = zeros(x.device, {T, I}), up = zeros(x.device, {T, I});
   linear(ctx, x, e.gate, nullptr, gate);
   linear(ctx, x, e.up, nullptr, up);
   silu_mul(ctx, gate, up, gate);

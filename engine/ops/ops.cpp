@@ -2,13 +2,55 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "../core/error.h"
 #include "../cpu/kernels.h"
 #include "../cpu/thread_pool.h"
+#if defined(FTLLM_WITH_CUDA)
+#include "../cuda/cuda_ops.h"
+#include "../cuda/runtime.h"
+#endif
 
 namespace ftllm::ops {
+
+// Every op picks its backend from where its first tensor lives; a tensor on a device in a build without
+// CUDA cannot exist, so the dispatch compiles away there.
+#if defined(FTLLM_WITH_CUDA)
+#define FTLLM_ON_CUDA(t, call) \
+  if ((t).device.is_cuda()) {  \
+    call;                      \
+    return;                    \
+  }
+bool cuda_built() { return true; }
+#else
+#define FTLLM_ON_CUDA(t, call)
+bool cuda_built() { return false; }
+#endif
+
+Tensor zeros(Device device, std::vector<int64_t> shape) {
+#if defined(FTLLM_WITH_CUDA)
+  if (device.is_cuda()) return cuda::zeros(device, DType::F32, std::move(shape));
+#endif
+  return Tensor::zeros_f32(std::move(shape));
+}
+
+Tensor to_device(const Tensor& t, Device to) {
+  if (t.device == to) return t;
+#if defined(FTLLM_WITH_CUDA)
+  return cuda::to_device(t, to);
+#else
+  throw EngineError("this build has no CUDA backend: tensors stay on the cpu");
+#endif
+}
+
+namespace {
+void same_device(const char* op, const Tensor& a, const Tensor& b) {
+  if (!(a.device == b.device))
+    throw EngineError(std::string(op) + ": operands on " + a.device.name() + " and " + b.device.name());
+}
+}  // namespace
 
 std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x, int64_t rows, int64_t K) {
   std::vector<cpu::Q8Block> xq;
@@ -25,6 +67,8 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
   if (w.dim(1) != K || y.dim(0) != T || y.dim(1) != N)
     throw EngineError("linear: shapes " + shape_string(x.shape) + " x " + shape_string(w.shape) + " -> " +
                       shape_string(y.shape) + " do not fit");
+  same_device("linear", x, w);
+  FTLLM_ON_CUDA(x, cuda::linear(x, w, bias, y))
   const float* xs = x.as<float>();
   float* ys = y.as<float>();
   // Quantized weights dot int8 activations: quantize x once, row by row, before the matmul.
@@ -40,6 +84,8 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
 }
 
 void rmsnorm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  same_device("rmsnorm", x, w);
+  FTLLM_ON_CUDA(x, cuda::rmsnorm(x, w, eps, out))
   const int64_t d = w.numel(), rows = x.numel() / d;
   const float* xs = x.as<float>();
   float* os = out.as<float>();
@@ -54,6 +100,7 @@ void embedding(Context& ctx, const Tensor& table, std::span<const int32_t> ids, 
   for (int32_t id : ids)
     if (id < 0 || id >= vocab)
       throw EngineError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
+  FTLLM_ON_CUDA(table, cuda::embedding(table, ids, out))
   ctx.pool.parallel_for(int64_t(ids.size()), 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
       ctx.kernels.to_f32(table.dtype, static_cast<const char*>(table.data) + size_t(ids[size_t(t)]) * bytes,
@@ -62,13 +109,41 @@ void embedding(Context& ctx, const Tensor& table, std::span<const int32_t> ids, 
 }
 
 void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
+  FTLLM_ON_CUDA(gate, cuda::silu_mul(gate, up, out))
   const int64_t n = gate.numel();
   ctx.pool.parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
     ctx.kernels.silu_mul(gate.as<float>() + i0, up.as<float>() + i0, out.as<float>() + i0, i1 - i0);
   });
 }
 
+void gather_rows(Context&, const Tensor& x, std::span<const int64_t> rows, Tensor& out) {
+  FTLLM_ON_CUDA(x, cuda::gather_rows(x, rows, out))
+  const int64_t d = x.dim(1);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(out.as<float>() + int64_t(i) * d, x.as<float>() + rows[i] * d, size_t(d) * 4);
+}
+
+void scatter_add_rows(Context& ctx, const Tensor& y, std::span<const int64_t> rows, std::span<const float> weights,
+                      Tensor& out) {
+  FTLLM_ON_CUDA(y, cuda::scatter_add_rows(y, rows, weights, out))
+  const int64_t d = out.dim(1);
+  for (size_t i = 0; i < rows.size(); ++i)
+    ctx.kernels.axpy(weights[i], y.as<float>() + int64_t(i) * d, out.as<float>() + rows[i] * d, d);
+}
+
+void scale_rows(Context&, Tensor& x, const Tensor& scale, bool sigmoid) {
+  same_device("scale_rows", x, scale);
+  FTLLM_ON_CUDA(x, cuda::scale_rows(x, scale, sigmoid))
+  const int64_t T = x.dim(0), N = x.dim(1);
+  for (int64_t t = 0; t < T; ++t) {
+    const float s = scale.as<float>()[t], g = sigmoid ? 1.0f / (1.0f + std::exp(-s)) : s;
+    for (int64_t n = 0; n < N; ++n) x.as<float>()[t * N + n] *= g;
+  }
+}
+
 void add(Context& ctx, Tensor& x, const Tensor& y) {
+  same_device("add", x, y);
+  FTLLM_ON_CUDA(x, cuda::add(x, y))
   const int64_t n = x.numel();
   ctx.pool.parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
     ctx.kernels.axpy(1.0f, y.as<float>() + i0, x.as<float>() + i0, i1 - i0);
@@ -76,6 +151,8 @@ void add(Context& ctx, Tensor& x, const Tensor& y) {
 }
 
 void rope(Context&, Tensor& x, int64_t heads, const Tensor& cos, const Tensor& sin) {
+  same_device("rope", x, cos);
+  FTLLM_ON_CUDA(x, cuda::rope(x, heads, cos, sin))
   const int64_t T = x.dim(0), half = cos.dim(1), d = half * 2;
   for (int64_t t = 0; t < T; ++t) {
     const float* c = cos.as<float>() + t * half;
@@ -91,9 +168,42 @@ void rope(Context&, Tensor& x, int64_t heads, const Tensor& cos, const Tensor& s
   }
 }
 
-void paged_attention(Context& ctx, const Tensor& q, std::span<const int64_t> pos, std::span<const int32_t> seq,
-                     std::span<const KvBlocks> kv, const AttentionShape& sh, Tensor& out) {
-  const int64_t T = q.dim(0), d = sh.head_dim, group = sh.heads / sh.kv_heads, row = sh.kv_heads * d;
+#if defined(FTLLM_WITH_CUDA)
+namespace {
+const cuda::AttentionIndex& device_index(const AttentionBatch& b, Device d) {
+  if (!b.device_index || !(b.index_device == d)) {
+    b.device_index = cuda::make_attention_index(d, b.pos, b.seq, b.block_table, b.table_start);
+    b.index_device = d;
+  }
+  return *b.device_index;
+}
+cuda::KvLayer device_kv(const KvLayer& kv) { return {kv.keys, kv.values, kv.block_floats, kv.row_floats}; }
+}  // namespace
+#endif
+
+void store_kv(Context&, const AttentionBatch& b, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens) {
+  if (!(k.device == kv.device)) throw EngineError("store_kv: rows on " + k.device.name() + ", cache on " + kv.device.name());
+  FTLLM_ON_CUDA(k, cuda::store_kv(device_index(b, k.device), k, v, device_kv(kv), block_tokens))
+  const int64_t T = k.dim(0), row = k.dim(1);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = b.pos[size_t(t)];
+    const int64_t at = int64_t(b.block_table[size_t(b.table_start[size_t(b.seq[size_t(t)])] + p / block_tokens)]) *
+                           kv.block_floats + (p % block_tokens) * kv.row_floats;
+    std::memcpy(kv.keys + at, k.as<float>() + t * row, size_t(row) * 4);
+    if (v) std::memcpy(kv.values + at, v->as<float>() + t * row, size_t(row) * 4);
+  }
+}
+
+void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, const KvLayer& kv, const AttentionShape& sh,
+                     Tensor& out) {
+  if (!(q.device == kv.device)) throw EngineError("attention: queries on " + q.device.name() + ", cache on " + kv.device.name());
+#if defined(FTLLM_WITH_CUDA)
+  if (q.device.is_cuda()) {
+    const cuda::AttentionParams p{sh.heads, sh.kv_heads, sh.head_dim, sh.block_tokens, sh.window, sh.value_dim, sh.scale};
+    return cuda::paged_attention(device_index(b, q.device), q, device_kv(kv), p, out);
+  }
+#endif
+  const int64_t T = q.dim(0), d = sh.head_dim, group = sh.heads / sh.kv_heads;
   const int64_t vd = sh.value_dim ? sh.value_dim : d;
   const auto& k = ctx.kernels;
   ctx.pool.parallel_for(T * sh.heads, 1, [&](int64_t i0, int64_t i1) {
@@ -101,8 +211,8 @@ void paged_attention(Context& ctx, const Tensor& q, std::span<const int64_t> pos
     std::vector<const float*> keys, values;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / sh.heads, h = i % sh.heads, kvh = h / group;
-      const KvBlocks& cache = kv[size_t(seq[size_t(t)])];
-      const int64_t last = pos[size_t(t)];
+      const int32_t* table = b.block_table.data() + b.table_start[size_t(b.seq[size_t(t)])];
+      const int64_t last = b.pos[size_t(t)];
       const int64_t first = sh.window > 0 ? std::max<int64_t>(0, last - sh.window + 1) : 0;
       const int64_t n = last - first + 1;
       const float* qv = q.as<float>() + (t * sh.heads + h) * d;
@@ -110,9 +220,9 @@ void paged_attention(Context& ctx, const Tensor& q, std::span<const int64_t> pos
       keys.resize(size_t(n));
       values.resize(size_t(n));
       for (int64_t p = first; p <= last; ++p) {
-        const int64_t at = (p % sh.block_tokens) * row + kvh * d;
-        keys[size_t(p - first)] = cache.keys[size_t(p / sh.block_tokens)] + at;
-        values[size_t(p - first)] = cache.values[size_t(p / sh.block_tokens)] + at;
+        const int64_t at = int64_t(table[p / sh.block_tokens]) * kv.block_floats + (p % sh.block_tokens) * kv.row_floats + kvh * d;
+        keys[size_t(p - first)] = kv.keys + at;
+        values[size_t(p - first)] = kv.values + at;
       }
       k.scores(qv, keys.data(), n, d, sh.scale, scores.data());
       const float max_score = *std::max_element(scores.begin(), scores.end());

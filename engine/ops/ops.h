@@ -1,8 +1,10 @@
-// The ops a transformer forward pass is made of, each with its shape contract. They run the kernel
-// table of the context (scalar reference or AVX2) spread over its thread pool.
+// The ops a transformer forward pass is made of, each with its shape contract. On host tensors they run
+// the kernel table of the context (scalar reference or AVX2) spread over its thread pool; on tensors in
+// a CUDA device's memory, the CUDA backend's kernels (engine/cuda), queued on that device's stream.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -14,12 +16,25 @@ struct Kernels;
 struct Q8Block;
 }  // namespace ftllm::cpu
 
+namespace ftllm::cuda {
+struct AttentionIndex;
+}
+
 namespace ftllm::ops {
 
 struct Context {
   cpu::ThreadPool& pool;
   const cpu::Kernels& kernels;
+  Device device = {};  // where this context's layers run; temporaries are made there
 };
+
+// A float32 tensor of zeros on a device (where the context runs).
+Tensor zeros(Device device, std::vector<int64_t> shape);
+inline Tensor zeros(const Context& ctx, std::vector<int64_t> shape) { return zeros(ctx.device, std::move(shape)); }
+// t on `to` (a copy, or t itself when it is there already): how activations cross between devices.
+Tensor to_device(const Tensor& t, Device to);
+// Whether this build has the CUDA backend (else placing anything on cuda is refused).
+bool cuda_built();
 
 // Rows [0, rows) of x (K floats each) as the int8 blocks the kernels want for weights of type wt, or
 // empty when wt's kernel computes on the floats.
@@ -37,6 +52,13 @@ void embedding(Context& ctx, const Tensor& table, std::span<const int32_t> ids, 
 // out = silu(gate) * up, all [T, N].
 void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out);
 
+// out[i] = x[rows[i]]; out[rows[i]] += weights[i] * y[i] (rows distinct within one call).
+void gather_rows(Context& ctx, const Tensor& x, std::span<const int64_t> rows, Tensor& out);
+void scatter_add_rows(Context& ctx, const Tensor& y, std::span<const int64_t> rows, std::span<const float> weights, Tensor& out);
+
+// Row t of x[T, N] times scale[t] (scale [T, 1]), or times sigmoid(scale[t]).
+void scale_rows(Context& ctx, Tensor& x, const Tensor& scale, bool sigmoid);
+
 // x += y, same shapes.
 void add(Context& ctx, Tensor& x, const Tensor& y);
 
@@ -44,9 +66,23 @@ void add(Context& ctx, Tensor& x, const Tensor& y);
 // cos/sin[T, d/2] (row t holds the angles of token t's position).
 void rope(Context& ctx, Tensor& x, int64_t heads, const Tensor& cos, const Tensor& sin);
 
-// Causal attention of each token over its own sequence's cached keys and values (itself included).
-struct KvBlocks {  // one sequence's cache for one layer
-  std::vector<const float*> keys, values;  // per block: block_tokens rows of kv_heads * d floats
+// The step's tokens as attention sees them, shared by every layer: token t is at position pos[t] of
+// sequence seq[t], whose cache blocks are block_table[table_start[s]], ... in position order.
+struct AttentionBatch {
+  std::span<const int64_t> pos;
+  std::span<const int32_t> seq;
+  std::vector<int32_t> block_table, table_start;
+  // The same uploaded to a CUDA device, made by the first layer there that needs it.
+  mutable std::shared_ptr<cuda::AttentionIndex> device_index;
+  mutable Device index_device;
+};
+// One layer's cache: block b's rows (of row_floats floats: kv_heads * head_dim) start at
+// keys + b * block_floats (values likewise); on `device`.
+struct KvLayer {
+  float* keys;
+  float* values;
+  int64_t block_floats, row_floats;
+  Device device;
 };
 struct AttentionShape {
   int64_t heads, kv_heads, head_dim, block_tokens;
@@ -56,8 +92,12 @@ struct AttentionShape {
   // 0: head_dim. out is [T, heads * value_dim] then.
   int64_t value_dim = 0;
 };
-// q[T, heads * d]; token t is at position pos[t] of sequence kv[seq[t]]; out[T, heads * d].
-void paged_attention(Context& ctx, const Tensor& q, std::span<const int64_t> pos, std::span<const int32_t> seq,
-                     std::span<const KvBlocks> kv, const AttentionShape& shape, Tensor& out);
+// Writes row t of k (and of v, unless null) into token t's slot of the layer's cache.
+void store_kv(Context& ctx, const AttentionBatch& b, const Tensor& k, const Tensor* v, const KvLayer& kv,
+              int64_t block_tokens);
+// Causal attention of each token over its own sequence's cached keys and values (itself included):
+// q[T, heads * d], out[T, heads * value_dim].
+void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, const KvLayer& kv, const AttentionShape& shape,
+                     Tensor& out);
 
 }  // namespace ftllm::ops

@@ -1,0 +1,207 @@
+// Paged attention on the device: the cache in blocks of block_tokens rows, each sequence's blocks listed
+// in the step's block table. One thread block per (token, head, split of its keys): scores for 64 keys
+// at a time (a warp per key, lanes across the head), an online softmax, and the weighted values summed
+// with the output held in registers. A long sequence with few queries (decode) splits its keys over
+// several blocks whose partial softmaxes a second kernel merges (flash-decoding).
+#include <algorithm>
+
+#include "attention_plan.h"
+#include "cuda_ops.h"
+#include "device_state.h"
+#include "reduce.cuh"
+
+namespace ftllm::cuda {
+
+struct AttentionIndex {
+  Device device;
+  int64_t tokens = 0, longest = 0;  // the most keys any token sees
+  DeviceArray<int32_t> pos, seq, block_table, table_start;
+};
+
+std::shared_ptr<AttentionIndex> make_attention_index(Device device, std::span<const int64_t> pos,
+                                                     std::span<const int32_t> seq,
+                                                     std::span<const int32_t> block_table,
+                                                     std::span<const int32_t> table_start) {
+  auto ix = std::make_shared<AttentionIndex>();
+  ix->device = device;
+  ix->tokens = int64_t(pos.size());
+  std::vector<int32_t> p32(pos.size());
+  for (size_t i = 0; i < pos.size(); ++i) {
+    p32[i] = int32_t(pos[i]);
+    ix->longest = std::max(ix->longest, pos[i] + 1);
+  }
+  ix->pos = upload(device, p32);
+  ix->seq = upload(device, seq);
+  std::vector<int32_t> table(block_table.begin(), block_table.end());
+  if (table.empty()) table.push_back(0);  // a legal pointer even for an empty step
+  ix->block_table = upload(device, table);
+  ix->table_start = upload(device, table_start);
+  return ix;
+}
+
+namespace {
+
+constexpr int kThreads = 128, kChunk = 64, kMaxValuePerThread = 8;
+
+__device__ __forceinline__ const float* cache_row(const float* base, const int32_t* table, int64_t block_floats,
+                                                  int64_t row_floats, int block_tokens, int p) {
+  return base + int64_t(table[p / block_tokens]) * block_floats + int64_t(p % block_tokens) * row_floats;
+}
+
+// partial: [T * heads, splits, value_dim + 2] (sum of weighted values, running max, running sum) when
+// splits > 1; else the normalised output goes straight to out.
+__global__ void attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ pos,
+                                 const int32_t* __restrict__ seq, const int32_t* __restrict__ block_table,
+                                 const int32_t* __restrict__ table_start, const float* __restrict__ keys,
+                                 const float* __restrict__ values, int64_t block_floats, int64_t row_floats, int heads,
+                                 int kv_heads, int head_dim, int value_dim, int block_tokens, int window, float scale,
+                                 int splits, float* __restrict__ out, float* __restrict__ partial) {
+  extern __shared__ float shared[];
+  float* qs = shared;                // head_dim
+  float* sc = shared + head_dim;     // kChunk scores, then their exponentials
+  const int th = blockIdx.x, split = blockIdx.y;
+  const int t = th / heads, h = th % heads, kvh = h / (heads / kv_heads);
+  const int last = pos[t], first = window > 0 ? max(0, last - window + 1) : 0, n = last - first + 1;
+  const int chunk = (n + splits - 1) / splits;
+  const int begin = first + split * chunk, end = min(last + 1, begin + chunk);
+  const int32_t* table = block_table + table_start[seq[t]];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  for (int i = threadIdx.x; i < head_dim; i += kThreads) qs[i] = q[(int64_t(t) * heads + h) * head_dim + i];
+  __syncthreads();
+
+  float acc[kMaxValuePerThread];
+#pragma unroll
+  for (int i = 0; i < kMaxValuePerThread; ++i) acc[i] = 0.0f;
+  float running_max = -INFINITY, running_sum = 0.0f;
+
+  for (int c0 = begin; c0 < end; c0 += kChunk) {
+    const int count = min(kChunk, end - c0);
+    for (int j = warp; j < count; j += kThreads / 32) {
+      const float* k = cache_row(keys, table, block_floats, row_floats, block_tokens, c0 + j) + kvh * head_dim;
+      float s = 0.0f;
+      for (int i = lane; i < head_dim; i += 32) s += qs[i] * k[i];
+      s = warp_sum(s);
+      if (lane == 0) sc[j] = s * scale;
+    }
+    __syncthreads();
+    float chunk_max = -INFINITY;
+    for (int j = 0; j < count; ++j) chunk_max = fmaxf(chunk_max, sc[j]);
+    const float new_max = fmaxf(running_max, chunk_max);
+    const float correction = expf(running_max - new_max);  // 0 on the first chunk
+    __syncthreads();
+    if (threadIdx.x < count) sc[threadIdx.x] = expf(sc[threadIdx.x] - new_max);
+    __syncthreads();
+    float chunk_sum = 0.0f;
+    for (int j = 0; j < count; ++j) chunk_sum += sc[j];
+    running_sum = running_sum * correction + chunk_sum;
+    running_max = new_max;
+#pragma unroll
+    for (int i = 0; i < kMaxValuePerThread; ++i) acc[i] *= correction;
+    for (int j = 0; j < count; ++j) {
+      const float* v = cache_row(values, table, block_floats, row_floats, block_tokens, c0 + j) + kvh * head_dim;
+      const float p = sc[j];
+#pragma unroll
+      for (int i = 0; i < kMaxValuePerThread; ++i) {
+        const int d = threadIdx.x + i * kThreads;
+        if (d < value_dim) acc[i] += p * v[d];
+      }
+    }
+    __syncthreads();  // sc is rewritten by the next chunk
+  }
+
+  if (splits == 1) {
+    const float inv = 1.0f / running_sum;
+    float* o = out + (int64_t(t) * heads + h) * value_dim;
+#pragma unroll
+    for (int i = 0; i < kMaxValuePerThread; ++i) {
+      const int d = threadIdx.x + i * kThreads;
+      if (d < value_dim) o[d] = acc[i] * inv;
+    }
+    return;
+  }
+  float* part = partial + (int64_t(th) * splits + split) * (value_dim + 2);
+#pragma unroll
+  for (int i = 0; i < kMaxValuePerThread; ++i) {
+    const int d = threadIdx.x + i * kThreads;
+    if (d < value_dim) part[d] = acc[i];
+  }
+  if (threadIdx.x == 0) {
+    part[value_dim] = running_max;
+    part[value_dim + 1] = running_sum;
+  }
+}
+
+// One block per (token, head): the splits' partial softmaxes rescaled to the largest maximum and summed.
+__global__ void merge_kernel(const float* __restrict__ partial, int splits, int value_dim, float* __restrict__ out) {
+  const float* part = partial + int64_t(blockIdx.x) * splits * (value_dim + 2);
+  float top = -INFINITY;
+  for (int s = 0; s < splits; ++s) top = fmaxf(top, part[s * (value_dim + 2) + value_dim]);
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float m = part[s * (value_dim + 2) + value_dim];
+    total += m == -INFINITY ? 0.0f : part[s * (value_dim + 2) + value_dim + 1] * expf(m - top);
+  }
+  for (int d = threadIdx.x; d < value_dim; d += blockDim.x) {
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float m = part[s * (value_dim + 2) + value_dim];
+      if (m != -INFINITY) v += part[s * (value_dim + 2) + d] * expf(m - top);
+    }
+    out[int64_t(blockIdx.x) * value_dim + d] = v / total;
+  }
+}
+
+__global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v, const int32_t* __restrict__ pos,
+                                const int32_t* __restrict__ seq, const int32_t* __restrict__ block_table,
+                                const int32_t* __restrict__ table_start, int64_t T, int64_t row, float* keys,
+                                float* values, int64_t block_floats, int block_tokens) {
+  const size_t total = size_t(T * row);
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    const int64_t t = int64_t(i / size_t(row)), j = int64_t(i % size_t(row));
+    const int p = pos[t];
+    const int64_t at = int64_t(block_table[table_start[seq[t]] + p / block_tokens]) * block_floats +
+                       int64_t(p % block_tokens) * row + j;
+    keys[at] = k[i];
+    if (v) values[at] = v[i];
+  }
+}
+
+}  // namespace
+
+void store_kv(const AttentionIndex& ix, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens) {
+  DeviceState& s = state(k.device);
+  if (ix.tokens == 0) return;
+  const int64_t row = k.dim(1);
+  store_kv_kernel<<<blocks_for(size_t(ix.tokens * row), 256), 256, 0, s.stream>>>(
+      k.as<float>(), v ? v->as<float>() : nullptr, ix.pos.ptr, ix.seq.ptr, ix.block_table.ptr, ix.table_start.ptr,
+      ix.tokens, row, kv.keys, kv.values, kv.block_floats, int(block_tokens));
+  check_launch("store_kv", s.index);
+}
+
+void paged_attention(const AttentionIndex& ix, const Tensor& q, const KvLayer& kv, const AttentionParams& p, Tensor& out) {
+  DeviceState& s = state(q.device);
+  if (ix.tokens == 0) return;
+  const int64_t vd = p.value_dim ? p.value_dim : p.head_dim;
+  if (vd > int64_t(kThreads) * kMaxValuePerThread)
+    throw EngineError("cuda attention: values of " + std::to_string(vd) + " floats per head (at most " +
+                      std::to_string(kThreads * kMaxValuePerThread) + ")");
+  const int64_t longest = p.window > 0 ? std::min<int64_t>(ix.longest, p.window) : ix.longest;
+  const int splits = attention_splits(ix.tokens * p.heads, longest, s.sm_count);
+  const size_t shared = size_t(p.head_dim + kChunk) * sizeof(float);
+  std::shared_ptr<void> partial;
+  if (splits > 1) partial = device_bytes(s, size_t(ix.tokens * p.heads) * splits * size_t(vd + 2) * sizeof(float));
+  const dim3 grid(unsigned(ix.tokens * p.heads), unsigned(splits));
+  attention_kernel<<<grid, kThreads, shared, s.stream>>>(
+      q.as<float>(), ix.pos.ptr, ix.seq.ptr, ix.block_table.ptr, ix.table_start.ptr, kv.keys, kv.values, kv.block_floats,
+      kv.row_floats, int(p.heads), int(p.kv_heads), int(p.head_dim), int(vd), int(p.block_tokens), int(p.window), p.scale,
+      splits, out.as<float>(), static_cast<float*>(partial.get()));
+  check_launch("attention", s.index);
+  if (splits > 1) {
+    merge_kernel<<<unsigned(ix.tokens * p.heads), 128, 0, s.stream>>>(static_cast<const float*>(partial.get()), splits,
+                                                                      int(vd), out.as<float>());
+    check_launch("attention merge", s.index);
+  }
+}
+
+}  // namespace ftllm::cuda
