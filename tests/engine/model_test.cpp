@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "../common/fixture_reference.h"
 #include "../common/logit_error.h"
 #include "model_instance.h"
 
@@ -27,22 +28,8 @@ std::vector<std::string> fixture_names() {
   return names;
 }
 
-struct Reference {
-  std::vector<int32_t> prompt, greedy;
-  std::vector<float> last_logits, final_logits;
-};
-
-Reference read_reference(const fs::path& dir) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc = parser.load((dir / "reference.json").string());
-  Reference r;
-  for (int64_t v : doc["prompt"].get_array()) r.prompt.push_back(int32_t(v));
-  for (int64_t v : doc["greedy"].get_array()) r.greedy.push_back(int32_t(v));
-  for (double v : doc["last_logits"].get_array()) r.last_logits.push_back(float(v));
-  for (double v : doc["final_logits"].get_array()) r.final_logits.push_back(float(v));
-  return r;
-}
-
+using test::read_reference;
+using test::Reference;
 using test::relative_error;
 
 std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& dtype = "auto") {

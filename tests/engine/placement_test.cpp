@@ -7,6 +7,16 @@
 
 using namespace ftllm;
 
+namespace {
+int cuda_count() {
+  try {
+    return int(resolve_placement("cuda", 1).size());
+  } catch (const EngineError&) {
+    return 0;
+  }
+}
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(device_specs_resolve_to_layer_ranges) {
   BOOST_TEST(placement_string(resolve_placement("cpu", 30)) == "cpu:0-29");
   BOOST_TEST(placement_string(resolve_placement("", 30)) == "cpu:0-29");
@@ -22,7 +32,7 @@ BOOST_AUTO_TEST_CASE(device_specs_resolve_to_layer_ranges) {
     }
     return std::string("no error");
   };
-  BOOST_TEST(error_of("cuda:0").find("is not available") != std::string::npos);
+  BOOST_TEST((error_of("cuda:0").find("is not available") != std::string::npos || cuda_count() > 0));
   BOOST_TEST(error_of("numa:99").find("names no NUMA node") != std::string::npos);
   BOOST_TEST(error_of("{'cpu':1,'numa':1}").find("place layers on one node with numa:N") != std::string::npos);
   BOOST_TEST(error_of("gpu").find("is unknown") != std::string::npos);
@@ -42,4 +52,40 @@ BOOST_AUTO_TEST_CASE(numa_mode_spans_all_nodes_or_runs_as_cpu) {
     BOOST_TEST(placed == "cpu:0-29");
     BOOST_TEST(note == "--device numa: this machine has one NUMA node, so the model runs as --device cpu");
   }
+}
+
+// GPUs in fastllm's spellings, resolved as for a machine with the given number of CUDA devices.
+BOOST_AUTO_TEST_CASE(cuda_devices_resolve_to_layer_ranges) {
+  auto placed = [](const std::string& spec, int gpus, int64_t layers = 28) {
+    std::string note;
+    std::string s = placement_string(resolve_placement(spec, layers, &note, gpus));
+    return note.empty() ? s : s + " | " + note;
+  };
+  auto error_of = [](const std::string& spec, int gpus) {
+    try {
+      resolve_placement(spec, 28, nullptr, gpus);
+    } catch (const EngineError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  BOOST_TEST(placed("cuda", 1) == "cuda:0:0-27");
+  BOOST_TEST(placed("cuda:1", 2) == "cuda:1:0-27");
+  BOOST_TEST(placed("{'cuda:0':3,'cpu':1}", 1) == "cuda:0:0-20 cpu:21-27");
+  BOOST_TEST(placed("{'cpu':1,'cuda':1}", 1) == "cpu:0-13 cuda:0:14-27");
+  BOOST_TEST(placed("cudapp=2", 2) == "cuda:0:0-13 cuda:1:14-27");
+  BOOST_TEST(placed("cudapp=1:3", 2) == "cuda:0:0-6 cuda:1:7-27");
+  BOOST_TEST(placed("multicuda:0", 1) == "cuda:0:0-27 | --device multicuda:0: tensor parallelism over one GPU is cuda:0");
+  BOOST_TEST(placed("{'multicuda:0':1,'cpu':1}", 1) ==
+             "cuda:0:0-13 cpu:14-27 | --device multicuda:0: tensor parallelism over one GPU is cuda:0");
+  BOOST_TEST(placed("multicuda", 1) == "cuda:0:0-27 | --device multicuda: tensor parallelism over one GPU is cuda:0");
+  BOOST_TEST(error_of("multicuda:0,1", 2).find("is not implemented yet; split the layers instead") != std::string::npos);
+  BOOST_TEST(error_of("{'multicuda:0,1':1}", 2).find("tensor parallelism over 2 GPUs") != std::string::npos);
+  BOOST_TEST(error_of("cuda:1", 1).find("names no CUDA device of this machine (it has 1: cuda:0..cuda:0)") != std::string::npos);
+  BOOST_TEST(error_of("cuda:x", 1).find("needs a GPU number") != std::string::npos);
+  BOOST_TEST(error_of("cuda", 0).find("is not available") != std::string::npos);
+  BOOST_TEST(error_of("multicuda:0,cpu", 1).find("is not a GPU number") != std::string::npos);
+  BOOST_TEST(cuda_index("cuda:3") == 3);
+  BOOST_TEST(cuda_index("cpu") == -1);
+  BOOST_TEST(cuda_index("numa:0") == -1);
 }

@@ -1,0 +1,152 @@
+// Whole models on a GPU: fixture models give the same greedy tokens and logits on cpu and cuda, a layer
+// split equals the all-GPU model, layers move between cpu and cuda while a stream runs, and MoE layers
+// run with their experts on the host (fastllm's hybrid) or on the GPU. Skipped where no GPU is usable.
+#include <boost/test/unit_test.hpp>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+
+#include "../common/fixture_reference.h"
+#include "../common/gpu.h"
+#include "../common/logit_error.h"
+#include "core/error.h"
+#include "model_instance.h"
+
+namespace fs = std::filesystem;
+using namespace ftllm;
+
+namespace {
+
+const fs::path kModels = fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data" / "models";
+
+std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& device, const std::string& moe_device = "cpu",
+                                    bool cuda_se = false) {
+  ModelLoadOptions o;
+  o.path = (kModels / name).string();
+  o.threads = 2;
+  o.context_length = 256;
+  o.max_sequences = 4;
+  o.device = device;
+  o.moe_device = moe_device;
+  o.cuda_se = cuda_se;
+  return ModelInstance::load(o);
+}
+
+std::vector<int32_t> greedy(ModelInstance& m, const std::vector<int32_t>& prompt, int32_t n) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0;
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  return m.generate({r})[0].tokens;
+}
+
+// The dense and MoE fixtures with grouped-query attention (MLA stays on the cpu in this build).
+const char* const kFixtures[] = {"llama-f32",  "llama-linear-tied-bias-f32", "llama3-rope-f32", "mistral-window-f32",
+                                 "qwen2-f32",  "qwen3-f32",                  "qwen2-moe-f32",   "qwen3-moe-f32"};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cuda_models, *boost::unit_test::precondition(test::GpuPresent()))
+
+BOOST_AUTO_TEST_CASE(fixtures_give_transformers_tokens_and_logits_on_the_gpu) {
+  for (const char* name : kFixtures) {
+    BOOST_TEST_CONTEXT(name) {
+      const test::Reference ref = test::read_reference(kModels / name);
+      auto gpu = load(name, "cuda");
+      BOOST_TEST(gpu->placement().front().device == "cuda:0");
+      const int64_t last = int64_t(ref.prompt.size()) - 1;
+      const double prefill = test::relative_error(gpu->prompt_logits(ref.prompt, {last})[0], ref.last_logits);
+      std::vector<int32_t> all = ref.prompt;
+      all.insert(all.end(), ref.greedy.begin(), ref.greedy.end() - 1);
+      const double decode = test::relative_error(gpu->decode_logits(all, ref.prompt.size()), ref.final_logits);
+      BOOST_TEST_MESSAGE(name << " on cuda: max |logit error| / range: prefill " << prefill << ", decode " << decode);
+      BOOST_TEST(prefill < 1e-4);
+      BOOST_TEST(decode < 1e-4);
+      BOOST_TEST(greedy(*gpu, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_layer_split_equals_the_all_gpu_model) {
+  for (const char* name : {"qwen3-f32", "llama-linear-tied-bias-f32", "qwen3-moe-f32"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const test::Reference ref = test::read_reference(kModels / name);
+      auto gpu = load(name, "cuda");
+      auto split = load(name, "{'cuda:0':1,'cpu':1}");
+      auto other_way = load(name, "{'cpu':1,'cuda:0':1}");
+      BOOST_TEST(placement_string(split->placement()).find("cpu") != std::string::npos);
+      const int64_t last = int64_t(ref.prompt.size()) - 1;
+      const std::vector<float> all_gpu = gpu->prompt_logits(ref.prompt, {last})[0];
+      BOOST_TEST(test::relative_error(split->prompt_logits(ref.prompt, {last})[0], all_gpu) < 1e-5);
+      BOOST_TEST(test::relative_error(other_way->prompt_logits(ref.prompt, {last})[0], all_gpu) < 1e-5);
+      BOOST_TEST(greedy(*split, ref.prompt, 24) == greedy(*gpu, ref.prompt, 24), boost::test_tools::per_element());
+    }
+  }
+}
+
+// Layers move cpu -> split -> cuda -> cpu between steps of one running generation; it gives the tokens
+// it gives unmoved, because each layer's KV pages move with it.
+BOOST_AUTO_TEST_CASE(rebalance_between_cpu_and_cuda_during_a_stream) {
+  const test::Reference ref = test::read_reference(kModels / "qwen3-f32");
+  auto m = load("qwen3-f32", "cpu");
+  const std::vector<int32_t> want = greedy(*m, ref.prompt, 48);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> got;
+  bool done = false;
+  GenerationRequest r;
+  r.prompt = ref.prompt;
+  r.sampling.temperature = 0;
+  r.max_tokens = 48;
+  r.ignore_eos = true;
+  const char* moves[] = {"{'cuda:0':1,'cpu':1}", "cuda", "{'cpu':3,'cuda':1}", "cpu"};
+  size_t next_move = 0;
+  m->submit(r, [&](const GenerationEvent& e) {
+    std::lock_guard lock(mu);
+    got.insert(got.end(), e.tokens.begin(), e.tokens.end());
+    // Ask for the next move every 8 tokens, from inside the stream.
+    if (!e.finished && next_move < std::size(moves) && got.size() >= 8 * (next_move + 1))
+      m->set_placement(resolve_placement(moves[next_move++], m->config().num_layers));
+    if (e.finished) done = true;
+    cv.notify_all();
+  });
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+  BOOST_TEST(next_move == std::size(moves));
+  BOOST_TEST(placement_string(m->placement()) == "cpu:0-" + std::to_string(m->config().num_layers - 1));
+  BOOST_TEST(got == want, boost::test_tools::per_element());
+}
+
+// fastllm's hybrid: the dense part on the GPU, the routed experts in host memory (--moe_device cpu), or
+// the experts on the GPU too; shared experts on the GPU with --cuda_se. All equal the cpu model.
+BOOST_AUTO_TEST_CASE(moe_experts_on_the_host_or_the_gpu_equal_all_cpu) {
+  for (const char* name : {"qwen3-moe-f32", "qwen2-moe-f32"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const test::Reference ref = test::read_reference(kModels / name);
+      const int64_t last = int64_t(ref.prompt.size()) - 1;
+      const std::vector<float> cpu = load(name, "cpu")->prompt_logits(ref.prompt, {last})[0];
+      for (auto [moe_device, cuda_se] : {std::pair{"cpu", false}, std::pair{"cpu", true}, std::pair{"cuda", false}}) {
+        auto m = load(name, "cuda", moe_device, cuda_se);
+        BOOST_TEST(test::relative_error(m->prompt_logits(ref.prompt, {last})[0], cpu) < 1e-5,
+                   "--moe_device " << moe_device << (cuda_se ? " --cuda_se" : ""));
+        BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(latent_attention_on_the_gpu_is_refused_by_name) {
+  try {
+    load("deepseek-v3-f32", "cuda");
+    BOOST_FAIL("DeepSeek's MLA layers were placed on the GPU");
+  } catch (const EngineError& e) {
+    BOOST_TEST(std::string(e.what()).find("multi-head latent attention") != std::string::npos, e.what());
+  }
+  // Its experts may still go to the GPU while the layers stay on the cpu.
+  auto m = load("deepseek-v3-f32", "cpu", "cuda");
+  const test::Reference ref = test::read_reference(kModels / "deepseek-v3-f32");
+  BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,299 @@
+// Every CUDA op against the CPU reference on random data, odd sizes and tails. Skipped, with the
+// reason, where no GPU is usable.
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <random>
+
+#include "../common/gpu.h"
+#include "../common/random_weights.h"
+#include "cpu/kernels.h"
+#include "cpu/thread_pool.h"
+#include "cuda/cuda_ops.h"
+#include "kvcache/kv_cache.h"
+#include "ops/ops.h"
+
+using namespace ftllm;
+using test::kGpu;
+using test::on_gpu;
+using test::random_floats;
+using test::to_host;
+
+namespace {
+
+// max |got - want| / max |want|: the bounds below are stated in it.
+double error_of(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0, top = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
+    top = std::max(top, std::fabs(double(want[i])));
+  }
+  return got.size() == want.size() ? worst / top : INFINITY;
+}
+
+struct Host {
+  cpu::ThreadPool pool{2};
+  ops::Context ctx{pool, cpu::scalar_kernels()};
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cuda_ops, *boost::unit_test::precondition(test::GpuPresent()))
+
+// GEMV (decode), chunked GEMV and the cuBLAS GEMM over decoded weights, every stored type, with a bias.
+BOOST_AUTO_TEST_CASE(linear_matches_the_scalar_reference_for_every_dtype) {
+  std::mt19937 rng(5);
+  const int64_t K = 1024, N = 67;
+  Host h;
+  for (DType t : kAllDTypes) {
+    const std::vector<uint8_t> w = test::random_rows(t, N, K, rng);
+    const Tensor wh = Tensor::copy_of(t, {N, K}, w.data()), wd = on_gpu(t, {N, K}, w.data());
+    const std::vector<float> bias = random_floats(size_t(N), rng);
+    const Tensor bh = Tensor::copy_of(DType::F32, {N}, bias.data()), bd = on_gpu(bias, {N});
+    for (int64_t M : {1, 5, 8, 13, 40, 100}) {
+      BOOST_TEST_CONTEXT(dtype_name(t) << " M=" << M) {
+        const std::vector<float> x = random_floats(size_t(M * K), rng);
+        Tensor xh = Tensor::copy_of(DType::F32, {M, K}, x.data()), yh = Tensor::zeros_f32({M, N});
+        ops::linear(h.ctx, xh, wh, &bh, yh);
+        const std::vector<float> want(yh.as<float>(), yh.as<float>() + M * N);
+        Tensor xd = on_gpu(x, {M, K}), yd = cuda::zeros(kGpu, DType::F32, {M, N});
+        cuda::linear(xd, wd, &bd, yd);
+        const double err = error_of(to_host(yd), want);
+        // float32 sums in registers (GEMV) or cuBLAS over 16-bit operands (GEMM: bf16 rounds 2^-9).
+        const bool gemm = M > cuda::kGemvRows && (is_float(t) || M > 4 * cuda::kGemvRows);
+        const double bound = !gemm || t == DType::F32 ? 2e-5 : 2e-2;
+        BOOST_TEST(err < bound, "error " << err << " bound " << bound);
+        Tensor yv = cuda::zeros(kGpu, DType::F32, {M, N});
+        cuda::linear_gemv(xd, wd, &bd, yv);
+        BOOST_TEST(error_of(to_host(yv), want) < 2e-5);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(device_dequantization_equals_the_reference) {
+  std::mt19937 rng(6);
+  const int64_t K = 512, N = 9;
+  for (DType t : kAllDTypes) {
+    BOOST_TEST_CONTEXT(dtype_name(t)) {
+      const std::vector<uint8_t> w = test::random_rows(t, N, K, rng);
+      std::vector<float> want(size_t(N * K));
+      for (int64_t r = 0; r < N; ++r) quant::dequantize_row(t, w.data() + size_t(r) * row_bytes(t, K), want.data() + r * K, K);
+      Tensor out = cuda::zeros(kGpu, DType::F32, {N, K});
+      cuda::dequantize(on_gpu(t, {N, K}, w.data()), out);
+      BOOST_TEST(error_of(to_host(out), want) < 1e-6);  // a fused multiply-add may round once less
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(norms_activations_rope_and_row_moves_match_the_cpu) {
+  std::mt19937 rng(7);
+  Host h;
+  const int64_t T = 7, heads = 3, d = 64, H = heads * d;
+  const std::vector<float> x = random_floats(size_t(T * H), rng), y = random_floats(size_t(T * H), rng);
+  const std::vector<float> w = random_floats(size_t(d), rng), wide = random_floats(size_t(H), rng);
+  auto host = [](const std::vector<float>& v, std::vector<int64_t> shape) { return Tensor::copy_of(DType::F32, std::move(shape), v.data()); };
+  auto vec = [](const Tensor& t) { return std::vector<float>(t.as<float>(), t.as<float>() + t.numel()); };
+  {  // rmsnorm over whole rows and per head
+    for (const std::vector<float>* wt : {&wide, &w}) {
+      const int64_t n = int64_t(wt->size());
+      Tensor oh = Tensor::zeros_f32({T, H}), od = cuda::zeros(kGpu, DType::F32, {T, H});
+      ops::rmsnorm(h.ctx, host(x, {T, H}), host(*wt, {n}), 1e-6f, oh);
+      cuda::rmsnorm(on_gpu(x, {T, H}), on_gpu(*wt, {n}), 1e-6f, od);
+      BOOST_TEST(error_of(to_host(od), vec(oh)) < 1e-6);
+    }
+  }
+  {  // silu(gate) * up, and x += y
+    Tensor oh = Tensor::zeros_f32({T, H}), od = cuda::zeros(kGpu, DType::F32, {T, H});
+    ops::silu_mul(h.ctx, host(x, {T, H}), host(y, {T, H}), oh);
+    cuda::silu_mul(on_gpu(x, {T, H}), on_gpu(y, {T, H}), od);
+    BOOST_TEST(error_of(to_host(od), vec(oh)) < 1e-6);
+    Tensor ah = host(x, {T, H}), ad = on_gpu(x, {T, H});
+    ops::add(h.ctx, ah, host(y, {T, H}));
+    cuda::add(ad, on_gpu(y, {T, H}));
+    BOOST_TEST(error_of(to_host(ad), vec(ah)) == 0.0);
+  }
+  {  // rotate-half RoPE
+    const std::vector<float> angle = random_floats(size_t(T * d / 2), rng, 3.0f);
+    std::vector<float> c(angle.size()), s(angle.size());
+    for (size_t i = 0; i < angle.size(); ++i) c[i] = std::cos(angle[i]), s[i] = std::sin(angle[i]);
+    Tensor rh = host(x, {T, H}), rd = on_gpu(x, {T, H});
+    ops::rope(h.ctx, rh, heads, host(c, {T, d / 2}), host(s, {T, d / 2}));
+    cuda::rope(rd, heads, on_gpu(c, {T, d / 2}), on_gpu(s, {T, d / 2}));
+    BOOST_TEST(error_of(to_host(rd), vec(rh)) < 1e-6);
+    // Interleaved (DeepSeek): pairs (2i, 2i + 1), results laid out rotate-half style.
+    Tensor id = on_gpu(x, {T, H});
+    cuda::rope(id, heads, on_gpu(c, {T, d / 2}), on_gpu(s, {T, d / 2}), true);
+    std::vector<float> want = x;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t hd = 0; hd < heads; ++hd) {
+        float* v = want.data() + t * H + hd * d;
+        std::vector<float> in(v, v + d);
+        for (int64_t i = 0; i < d / 2; ++i) {
+          const float cc = c[size_t(t * d / 2 + i)], ss = s[size_t(t * d / 2 + i)];
+          v[i] = in[size_t(2 * i)] * cc - in[size_t(2 * i + 1)] * ss;
+          v[d / 2 + i] = in[size_t(2 * i + 1)] * cc + in[size_t(2 * i)] * ss;
+        }
+      }
+    BOOST_TEST(error_of(to_host(id), want) < 1e-6);
+  }
+  {  // gather, weighted scatter-add and row scaling
+    const std::vector<int64_t> rows = {4, 0, 6};
+    const std::vector<float> weights = {0.5f, -2.0f, 1.25f};
+    Tensor gd = cuda::zeros(kGpu, DType::F32, {3, H});
+    cuda::gather_rows(on_gpu(x, {T, H}), rows, gd);
+    std::vector<float> g = to_host(gd), want;
+    for (int64_t r : rows) want.insert(want.end(), x.begin() + r * H, x.begin() + (r + 1) * H);
+    BOOST_TEST(error_of(g, want) == 0.0);
+    Tensor od = on_gpu(y, {T, H});
+    cuda::scatter_add_rows(gd, rows, weights, od);
+    std::vector<float> sum = y;
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int64_t j = 0; j < H; ++j) sum[size_t(rows[i] * H + j)] += weights[i] * want[size_t(int64_t(i) * H + j)];
+    BOOST_TEST(error_of(to_host(od), sum) < 1e-6);
+    const std::vector<float> scale = random_floats(size_t(T), rng);
+    Tensor sh = host(x, {T, H}), sd = on_gpu(x, {T, H});
+    ops::scale_rows(h.ctx, sh, host(scale, {T, 1}), true);
+    cuda::scale_rows(sd, on_gpu(scale, {T, 1}), true);
+    BOOST_TEST(error_of(to_host(sd), vec(sh)) < 1e-6);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(embedding_lookups_decode_every_dtype) {
+  std::mt19937 rng(8);
+  Host h;
+  const int64_t V = 50, d = 256;
+  const std::vector<int32_t> ids = {3, 49, 0, 3, 17};
+  for (DType t : kAllDTypes) {
+    BOOST_TEST_CONTEXT(dtype_name(t)) {
+      const std::vector<uint8_t> table = test::random_rows(t, V, d, rng);
+      Tensor oh = Tensor::zeros_f32({5, d}), od = cuda::zeros(kGpu, DType::F32, {5, d});
+      ops::embedding(h.ctx, Tensor::copy_of(t, {V, d}, table.data()), ids, oh);
+      cuda::embedding(on_gpu(t, {V, d}, table.data()), ids, od);
+      BOOST_TEST(error_of(to_host(od), std::vector<float>(oh.as<float>(), oh.as<float>() + 5 * d)) < 1e-6);
+    }
+  }
+}
+
+// Paged attention over sequences of 1 to 5000 tokens (the long ones split their keys over several
+// blocks), prefill and decode mixed, grouped heads, a sliding window, and MLA's keys-as-values shape.
+BOOST_AUTO_TEST_CASE(paged_attention_matches_the_cpu) {
+  std::mt19937 rng(9);
+  Host h;
+  struct Case {
+    int64_t heads, kv_heads, head_dim, value_dim, window;
+  };
+  for (const Case& c : {Case{8, 2, 64, 0, 0}, Case{4, 4, 128, 0, 100}, Case{16, 1, 576, 512, 0}}) {
+    BOOST_TEST_CONTEXT("heads " << c.heads << " kv " << c.kv_heads << " d " << c.head_dim << " window " << c.window) {
+      const bool mla = c.value_dim > 0;
+      const int64_t B = 16, lengths[] = {1, 17, 300, 5000};
+      int64_t blocks = 0;
+      for (int64_t n : lengths) blocks += (n + B - 1) / B;
+      kvcache::KvPool pool(1, c.kv_heads, c.head_dim, B, blocks, mla);
+      std::vector<kvcache::SequenceKv> seqs(4);
+      ops::AttentionBatch b;
+      std::vector<int64_t> pos;
+      std::vector<int32_t> seq;
+      for (size_t s = 0; s < 4; ++s) {
+        BOOST_REQUIRE(seqs[s].reserve(pool, lengths[s]));
+        b.table_start.push_back(int32_t(b.block_table.size()));
+        b.block_table.insert(b.block_table.end(), seqs[s].blocks.begin(), seqs[s].blocks.end());
+        // The first sequence prefills its one token; the others decode their last, the 17-token one also
+        // asks for its first three (a prefill slice).
+        const int64_t first = s == 1 ? lengths[s] - 3 : lengths[s] - 1;
+        for (int64_t p = first; p < lengths[s]; ++p) pos.push_back(p), seq.push_back(int32_t(s));
+      }
+      b.pos = pos;
+      b.seq = seq;
+      // Random keys and values in every slot.
+      const Tensor& pages = pool.layer_storage(0);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      for (int64_t i = 0; i < pages.numel(); ++i) pages.as<float>()[i] = nd(rng);
+      const int64_t T = int64_t(pos.size()), vd = mla ? c.value_dim : c.head_dim;
+      const std::vector<float> q = random_floats(size_t(T * c.heads * c.head_dim), rng);
+      const ops::AttentionShape shape{c.heads, c.kv_heads, c.head_dim, B, c.window, 1.0f / std::sqrt(float(c.head_dim)),
+                                      c.value_dim};
+      const ops::KvLayer kh{pool.key(0, 0, 0), pool.value(0, 0, 0), pool.block_floats(), pool.row_floats(), Device::cpu()};
+      Tensor oh = Tensor::zeros_f32({T, c.heads * vd});
+      ops::paged_attention(h.ctx, Tensor::copy_of(DType::F32, {T, c.heads * c.head_dim}, q.data()), b, kh, shape, oh);
+
+      const Tensor on_device = cuda::to_device(pages, kGpu);
+      pool.replace_layer(0, on_device);
+      const ops::KvLayer kd{pool.key(0, 0, 0), pool.value(0, 0, 0), pool.block_floats(), pool.row_floats(), kGpu};
+      ops::Context gctx{h.pool, h.ctx.kernels, kGpu};
+      Tensor od = cuda::zeros(kGpu, DType::F32, {T, c.heads * vd});
+      ops::paged_attention(gctx, on_gpu(q, {T, c.heads * c.head_dim}), b, kd, shape, od);
+      BOOST_TEST(error_of(to_host(od), std::vector<float>(oh.as<float>(), oh.as<float>() + oh.numel())) < 1e-5);
+
+      // store_kv writes each token's row where the CPU would.
+      const std::vector<float> k = random_floats(size_t(T * pool.row_floats()), rng);
+      Tensor kdev = on_gpu(k, {T, pool.row_floats()});
+      ops::store_kv(gctx, b, kdev, mla ? nullptr : &kdev, kd, B);
+      const std::vector<float> back = to_host(pool.layer_storage(0));
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t p = pos[size_t(t)];
+        const int32_t block = seqs[size_t(seq[size_t(t)])].block_of(p, B);
+        const int64_t at = block * pool.block_floats() + (p % B) * pool.row_floats();
+        BOOST_TEST(std::equal(k.begin() + t * pool.row_floats(), k.begin() + (t + 1) * pool.row_floats(), back.begin() + at));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(device_sampling_picks_what_the_host_would) {
+  std::mt19937 rng(10);
+  const int64_t R = 4, V = 151936;  // Qwen's vocabulary: several tiles of the running sum
+  std::vector<float> logits = random_floats(size_t(R * V), rng, 3.0f);
+  logits[size_t(2 * V + 777)] = 40.0f;  // a clear winner in row 2
+  logits[size_t(3 * V + 5)] = logits[size_t(3 * V + 9)] = 50.0f;  // a tie in row 3: the lower index
+  const Tensor d = on_gpu(logits, {R, V});
+  const std::vector<int32_t> best = cuda::argmax_rows(d);
+  for (int64_t r = 0; r < R; ++r) {
+    const float* row = logits.data() + r * V;
+    BOOST_TEST(best[size_t(r)] == int32_t(std::max_element(row, row + V) - row));
+  }
+  // top_k = 1 is argmax whatever the draw; top_k = 4 with top_p = 1 picks by the running sum of the four.
+  const std::vector<float> temperature(size_t(R), 0.7f), top_p(size_t(R), 1.0f), uniform = {0.1f, 0.5f, 0.9f, 0.99f};
+  const std::vector<int32_t> one(size_t(R), 1), four(size_t(R), 4), all(size_t(R), 0);
+  BOOST_TEST(cuda::sample_rows(d, temperature, one, top_p, uniform) == best, boost::test_tools::per_element());
+  const std::vector<int32_t> picked = cuda::sample_rows(d, temperature, four, top_p, uniform);
+  const std::vector<int32_t> whole = cuda::sample_rows(d, temperature, all, top_p, uniform);
+  for (int64_t r = 0; r < R; ++r) {
+    const float* row = logits.data() + r * V;
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    for (int32_t i = 0; i < int32_t(V); ++i) order[size_t(i)] = i;
+    std::partial_sort(order.begin(), order.begin() + 4, order.end(),
+                      [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    double total = 0, run = 0;
+    for (int j = 0; j < 4; ++j) total += std::exp((row[order[size_t(j)]] - row[order[0]]) / 0.7);
+    int32_t want = order[3];
+    for (int j = 0; j < 4; ++j) {
+      run += std::exp((row[order[size_t(j)]] - row[order[0]]) / 0.7);
+      if (run > uniform[size_t(r)] * total) {
+        want = order[size_t(j)];
+        break;
+      }
+    }
+    BOOST_TEST(picked[size_t(r)] == want, "row " << r);
+    // The whole vocabulary: a token whose slice of the running softmax holds the draw (to float32's
+    // rounding of a 150k-term sum).
+    const float top = *std::max_element(row, row + V);
+    double sum = 0, before = 0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp((row[j] - top) / 0.7);
+    for (int64_t j = 0; j < whole[size_t(r)]; ++j) before += std::exp((row[j] - top) / 0.7);
+    const double after = before + std::exp((row[whole[size_t(r)]] - top) / 0.7), target = uniform[size_t(r)] * sum;
+    BOOST_TEST((before <= target * (1 + 1e-4) && after >= target * (1 - 1e-4)), "row " << r << ": token " << whole[size_t(r)]);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(memory_comes_back_to_the_cache) {
+  const cuda::MemoryUse before = cuda::memory_use(kGpu);
+  { Tensor t = cuda::empty(kGpu, DType::F32, {1 << 20}); }
+  const cuda::MemoryUse after = cuda::memory_use(kGpu);
+  BOOST_TEST(after.in_use == before.in_use);
+  BOOST_TEST(after.cached >= size_t(4) << 20);
+  Tensor again = cuda::empty(kGpu, DType::F32, {1 << 20});
+  BOOST_TEST(cuda::memory_use(kGpu).cached == after.cached - (size_t(4) << 20));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
