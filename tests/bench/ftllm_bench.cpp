@@ -1,11 +1,13 @@
 // ftllm-bench: prefill and decode speed and memory of one model on the CPU. A program, not a test.
 //
 //   ftllm-bench MODEL [-t THREADS] [--prompt N] [--decode N] [--repeat R] [--batch B] [--dtype D] [--kernels K]
+//               [--device cpu|cuda|{'cuda:0':3,'cpu':1}] [--moe_device cpu|cuda] [--bandwidth GBPS]
 //
 // Decode moves every weight byte once per step, so its ceiling is (read bandwidth) / (weight bytes): the
 // bandwidth is measured here, a STREAM-like sum over 1 GiB on the same threads, and each decode row
 // reports the fraction of that roofline it reached.
-//   ftllm-bench --make-random DIR [--shape qwen2.5-0.5b|smollm2-135m] [--dtype bf16|f16|f32]
+//   ftllm-bench --make-random DIR [--shape qwen2.5-0.5b|smollm2-135m|qwen3-0.6b|qwen3-8b|qwen3-30b-a3b]
+//               [--dtype bf16|f16|f32|int8|int4gN]
 //
 // MODEL is a Hugging Face directory or a .gguf file. --make-random writes a random-weight model of a real
 // shape, so speed can be measured without downloading weights.
@@ -90,6 +92,8 @@ struct Shape {
 const std::map<std::string, Shape> kShapes = {
     {"qwen2.5-0.5b", {"Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 0, 151936, true, true, false}},
     {"smollm2-135m", {"LlamaForCausalLM", 576, 1536, 30, 9, 3, 0, 49152, true, false, false}},
+    {"qwen3-0.6b", {"Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936, true, false, true}},
+    {"qwen3-8b", {"Qwen3ForCausalLM", 4096, 12288, 36, 32, 8, 128, 151936, false, false, true}},
     {"qwen3-30b-a3b", {"Qwen3MoeForCausalLM", 2048, 6144, 48, 32, 4, 128, 151936, false, false, true, 128, 8, 768}},
 };
 
@@ -236,6 +240,8 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
 
 int main(int argc, char** argv) {
   std::string model, make_dir, shape = "qwen2.5-0.5b", dtype = "bf16", compute_dtype = "auto", kernels = "auto";
+  std::string device = "cpu", moe_device = "cpu";
+  double bandwidth_given = 0;  // GB/s for the roofline instead of measuring the host's
   int threads = 0, repeat = 3, batch = 1;
   int64_t prompt = 128, decode = 64;
   for (int i = 1; i < argc; ++i) {
@@ -250,6 +256,9 @@ int main(int argc, char** argv) {
     else if (a == "--shape") shape = value();
     else if (a == "--dtype") dtype = compute_dtype = value();
     else if (a == "--kernels") kernels = value();
+    else if (a == "--device") device = value();
+    else if (a == "--moe_device") moe_device = value();
+    else if (a == "--bandwidth") bandwidth_given = std::stod(value());
     else if (a.starts_with("-")) return std::fprintf(stderr, "unknown option %s\n", a.c_str()), 2;
     else model = a;
   }
@@ -265,6 +274,8 @@ int main(int argc, char** argv) {
   o.max_sequences = std::max(batch, 1);
   o.dtype = compute_dtype;
   o.kernels = kernels;
+  o.device = device;
+  o.moe_device = moe_device;
   std::unique_ptr<ModelInstance> m;
   try {
     m = ModelInstance::load(o);
@@ -306,10 +317,11 @@ int main(int argc, char** argv) {
     if (name.find(".mlp.experts.") != std::string::npos)
       step_bytes -= double(t->bytes()) * (1.0 - double(c.moe.experts_per_token) / double(c.moe.num_experts));
   }
-  const double bandwidth = read_bandwidth(nthreads);
-  std::printf("model %s (%s, %lld layers, hidden %lld, %s), %zu file bytes, %d threads, %s kernels\n", model.c_str(),
-              c.architecture.c_str(), (long long)c.num_layers, (long long)c.hidden_size, m->dtypes().c_str(),
-              m->weight_file_bytes(), nthreads, m->kernels().name);
+  // On a GPU the roofline is the device's bandwidth, which ftllm-gpu-bench measures (--bandwidth).
+  const double bandwidth = bandwidth_given > 0 ? bandwidth_given : read_bandwidth(nthreads);
+  std::printf("model %s (%s, %lld layers, hidden %lld, %s), %zu file bytes, %d threads, %s kernels, on %s\n",
+              model.c_str(), c.architecture.c_str(), (long long)c.num_layers, (long long)c.hidden_size, m->dtypes().c_str(),
+              m->weight_file_bytes(), nthreads, m->kernels().name, placement_string(m->placement()).c_str());
   std::printf("load %.2f s; RSS after load and one prefill: %.1f MiB = %.2f x the weight file\n", load_s,
               double(rss) / 1048576.0, double(rss) / double(m->weight_file_bytes()));
   std::printf("read bandwidth %.1f GB/s; a decode step reads %.1f MB of weights%s: ceiling %.1f tokens/s\n", bandwidth,

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The GPU checks, on a lent machine (the device tool), from the build tests/gpu/prepare.sh made here:
+# every CUDA test case, then the kernel benchmark and the model benchmarks, ending with one table. Ends
+# well inside 8 minutes on an H200. Logs go to $OUT (the device tool brings them back).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+B=build-gpu
+OUT=${OUT:-/tmp/ftllm-gpu}
+mkdir -p "$OUT"
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start ))s; }
+# The CUDA libraries: the toolkit's, or the ones PyTorch's wheels carry.
+cublas=$( (ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null; find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null) | head -n 1)
+export LD_LIBRARY_PATH="$PWD/$B/libs:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+echo "== tests ($(elapsed))"
+"$B/tests/test_engine" --run_test='cuda_*' --log_level=message --report_level=short 2>&1 | tee "$OUT/tests.log"
+tests_rc=${PIPESTATUS[0]}
+# The whole engine suite too: with a GPU present nothing skips, and the CPU cases must not mind it.
+"$B/tests/test_engine" --report_level=short 2>&1 | tail -n 3 | tee -a "$OUT/tests.log"
+all_rc=${PIPESTATUS[0]}
+
+echo "== kernels ($(elapsed))"
+timeout 120 "$B/tests/bench/ftllm-gpu-bench" 2>&1 | tee "$OUT/gpu-bench.txt"
+bw=$(awk -F= '/^BANDWIDTH_GBPS=/ { print $2 }' "$OUT/gpu-bench.txt")
+
+echo "== models ($(elapsed))"
+rows=()
+for shape in qwen3-0.6b qwen3-8b; do
+  for dtype in bf16 int8 int4g128; do
+    dir=/tmp/ftllm-random-$shape-$dtype
+    [ -d "$dir" ] || "$B/tests/bench/ftllm-bench" --make-random "$dir" --shape "$shape" --dtype "$dtype" >/dev/null
+    for batch in 1 16; do
+      log="$OUT/bench-$shape-$dtype-x$batch.txt"
+      timeout 120 "$B/tests/bench/ftllm-bench" "$dir" --device cuda -t 8 --prompt 512 --decode 64 --repeat 2 \
+        --batch "$batch" ${bw:+--bandwidth "$bw"} >"$log" 2>&1
+      prefill=$(awk '/^prefill/ { print $3 }' "$log")
+      decode=$(awk '/^decode/ { print $4 }' "$log")
+      roof=$(awk '/^decode/ { print $6 }' "$log")
+      rows+=("$(printf '%-12s %-9s x%-3s %10s %12s %9s' "$shape" "$dtype" "$batch" "${prefill:-fail}" "${decode:-fail}" "${roof:--}")")
+    done
+    rm -rf "$dir"  # disk: the 8B bf16 file is 16 GB
+  done
+done
+
+echo "== summary ($(elapsed))"
+{
+  cat "$OUT/gpu.txt"
+  echo "CUDA test cases: $(grep -E 'Test module|failures|No errors' "$OUT/tests.log" | tr '\n' ' ')"
+  grep -E '^(copy|bf16|float16|int8|int4g128|fp8|q8_0|q4_0|q4_k|q6_k|[0-9]+ x)' "$OUT/gpu-bench.txt"
+  printf '%-12s %-9s %-4s %10s %12s %9s\n' shape dtype bat "prefill/s" "decode tok/s" roofline
+  printf '%s\n' "${rows[@]}"
+} | tee "$OUT/summary.txt"
+exit $(( tests_rc || all_rc ))
