@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 apt_packages=(
-  build-essential pkg-config ninja-build ccache git curl
+  build-essential pkg-config ninja-build ccache git curl xz-utils
   python3 python3-venv python3-pip
   libuv1-dev node-llhttp libsimdjson-dev libtomlplusplus-dev
   libsystemd-dev systemd libnuma-dev libboost-test-dev libpcre2-dev libutf8proc-dev
@@ -38,6 +38,15 @@ if [ ! -f "$stamp" ] || ! cmp -s "$requirements" "$stamp"; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
   cp "$requirements" "$stamp"
 fi
+
+# Test vocabularies are stored xz-compressed; unpack each one that is missing or older than its .xz.
+for packed in "$root"/tests/data/vocab/*.xz "$root"/tests/data/tokenizers/*/*.xz; do
+  [ -e "$packed" ] || continue
+  plain=${packed%.xz}
+  if [ ! -f "$plain" ] || [ "$packed" -nt "$plain" ]; then
+    xz -dc "$packed" >"$plain.tmp" && mv "$plain.tmp" "$plain"
+  fi
+done
 
 # The CUDA toolkit is optional: when nvcc is installed but not on PATH, say where it is.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then

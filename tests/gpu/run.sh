@@ -8,6 +8,11 @@ B=build-gpu
 OUT=${OUT:-/tmp/ftllm-gpu}
 mkdir -p "$OUT"
 start=$(date +%s)
+# The tests read their fixtures from the source root prepare.sh built in; point that path here.
+want=$(cat "$B/source_root" 2>/dev/null || true)
+if [ -n "$want" ] && [ "$want" != "$PWD" ] && [ ! -e "$want" ]; then
+  mkdir -p "$(dirname "$want")" && ln -s "$PWD" "$want"
+fi
 elapsed() { echo $(( $(date +%s) - start ))s; }
 # The CUDA libraries: the toolkit's, or the ones PyTorch's wheels carry.
 cublas=$( (ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null; find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null) | head -n 1)
