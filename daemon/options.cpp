@@ -7,7 +7,7 @@ namespace ftllm::daemon {
 const char* usage() {
   return "usage: ftllmd [MODEL ...] [--name NAME] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
          "              [--dtype DTYPE] [--moe_dtype DTYPE] [--dtype_config FILE] [--device DEVICE]\n"
-         "              [--kernels auto|avx512vnni|avx2|scalar] [--moe_device cpu|numa] [--moe_experts N] [--cuda_se]\n"
+         "              [--kernels auto|avx512vnni|avx2|scalar] [--moe_device cpu|numa|cuda] [--moe_experts N] [--cuda_se]\n"
          "              [--config FILE] [--listen HOST:PORT] [--admin-socket PATH] [--api_key KEY]\n"
          "              [--log-level error|warn|info|debug] [--hide_input]\n"
          "       ftllmd --check-config FILE\n"
@@ -18,7 +18,10 @@ const char* usage() {
          "MODEL is a Hugging Face model directory or a .gguf file; it is loaded before the daemon reports ready.\n"
          "DTYPE converts weights while loading: float32, float16, bfloat16, int8, int4, int4g (group 128),\n"
          "int4g32/64/256, fp8; auto (the default) computes in the dtype the files store.\n"
-         "--kernels scalar computes everything in float32 with the reference kernels (exact, slow).\n";
+         "--kernels scalar computes everything in float32 with the reference kernels (exact, slow).\n"
+         "DEVICE: cpu, numa, numa:N, cuda, cuda:N, or a layer split such as \"{'cuda:0':3,'cpu':1}\" (cudapp=N\n"
+         "splits evenly over N GPUs). --moe_device puts a mixture of experts' routed experts apart (cpu: the\n"
+         "dense part on the GPU, the experts in host memory); --cuda_se keeps its shared experts on the GPU.\n";
 }
 
 OptionsResult parse_options(const std::vector<std::string>& args) {

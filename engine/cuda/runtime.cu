@@ -61,13 +61,18 @@ void check_blas(cublasStatus_t status, const char* what, int device) {
 }
 
 DeviceState& state(Device device) {
-  int n = 0;
-  if (!device.is_cuda() || device.index < 0 || device.index >= kMaxDevices || cudaGetDeviceCount(&n) != cudaSuccess ||
-      device.index >= n) {
-    cudaGetLastError();
+  // Asked once: every op passes through here.
+  static const int n = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();
+      count = 0;
+    }
+    return count;
+  }();
+  if (!device.is_cuda() || device.index < 0 || device.index >= kMaxDevices || device.index >= n)
     throw EngineError("device " + device.name() + " is not a usable CUDA device on this machine (" + std::to_string(n) +
                       " found)");
-  }
   std::call_once(made[size_t(device.index)], make_state, device.index);
   if (!states[size_t(device.index)]) throw EngineError(device.name() + " could not be initialised");
   check(cudaSetDevice(device.index), "cudaSetDevice", device.index);

@@ -29,15 +29,16 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Seconds per call of fn, the best of `repeat` after a warm-up.
+// (cudaDeviceSynchronize: the bare cuBLAS and copy calls use the default stream, ours their own.)
 template <typename F>
-double time_best(Device d, int repeat, F&& fn) {
+double time_best(int repeat, F&& fn) {
   fn();
-  cuda::synchronize(d);
+  cudaDeviceSynchronize();
   double best = 1e30;
   for (int r = 0; r < repeat; ++r) {
     const double a = now();
     fn();
-    cuda::synchronize(d);
+    cudaDeviceSynchronize();
     best = std::min(best, now() - a);
   }
   return best;
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
     // Copy bandwidth: 2 GiB device to device.
     const size_t bytes = size_t(2) << 30;
     Tensor a = cuda::zeros(d, DType::F32, {int64_t(bytes / 4)}), b = cuda::zeros(d, DType::F32, {int64_t(bytes / 4)});
-    const double copy_s = time_best(d, 10, [&] { cudaMemcpyAsync(b.data, a.data, bytes, cudaMemcpyDeviceToDevice, nullptr); });
+    const double copy_s = time_best(10, [&] { cudaMemcpyAsync(b.data, a.data, bytes, cudaMemcpyDeviceToDevice, nullptr); });
     const double bandwidth = 2.0 * double(bytes) / copy_s / 1e9;
     std::printf("copy bandwidth %.0f GB/s (read + written)\n", bandwidth);
     a = b = Tensor();
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 2; ++i) {
         const int64_t M = i ? 8 : 1;
         Tensor x = cuda::zeros(d, DType::F32, {M, K}), y = cuda::zeros(d, DType::F32, {M, N});
-        const double s = time_best(d, 20, [&] { cuda::linear_gemv(x, w, nullptr, y); });
+        const double s = time_best(20, [&] { cuda::linear_gemv(x, w, nullptr, y); });
         rate[i] = double(w.bytes()) / s / 1e9;
       }
       std::printf("%-10s %12.0f %9.0f%% %12.0f %9.0f%%\n", std::string(dtype_name(t)).c_str(), rate[0], 100 * rate[0] / bandwidth,
@@ -101,11 +102,11 @@ int main(int argc, char** argv) {
       for (DType t : {DType::BF16, DType::I4G128, DType::I8}) {
         Tensor w = random_weight(d, t, N, K);
         Tensor x = cuda::zeros(d, DType::F32, {M, K}), y = cuda::zeros(d, DType::F32, {M, N});
-        const double ours = time_best(d, 5, [&] { cuda::linear_gemm(x, w, nullptr, y); });
+        const double ours = time_best(5, [&] { cuda::linear_gemm(x, w, nullptr, y); });
         Tensor wb = cuda::zeros(d, DType::BF16, {N, K}), xb = cuda::zeros(d, DType::BF16, {M, K}),
                yb = cuda::zeros(d, DType::BF16, {M, N});
         const float one = 1.0f, zero = 0.0f;
-        const double bare = time_best(d, 5, [&] {
+        const double bare = time_best(5, [&] {
           cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &one, wb.data, CUDA_R_16BF, int(K), xb.data,
                        CUDA_R_16BF, int(K), &zero, yb.data, CUDA_R_16BF, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         });
