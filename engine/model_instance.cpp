@@ -323,11 +323,6 @@ void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
   std::vector<Device> target(size_t(c.num_layers));
   for (const LayerRange& r : placement)
     for (int64_t l = r.first; l < r.first + r.count; ++l) target[size_t(l)] = device_of(r.device);
-  if (c.mla.kv_lora_rank > 0)
-    for (const Device& d : target)
-      if (d.is_cuda())
-        throw EngineError("multi-head latent attention (" + c.architecture + ") runs on the cpu in this build; place its "
-                          "layers on cpu (the experts can still go to --moe_device)");
   // The routed experts stay where --moe_device says whatever the layer's device; shared experts follow
   // the layer onto a GPU with --cuda_se, else stay with the routed ones.
   const Device experts = options_.moe_device.starts_with("cuda") ? device_of(resolve_placement(options_.moe_device, 1)[0].device)

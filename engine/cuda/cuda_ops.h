@@ -31,6 +31,17 @@ void add(Tensor& x, const Tensor& y);
 // block starting at `offset`) with cos/sin[T, d/2] on the same device.
 void rope(Tensor& x, int64_t heads, const Tensor& cos, const Tensor& sin, bool interleaved = false, int64_t stride = 0,
           int64_t offset = 0, int64_t head_stride = 0);
+// ops::rmsnorm_prefix, ops::head_matmul and ops::copy_blocks (multi-head latent attention's pieces).
+struct Blocks {
+  int64_t heads, stride, offset;
+};
+struct HeadMatmul {
+  int64_t in, out, w_head_rows, w_first_row;
+  bool transposed;
+};
+void rmsnorm_prefix(Tensor& x, const Tensor& w, float eps);
+void head_matmul(const Tensor& x, Blocks xb, const Tensor& w, const HeadMatmul& m, Tensor& y, Blocks yb);
+void copy_blocks(const Tensor& src, Blocks sb, Tensor& dst, Blocks db, int64_t n);
 // out[i] = x[rows[i]]; and x_out[rows[i]] += weight[i] * y[i] (rows may repeat: added in order).
 void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& out);
 void scatter_add_rows(const Tensor& y, std::span<const int64_t> rows, std::span<const float> weights, Tensor& out);

@@ -10,11 +10,12 @@ namespace ftllm::cuda {
 
 namespace {
 
-__global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t n, float eps,
-                               float* __restrict__ out) {
+// One block per row; rows `stride` floats apart, the first n of each normalised (n == stride: whole rows).
+// x may be out (in place): each thread reads its values before writing them.
+__global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, int64_t n, int64_t stride, float eps, float* out) {
   __shared__ float scratch[32];
-  const float* xr = x + blockIdx.x * n;
-  float* o = out + blockIdx.x * n;
+  const float* xr = x + blockIdx.x * stride;
+  float* o = out + blockIdx.x * stride;
   float ss = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
   ss = block_sum(ss, scratch);
@@ -113,8 +114,16 @@ void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   DeviceState& s = state(x.device);
   const int64_t d = w.numel(), rows = x.numel() / d;
   if (rows == 0) return;
-  rmsnorm_kernel<<<unsigned(rows), 256, 0, s.stream>>>(x.as<float>(), w.as<float>(), d, eps, out.as<float>());
+  rmsnorm_kernel<<<unsigned(rows), 256, 0, s.stream>>>(x.as<float>(), w.as<float>(), d, d, eps, out.as<float>());
   check_launch("rmsnorm", s.index);
+}
+
+void rmsnorm_prefix(Tensor& x, const Tensor& w, float eps) {
+  DeviceState& s = state(x.device);
+  if (x.dim(0) == 0) return;
+  rmsnorm_kernel<<<unsigned(x.dim(0)), 256, 0, s.stream>>>(x.as<float>(), w.as<float>(), w.numel(), x.dim(1), eps,
+                                                           x.as<float>());
+  check_launch("rmsnorm_prefix", s.index);
 }
 
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {

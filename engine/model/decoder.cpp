@@ -272,97 +272,50 @@ void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tenso
   out = ops::to_device(routed, ctx.device);
 }
 
-namespace {
-
-// RoPE on one head's d values at x with angles cos/sin[d / 2]: Hugging Face's rotate-half pairs (i, i + d/2),
-// or DeepSeek's interleaved pairs (2i, 2i + 1), whose results transformers lays out rotate-half style
-// (evens' results first). Keys and queries get the same layout, so their dot products are unchanged.
-void rope_head(float* x, const float* cos, const float* sin, int64_t d, bool interleaved) {
-  const int64_t half = d / 2;
-  float tmp[512];
-  if (interleaved) {
-    for (int64_t i = 0; i < half; ++i) {
-      const float a = x[2 * i], b = x[2 * i + 1];
-      tmp[i] = a * cos[i] - b * sin[i];
-      tmp[half + i] = b * cos[i] + a * sin[i];
-    }
-  } else {
-    for (int64_t i = 0; i < half; ++i) {
-      const float a = x[i], b = x[i + half];
-      tmp[i] = a * cos[i] - b * sin[i];
-      tmp[half + i] = b * cos[i] + a * sin[i];
-    }
-  }
-  std::memcpy(x, tmp, size_t(d) * 4);
-}
-
-}  // namespace
-
 // Absorbed MLA: head h's score against a cached row [c (kv_lora_rank), k_rot] is
 // (W_uk[h]^T q_nope) . c + q_rot . k_rot, and its output W_uv[h] (sum of p * c), where W_uk[h] and W_uv[h]
 // are head h's nope and v rows of kv_b_proj. The cache holds c and k_rot only; nothing is expanded per
 // cached token, for prefill or decode.
 void DecoderModel::mla_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
-                                 const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
-                                 const std::vector<kvcache::SequenceKv*>& sequences, const ops::AttentionBatch& ab,
-                                 Tensor& out) const {
+                                 const Tensor& sin, kvcache::KvPool& pool, const ops::AttentionBatch& ab, Tensor& out) const {
   const ModelConfig& c = config_;
   const MlaConfig& a = c.mla;
   const int64_t T = h.dim(0), heads = c.num_heads, nope = a.nope_dim, rope = a.rope_dim, lora = a.kv_lora_rank;
-  const int64_t qk = nope + rope, row = lora + rope, B = pool.block_tokens(), kvb_row = nope + a.v_dim;
+  const int64_t qk = nope + rope, row = lora + rope, B = pool.block_tokens(), kvb_rows = nope + a.v_dim;
   const float eps = float(c.rms_norm_eps);
-  if (rope > 512) throw EngineError("MLA: qk_rope_head_dim " + std::to_string(rope) + " is larger than this engine handles (512)");
-  if (h.device.is_cuda()) throw EngineError("multi-head latent attention runs on the cpu only; place these layers on cpu");
 
-  Tensor q = Tensor::zeros_f32({T, heads * qk});
+  Tensor q = ops::zeros(ctx, {T, heads * qk});
   if (a.q_lora_rank) {
-    Tensor qa = Tensor::zeros_f32({T, a.q_lora_rank});
+    Tensor qa = ops::zeros(ctx, {T, a.q_lora_rank});
     ops::linear(ctx, h, L.q_a, nullptr, qa);
     ops::rmsnorm(ctx, qa, L.q_a_norm, eps, qa);
     ops::linear(ctx, qa, L.q_b, nullptr, q);
   } else {
     ops::linear(ctx, h, L.q, nullptr, q);
   }
-  Tensor latent = Tensor::zeros_f32({T, row});
+  // The cached row: [c (kv_lora_rank, normalised), k_rot (rotated)].
+  Tensor latent = ops::zeros(ctx, {T, row});
   ops::linear(ctx, h, L.kv_a, nullptr, latent);
-
-  // Per token: normalise and rotate the cached row and store it; absorb each head's query.
-  Tensor query = Tensor::zeros_f32({T, heads * row});
-  const float* w = L.kv_b.as<float>();
-  ctx.pool.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* lat = latent.as<float>() + t * row;
-      ctx.kernels.rmsnorm(lat, L.kv_a_norm.as<float>(), lora, eps, lat);
-      rope_head(lat + lora, cos.as<float>() + t * (rope / 2), sin.as<float>() + t * (rope / 2), rope, a.rope_interleave);
-      const kvcache::SequenceKv& s = *sequences[size_t(b.seq[size_t(t)])];
-      const int64_t p = b.positions[size_t(t)];
-      std::memcpy(pool.key(l, s.block_of(p, B), p % B), lat, size_t(row) * 4);
-      for (int64_t hd = 0; hd < heads; ++hd) {
-        float* qh = q.as<float>() + (t * heads + hd) * qk;
-        rope_head(qh + nope, cos.as<float>() + t * (rope / 2), sin.as<float>() + t * (rope / 2), rope, a.rope_interleave);
-        float* dst = query.as<float>() + (t * heads + hd) * row;
-        std::fill(dst, dst + lora, 0.0f);
-        for (int64_t i = 0; i < nope; ++i) ctx.kernels.axpy(qh[i], w + (hd * kvb_row + i) * lora, dst, lora);
-        std::memcpy(dst + lora, qh + nope, size_t(rope) * 4);
-      }
-    }
-  });
+  ops::rmsnorm_prefix(ctx, latent, L.kv_a_norm, eps);
+  ops::rope_blocks(ctx, latent, {1, row, lora}, cos, sin, a.rope_interleave);
+  const Device on = pool.layer_storage(l).device;
   // The value is the first kv_lora_rank floats of the same row.
-  const ops::KvLayer kv{pool.key(l, 0, 0), pool.key(l, 0, 0), pool.block_floats(), pool.row_floats(), Device::cpu()};
+  const ops::KvLayer kv{pool.key(l, 0, 0), pool.key(l, 0, 0), pool.block_floats(), pool.row_floats(), on};
+  ops::store_kv(ctx, ab, latent, nullptr, kv, B);
+
+  // Each head's query as a row against the cache: [W_uk[h]^T q_nope, q_rot].
+  ops::rope_blocks(ctx, q, {heads, qk, nope}, cos, sin, a.rope_interleave);
+  Tensor query = ops::zeros(ctx, {T, heads * row});
+  ops::head_matmul(ctx, q, {heads, qk, 0}, L.kv_b, {nope, lora, kvb_rows, 0, true}, query, {heads, row, 0});
+  ops::copy_blocks(ctx, q, {heads, qk, nope}, query, {heads, row, lora}, rope);
+
   ops::AttentionShape shape{heads, 1, row, B, 0, 1.0f / std::sqrt(float(qk)) * yarn_softmax_scale(c.rope), lora};
-  Tensor mixed = Tensor::zeros_f32({T, heads * lora});
+  Tensor mixed = ops::zeros(ctx, {T, heads * lora});
   ops::paged_attention(ctx, query, ab, kv, shape, mixed);
 
   // Each head's output through its v rows of kv_b_proj, then o_proj.
-  Tensor attn = Tensor::zeros_f32({T, heads * a.v_dim});
-  ctx.pool.parallel_for(T * heads, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t hd = i % heads;
-      const float* m = mixed.as<float>() + i * lora;
-      float* o = attn.as<float>() + i * a.v_dim;
-      for (int64_t j = 0; j < a.v_dim; ++j) o[j] = ctx.kernels.dot(m, w + (hd * kvb_row + nope + j) * lora, lora);
-    }
-  });
+  Tensor attn = ops::zeros(ctx, {T, heads * a.v_dim});
+  ops::head_matmul(ctx, mixed, {heads, lora, 0}, L.kv_b, {lora, a.v_dim, kvb_rows, nope, false}, attn, {heads, a.v_dim, 0});
   ops::linear(ctx, attn, L.o, nullptr, out);
 }
 
@@ -431,7 +384,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
       up = ops::zeros(ctx, {T, I});
     }
     ops::rmsnorm(ctx, x, L.attn_norm, eps, h);
-    if (spec_.mla) mla_attention(ctx, l, L, h, cos, sin, b, pool, sequences, ab, proj);
+    if (spec_.mla) mla_attention(ctx, l, L, h, cos, sin, pool, ab, proj);
     else gqa_attention(ctx, l, L, h, cos, sin, pool, ab, proj);
     ops::add(ctx, x, proj);
 

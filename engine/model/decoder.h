@@ -85,8 +85,7 @@ class DecoderModel {
   // MLA for layer l: writes the batch's compressed rows into the cache and the attention output
   // (after o_proj) into out.
   void mla_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
-                     const Tensor& sin, const Batch& b, kvcache::KvPool& pool,
-                     const std::vector<kvcache::SequenceKv*>& sequences, const ops::AttentionBatch& ab, Tensor& out) const;
+                     const Tensor& sin, kvcache::KvPool& pool, const ops::AttentionBatch& ab, Tensor& out) const;
   ModelConfig config_;
   DecoderSpec spec_;
   Tensor embed_, final_norm_, lm_head_;

@@ -150,22 +150,73 @@ void add(Context& ctx, Tensor& x, const Tensor& y) {
   });
 }
 
-void rope(Context&, Tensor& x, int64_t heads, const Tensor& cos, const Tensor& sin) {
+void rope(Context& ctx, Tensor& x, int64_t heads, const Tensor& cos, const Tensor& sin) {
+  rope_blocks(ctx, x, {heads, 2 * cos.dim(1), 0}, cos, sin, false);
+}
+
+void rope_blocks(Context&, Tensor& x, HeadBlocks b, const Tensor& cos, const Tensor& sin, bool interleaved) {
   same_device("rope", x, cos);
-  FTLLM_ON_CUDA(x, cuda::rope(x, heads, cos, sin))
-  const int64_t T = x.dim(0), half = cos.dim(1), d = half * 2;
+  FTLLM_ON_CUDA(x, cuda::rope(x, b.heads, cos, sin, interleaved, x.dim(1), b.offset, b.stride))
+  const int64_t T = x.dim(0), row = x.dim(1), half = cos.dim(1), d = half * 2;
+  if (d > 1024) throw EngineError("rope: heads of " + std::to_string(d) + " values (at most 1024)");
+  float tmp[1024];
   for (int64_t t = 0; t < T; ++t) {
     const float* c = cos.as<float>() + t * half;
     const float* s = sin.as<float>() + t * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x.as<float>() + (t * heads + h) * d;
+    for (int64_t h = 0; h < b.heads; ++h) {
+      float* v = x.as<float>() + t * row + b.offset + h * b.stride;
       for (int64_t i = 0; i < half; ++i) {
-        float a = v[i], b = v[i + half];
-        v[i] = a * c[i] - b * s[i];
-        v[i + half] = b * c[i] + a * s[i];
+        const float a = interleaved ? v[2 * i] : v[i], bb = interleaved ? v[2 * i + 1] : v[i + half];
+        tmp[i] = a * c[i] - bb * s[i];
+        tmp[i + half] = bb * c[i] + a * s[i];
       }
+      std::memcpy(v, tmp, size_t(d) * 4);
     }
   }
+}
+
+void rmsnorm_prefix(Context& ctx, Tensor& x, const Tensor& w, float eps) {
+  same_device("rmsnorm", x, w);
+  FTLLM_ON_CUDA(x, cuda::rmsnorm_prefix(x, w, eps))
+  const int64_t T = x.dim(0), row = x.dim(1), n = w.numel();
+  ctx.pool.parallel_for(T, 8, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) ctx.kernels.rmsnorm(x.as<float>() + t * row, w.as<float>(), n, eps, x.as<float>() + t * row);
+  });
+}
+
+void head_matmul(Context& ctx, const Tensor& x, HeadBlocks xb, const Tensor& w, const HeadMatmul& m, Tensor& y,
+                 HeadBlocks yb) {
+  same_device("head_matmul", x, w);
+#if defined(FTLLM_WITH_CUDA)
+  if (x.device.is_cuda()) {
+    return cuda::head_matmul(x, {xb.heads, xb.stride, xb.offset}, w, {m.in, m.out, m.w_head_rows, m.w_first_row, m.transposed},
+                             y, {yb.heads, yb.stride, yb.offset});
+  }
+#endif
+  const int64_t T = x.dim(0), xrow = x.dim(1), yrow = y.dim(1), wrow = w.dim(1);
+  ctx.pool.parallel_for(T * xb.heads, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / xb.heads, h = i % xb.heads;
+      const float* xh = x.as<float>() + t * xrow + xb.offset + h * xb.stride;
+      float* yh = y.as<float>() + t * yrow + yb.offset + h * yb.stride;
+      const float* wh = w.as<float>() + (h * m.w_head_rows + m.w_first_row) * wrow;
+      if (m.transposed) {
+        std::fill(yh, yh + m.out, 0.0f);
+        for (int64_t k = 0; k < m.in; ++k) ctx.kernels.axpy(xh[k], wh + k * wrow, yh, m.out);
+      } else {
+        for (int64_t j = 0; j < m.out; ++j) yh[j] = ctx.kernels.dot(xh, wh + j * wrow, m.in);
+      }
+    }
+  });
+}
+
+void copy_blocks(Context&, const Tensor& src, HeadBlocks sb, Tensor& dst, HeadBlocks db, int64_t n) {
+  FTLLM_ON_CUDA(src, cuda::copy_blocks(src, {sb.heads, sb.stride, sb.offset}, dst, {db.heads, db.stride, db.offset}, n))
+  const int64_t T = src.dim(0), srow = src.dim(1), drow = dst.dim(1);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < sb.heads; ++h)
+      std::memcpy(dst.as<float>() + t * drow + db.offset + h * db.stride, src.as<float>() + t * srow + sb.offset + h * sb.stride,
+                  size_t(n) * 4);
 }
 
 #if defined(FTLLM_WITH_CUDA)

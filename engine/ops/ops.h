@@ -66,6 +66,28 @@ void add(Context& ctx, Tensor& x, const Tensor& y);
 // cos/sin[T, d/2] (row t holds the angles of token t's position).
 void rope(Context& ctx, Tensor& x, int64_t heads, const Tensor& cos, const Tensor& sin);
 
+// Blocks of a row: block h of row t starts at t * row + offset + h * stride (row: the tensor's width).
+struct HeadBlocks {
+  int64_t heads, stride, offset;
+};
+// RoPE on blocks of d = 2 * cos.dim(1) values of each row: rotate-half pairs (i, i + d/2), or DeepSeek's
+// interleaved pairs (2i, 2i + 1) with their results laid out rotate-half style (evens' results first).
+void rope_blocks(Context& ctx, Tensor& x, HeadBlocks blocks, const Tensor& cos, const Tensor& sin, bool interleaved);
+// rmsnorm of the first w.numel() values of each row of x, in place (MLA's compressed row).
+void rmsnorm_prefix(Context& ctx, Tensor& x, const Tensor& w, float eps);
+// Per head h: y_h = W_h x_h, x_h the `in` values of x's block h and y_h the `out` values of y's block h.
+// W_h is `out` rows of `in` floats starting at row h * w_head_rows + w_first_row of w (float32); with
+// `transposed`, W_h is instead `in` rows of `out` floats (y_h = sum_i x_h[i] * row i). MLA absorbs each
+// head's query into the compressed cache and expands its output with these, over views of kv_b_proj.
+struct HeadMatmul {
+  int64_t in, out, w_head_rows, w_first_row;
+  bool transposed;
+};
+void head_matmul(Context& ctx, const Tensor& x, HeadBlocks xb, const Tensor& w, const HeadMatmul& m, Tensor& y,
+                 HeadBlocks yb);
+// n values of each block of src into the same-numbered block of dst.
+void copy_blocks(Context& ctx, const Tensor& src, HeadBlocks sb, Tensor& dst, HeadBlocks db, int64_t n);
+
 // The step's tokens as attention sees them, shared by every layer: token t is at position pos[t] of
 // sequence seq[t], whose cache blocks are block_table[table_start[s]], ... in position order.
 struct AttentionBatch {

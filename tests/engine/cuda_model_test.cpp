@@ -41,9 +41,10 @@ std::vector<int32_t> greedy(ModelInstance& m, const std::vector<int32_t>& prompt
   return m.generate({r})[0].tokens;
 }
 
-// The dense and MoE fixtures with grouped-query attention (MLA stays on the cpu in this build).
-const char* const kFixtures[] = {"llama-f32",  "llama-linear-tied-bias-f32", "llama3-rope-f32", "mistral-window-f32",
-                                 "qwen2-f32",  "qwen3-f32",                  "qwen2-moe-f32",   "qwen3-moe-f32"};
+// Every float32 fixture: dense, MoE, and DeepSeek's latent attention.
+const char* const kFixtures[] = {"llama-f32",     "llama-linear-tied-bias-f32", "llama3-rope-f32", "mistral-window-f32",
+                                 "qwen2-f32",     "qwen3-f32",                  "qwen2-moe-f32",   "qwen3-moe-f32",
+                                 "deepseek-v2-f32", "deepseek-v3-f32",          "deepseek-v3-yarn-f32"};
 
 }  // namespace
 
@@ -136,17 +137,20 @@ BOOST_AUTO_TEST_CASE(moe_experts_on_the_host_or_the_gpu_equal_all_cpu) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(latent_attention_on_the_gpu_is_refused_by_name) {
-  try {
-    load("deepseek-v3-f32", "cuda");
-    BOOST_FAIL("DeepSeek's MLA layers were placed on the GPU");
-  } catch (const EngineError& e) {
-    BOOST_TEST(std::string(e.what()).find("multi-head latent attention") != std::string::npos, e.what());
+// DeepSeek's hybrid: latent attention on the GPU, experts on the host; and the reverse.
+BOOST_AUTO_TEST_CASE(deepseek_with_its_experts_apart_equals_all_cpu) {
+  for (const char* name : {"deepseek-v3-f32", "deepseek-v2-f32"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const test::Reference ref = test::read_reference(kModels / name);
+      const int64_t last = int64_t(ref.prompt.size()) - 1;
+      const std::vector<float> cpu = load(name, "cpu")->prompt_logits(ref.prompt, {last})[0];
+      for (auto [device, moe_device] : {std::pair{"cuda", "cpu"}, std::pair{"cpu", "cuda"}}) {
+        auto m = load(name, device, moe_device, true);
+        BOOST_TEST(test::relative_error(m->prompt_logits(ref.prompt, {last})[0], cpu) < 1e-5, device << " / " << moe_device);
+        BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
+      }
+    }
   }
-  // Its experts may still go to the GPU while the layers stay on the cpu.
-  auto m = load("deepseek-v3-f32", "cpu", "cuda");
-  const test::Reference ref = test::read_reference(kModels / "deepseek-v3-f32");
-  BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -159,6 +159,51 @@ BOOST_AUTO_TEST_CASE(norms_activations_rope_and_row_moves_match_the_cpu) {
   }
 }
 
+// Latent attention's pieces: per-head products over views of one matrix (both orientations), block
+// copies, a norm of each row's prefix, RoPE on blocks at an offset.
+BOOST_AUTO_TEST_CASE(latent_attention_pieces_match_the_cpu) {
+  std::mt19937 rng(12);
+  Host h;
+  const int64_t T = 5, heads = 4, nope = 32, rope = 16, lora = 64, v = 24, qk = nope + rope, row = lora + rope;
+  const int64_t kvb_rows = nope + v;
+  auto host = [](const std::vector<float>& x, std::vector<int64_t> shape) { return Tensor::copy_of(DType::F32, std::move(shape), x.data()); };
+  auto vec = [](const Tensor& t) { return std::vector<float>(t.as<float>(), t.as<float>() + t.numel()); };
+  const std::vector<float> q = random_floats(size_t(T * heads * qk), rng), kv_b = random_floats(size_t(heads * kvb_rows * lora), rng);
+  const std::vector<float> mixed = random_floats(size_t(T * heads * lora), rng);
+  ops::Context g{h.pool, h.ctx.kernels, kGpu};
+  {  // absorb: [W_uk^T q_nope] per head, then the rotary part copied beside it
+    Tensor qh = host(q, {T, heads * qk}), yh = Tensor::zeros_f32({T, heads * row});
+    Tensor qd = on_gpu(q, {T, heads * qk}), yd = cuda::zeros(kGpu, DType::F32, {T, heads * row});
+    const ops::HeadMatmul absorb{nope, lora, kvb_rows, 0, true};
+    ops::head_matmul(h.ctx, qh, {heads, qk, 0}, host(kv_b, {heads * kvb_rows, lora}), absorb, yh, {heads, row, 0});
+    ops::head_matmul(g, qd, {heads, qk, 0}, on_gpu(kv_b, {heads * kvb_rows, lora}), absorb, yd, {heads, row, 0});
+    ops::copy_blocks(h.ctx, qh, {heads, qk, nope}, yh, {heads, row, lora}, rope);
+    ops::copy_blocks(g, qd, {heads, qk, nope}, yd, {heads, row, lora}, rope);
+    BOOST_TEST(error_of(to_host(yd), vec(yh)) < 1e-5);
+  }
+  {  // expand: W_uv mixed per head
+    Tensor yh = Tensor::zeros_f32({T, heads * v}), yd = cuda::zeros(kGpu, DType::F32, {T, heads * v});
+    const ops::HeadMatmul expand{lora, v, kvb_rows, nope, false};
+    ops::head_matmul(h.ctx, host(mixed, {T, heads * lora}), {heads, lora, 0}, host(kv_b, {heads * kvb_rows, lora}), expand, yh,
+                     {heads, v, 0});
+    ops::head_matmul(g, on_gpu(mixed, {T, heads * lora}), {heads, lora, 0}, on_gpu(kv_b, {heads * kvb_rows, lora}), expand, yd,
+                     {heads, v, 0});
+    BOOST_TEST(error_of(to_host(yd), vec(yh)) < 1e-5);
+  }
+  {  // the compressed row: norm of its first lora values, interleaved RoPE of the rest
+    const std::vector<float> lat = random_floats(size_t(T * row), rng), w = random_floats(size_t(lora), rng);
+    const std::vector<float> angle = random_floats(size_t(T * rope / 2), rng, 3.0f);
+    std::vector<float> c(angle.size()), s(angle.size());
+    for (size_t i = 0; i < angle.size(); ++i) c[i] = std::cos(angle[i]), s[i] = std::sin(angle[i]);
+    Tensor lh = host(lat, {T, row}), ld = on_gpu(lat, {T, row});
+    ops::rmsnorm_prefix(h.ctx, lh, host(w, {lora}), 1e-6f);
+    ops::rmsnorm_prefix(g, ld, on_gpu(w, {lora}), 1e-6f);
+    ops::rope_blocks(h.ctx, lh, {1, row, lora}, host(c, {T, rope / 2}), host(s, {T, rope / 2}), true);
+    ops::rope_blocks(g, ld, {1, row, lora}, on_gpu(c, {T, rope / 2}), on_gpu(s, {T, rope / 2}), true);
+    BOOST_TEST(error_of(to_host(ld), vec(lh)) < 1e-6);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(embedding_lookups_decode_every_dtype) {
   std::mt19937 rng(8);
   Host h;
