@@ -567,10 +567,16 @@ void ModelInstance::step() {
   ops::Context ctx{*pool_, kernels()};
   std::vector<scheduler::Scheduler::Sampled> sampled;
   try {
-    Tensor logits = model_->forward(ctx, batch, kv_, seqs, layer_contexts());
-    std::vector<float*> rows;
-    for (size_t r = 0; r < plan.items.size(); ++r) rows.push_back(logits.as<float>() + int64_t(r) * c.vocab_size);
-    sampled = scheduler_.commit(plan, rows, c.vocab_size);
+    Tensor logits = model_->forward(ctx, batch, kv_, seqs, layer_contexts(), false);
+    if (logits.device.is_cuda() && scheduler_.plain_greedy(plan)) {
+      // Greedy decoding picks on the GPU: R token ids cross instead of R rows of the vocabulary.
+      sampled = scheduler_.commit_tokens(plan, ops::argmax_rows(ctx, logits));
+    } else {
+      logits = ops::to_device(logits, Device::cpu());
+      std::vector<float*> rows;
+      for (size_t r = 0; r < plan.items.size(); ++r) rows.push_back(logits.as<float>() + int64_t(r) * c.vocab_size);
+      sampled = scheduler_.commit(plan, rows, c.vocab_size);
+    }
   } catch (const std::exception& e) {
     for (const auto& item : plan.items) scheduler_.fail(item.seq_id, std::string("generation failed: ") + e.what());
     return;

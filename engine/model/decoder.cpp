@@ -348,7 +348,7 @@ void DecoderModel::gqa_attention(ops::Context& ctx, int64_t l, const LayerWeight
 
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
                              const std::vector<kvcache::SequenceKv*>& sequences,
-                             const std::vector<ops::Context*>* layer_ctx) const {
+                             const std::vector<ops::Context*>* layer_ctx, bool logits_on_host) const {
   const ModelConfig& c = config_;
   const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
   const float eps = float(c.rms_norm_eps);
@@ -401,7 +401,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
   }
 
   // Only the rows whose next token is wanted go through the final norm and the (large) LM head, on the
-  // LM head's device; the logits come back to the host for the sampler.
+  // LM head's device; the logits come back to the host for the sampler unless asked not to.
   ops::Context head_ctx{main_ctx.pool, main_ctx.kernels, lm_head_.device};
   x = ops::to_device(x, head_ctx.device);
   const int64_t R = int64_t(b.logit_rows.size());
@@ -410,7 +410,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
   ops::rmsnorm(head_ctx, last, final_norm_, eps, normed);
   Tensor logits = ops::zeros(head_ctx, {R, c.vocab_size});
   ops::linear(head_ctx, normed, lm_head_, nullptr, logits);
-  return ops::to_device(logits, Device::cpu());
+  return logits_on_host ? ops::to_device(logits, Device::cpu()) : logits;
 }
 
 }  // namespace ftllm::model

@@ -71,9 +71,10 @@ class DecoderModel {
   // Writes the batch's keys and values into the cache and returns float32 logits [logit_rows, vocab].
   // `layer_ctx`, when given, holds one context per layer (layers placed on different thread pools);
   // `ctx` runs everything else.
+  // With logits_on_host false they stay where the LM head ran (a GPU's memory, for sampling there).
   Tensor forward(ops::Context& ctx, const Batch& batch, kvcache::KvPool& pool,
                  const std::vector<kvcache::SequenceKv*>& sequences,
-                 const std::vector<ops::Context*>* layer_ctx = nullptr) const;
+                 const std::vector<ops::Context*>* layer_ctx = nullptr, bool logits_on_host = true) const;
 
  private:
   void bind_experts(const WeightStore& w, const std::string& prefix, LayerWeights& L);

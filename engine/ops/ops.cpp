@@ -141,6 +141,19 @@ void scale_rows(Context&, Tensor& x, const Tensor& scale, bool sigmoid) {
   }
 }
 
+std::vector<int32_t> argmax_rows(Context&, const Tensor& logits) {
+#if defined(FTLLM_WITH_CUDA)
+  if (logits.device.is_cuda()) return cuda::argmax_rows(logits);
+#endif
+  const int64_t R = logits.dim(0), V = logits.dim(1);
+  std::vector<int32_t> ids;
+  for (int64_t r = 0; r < R; ++r) {
+    const float* row = logits.as<float>() + r * V;
+    ids.push_back(int32_t(std::max_element(row, row + V) - row));
+  }
+  return ids;
+}
+
 void add(Context& ctx, Tensor& x, const Tensor& y) {
   same_device("add", x, y);
   FTLLM_ON_CUDA(x, cuda::add(x, y))

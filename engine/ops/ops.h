@@ -59,6 +59,10 @@ void scatter_add_rows(Context& ctx, const Tensor& y, std::span<const int64_t> ro
 // Row t of x[T, N] times scale[t] (scale [T, 1]), or times sigmoid(scale[t]).
 void scale_rows(Context& ctx, Tensor& x, const Tensor& scale, bool sigmoid);
 
+// Each row's argmax (the first of equals) of logits [R, V], on the logits' device: a GPU's step hands
+// back R token ids instead of R rows of logits.
+std::vector<int32_t> argmax_rows(Context& ctx, const Tensor& logits);
+
 // x += y, same shapes.
 void add(Context& ctx, Tensor& x, const Tensor& y);
 

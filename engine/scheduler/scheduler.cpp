@@ -97,27 +97,63 @@ TokenLogprob logprobs_of(std::span<const float> logits, int32_t chosen, int32_t 
 
 }  // namespace
 
+std::map<uint64_t, std::unique_ptr<Scheduler::Sequence>>::iterator Scheduler::fed(const StepItem& item) {
+  auto it = sequences_.find(item.seq_id);
+  if (it == sequences_.end()) return it;  // cancelled during the step
+  Sequence& s = *it->second;
+  s.fed = item.start_pos + int64_t(item.tokens.size());
+  if (s.fed < int64_t(s.context.size())) return sequences_.end();  // prompt slice: no token to sample yet
+  return it;
+}
+
+void Scheduler::accept(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator it, int32_t token) {
+  Sequence& s = *it->second;
+  s.context.push_back(token);
+  const bool stop = std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end();
+  const int64_t produced = int64_t(s.context.size() - s.prompt_size);
+  if (stop)
+    finish(it, FinishReason::Stop);
+  else if (produced >= s.request.max_tokens)
+    finish(it, FinishReason::Length);
+}
+
 std::vector<Scheduler::Sampled> Scheduler::commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab) {
   std::vector<Sampled> sampled;
   for (size_t i = 0; i < plan.items.size(); ++i) {
-    auto it = sequences_.find(plan.items[i].seq_id);
-    if (it == sequences_.end()) continue;  // cancelled during the step
+    auto it = fed(plan.items[i]);
+    if (it == sequences_.end()) continue;
     Sequence& s = *it->second;
-    s.fed = plan.items[i].start_pos + int64_t(plan.items[i].tokens.size());
-    if (s.fed < int64_t(s.context.size())) continue;  // prompt slice: no token to sample yet
     std::span<const int32_t> output(s.context.data() + s.prompt_size, s.context.size() - s.prompt_size);
     std::vector<float> raw;
     if (s.request.logprobs >= 0) raw.assign(logits[i], logits[i] + vocab);  // sampling rewrites the logits
     int32_t token = s.sampler.next(std::span<float>(logits[i], size_t(vocab)), s.context, output);
-    s.context.push_back(token);
     sampled.push_back({s.id, token, std::nullopt});
     if (s.request.logprobs >= 0) sampled.back().logprob = logprobs_of(raw, token, s.request.logprobs);
-    const bool stop = std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end();
-    const int64_t produced = int64_t(s.context.size() - s.prompt_size);
-    if (stop)
-      finish(it, FinishReason::Stop);
-    else if (produced >= s.request.max_tokens)
-      finish(it, FinishReason::Length);
+    accept(it, token);
+  }
+  return sampled;
+}
+
+bool Scheduler::plain_greedy(const StepPlan& plan) const {
+  for (const StepItem& item : plan.items) {
+    auto it = sequences_.find(item.seq_id);
+    if (it == sequences_.end()) continue;
+    const GenerationRequest& r = it->second->request;
+    const SamplingParams& p = r.sampling;
+    if (p.temperature > 0 || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+        !p.logit_bias.empty() || r.logprobs >= 0)
+      return false;
+  }
+  return true;
+}
+
+std::vector<Scheduler::Sampled> Scheduler::commit_tokens(const StepPlan& plan, std::span<const int32_t> tokens) {
+  std::vector<Sampled> sampled;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    auto it = fed(plan.items[i]);
+    if (it == sequences_.end()) continue;
+    sampled.push_back({it->second->id, tokens[i], std::nullopt});
+    accept(it, tokens[i]);
   }
   return sampled;
 }

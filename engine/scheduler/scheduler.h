@@ -59,6 +59,11 @@ class Scheduler {
     std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
   };
   std::vector<Sampled> commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab);
+  // Whether every sequence of the step samples by plain argmax (temperature 0, no penalties, bias or
+  // logprobs), so the step's tokens can be chosen where the logits are (on the GPU) without copying them.
+  bool plain_greedy(const StepPlan& plan) const;
+  // commit() for such a step: tokens[i] is plan.items[i]'s argmax.
+  std::vector<Sampled> commit_tokens(const StepPlan& plan, std::span<const int32_t> tokens);
 
   std::vector<Finished> take_finished();
   bool idle() const { return running_.empty() && waiting_.empty(); }
@@ -76,6 +81,10 @@ class Scheduler {
     Sampler sampler;
   };
   void finish(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator it, FinishReason why, std::string error = {});
+  // The item's sequence after the step fed it, or nullptr when it was cancelled or fed only a prompt slice.
+  std::map<uint64_t, std::unique_ptr<Sequence>>::iterator fed(const StepItem& item);
+  // Appends the sampled token, ends the sequence on a stop token or its length.
+  void accept(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator it, int32_t token);
 
   SchedulerLimits limits_;
   uint64_t next_id_ = 1;

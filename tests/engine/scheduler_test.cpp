@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <boost/test/unit_test.hpp>
+#include <functional>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -184,6 +185,52 @@ BOOST_AUTO_TEST_CASE(eos_and_stop_ids_end_a_sequence_unless_ignored) {
   BOOST_REQUIRE_EQUAL(done.size(), 1u);
   BOOST_TEST((done[0].result.finish == FinishReason::Length));
   BOOST_TEST(done[0].result.tokens == std::vector<int32_t>({9, 7}), boost::test_tools::per_element());
+}
+
+// A GPU step of plain greedy requests hands the scheduler token ids, not logits: the same sequences end
+// the same way; anything that needs the logits (sampling, penalties, logprobs) keeps the step on commit().
+BOOST_AUTO_TEST_CASE(greedy_steps_can_commit_chosen_tokens) {
+  std::vector<int32_t> eos = {9};
+  Scheduler by_logits, by_tokens;
+  FakeModel m;
+  GenerationRequest stop_on_7 = greedy({1, 2}, 10);
+  stop_on_7.stop_token_ids = {7};
+  for (Scheduler* s : {&by_logits, &by_tokens}) {
+    s->add(greedy({1, 2, 3}, 3), eos);
+    s->add(stop_on_7, eos);
+  }
+  for (int32_t favourite : {4, 7, 5, 6}) {
+    StepPlan a = by_logits.plan(), b = by_tokens.plan();
+    BOOST_REQUIRE_EQUAL(a.items.size(), b.items.size());
+    BOOST_TEST(by_tokens.plain_greedy(b));
+    const std::vector<int32_t> chosen(b.items.size(), favourite);
+    auto x = by_logits.commit(a, m.step(a, favourite), m.vocab);
+    auto y = by_tokens.commit_tokens(b, chosen);
+    BOOST_REQUIRE_EQUAL(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) BOOST_TEST((x[i].seq_id == y[i].seq_id && x[i].token == y[i].token));
+  }
+  auto fa = by_logits.take_finished(), fb = by_tokens.take_finished();
+  BOOST_REQUIRE_EQUAL(fa.size(), 2u);
+  BOOST_REQUIRE_EQUAL(fb.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    BOOST_TEST(fa[i].result.tokens == fb[i].result.tokens, boost::test_tools::per_element());
+    BOOST_TEST((fa[i].result.finish == fb[i].result.finish));
+  }
+  BOOST_TEST(by_tokens.idle());
+  // Requests that need the logits are not plain greedy.
+  for (auto tweak : std::vector<std::function<void(GenerationRequest&)>>{
+           [](GenerationRequest& r) { r.sampling.temperature = 0.7f; },
+           [](GenerationRequest& r) { r.sampling.repetition_penalty = 1.1f; },
+           [](GenerationRequest& r) { r.sampling.presence_penalty = 0.5f; },
+           [](GenerationRequest& r) { r.sampling.logit_bias = {{3, 1.0f}}; },
+           [](GenerationRequest& r) { r.logprobs = 0; }}) {
+    Scheduler s;
+    GenerationRequest r = greedy({1}, 4);
+    tweak(r);
+    s.add(greedy({1}, 4), eos);
+    s.add(r, eos);
+    BOOST_TEST(!s.plain_greedy(s.plan()));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(long_prompts_are_fed_in_slices_and_running_is_capped) {
