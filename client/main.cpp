@@ -20,7 +20,7 @@ const char* kUsage =
     "  list                          resident models with their load\n"
     "  load MODEL [--name N] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
     "       [--device SPEC] [--dtype D] [--moe_dtype D] [--dtype_config F] [--kernels K]\n"
-    "       [--moe_device cpu|numa|cuda] [--moe_experts N] [--cuda_se]\n"
+    "       [--moe_device cpu|numa|cuda] [--moe_experts N] [--cuda_se] [--gpu_memory F]\n"
     "                                load a model while the daemon serves\n"
     "  unload NAME [--force]         stop serving a model (running requests finish, or end with --force)\n"
     "  rebalance NAME [-t N] [--device SPEC]\n"

@@ -47,7 +47,7 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
         {"--name", "name"}, {"-t", "threads"}, {"--threads", "threads"}, {"--ctx", "context_length"},
         {"--max_sequences", "max_sequences"}, {"--chat_template", "chat_template"}, {"--dtype", "dtype"},
         {"--device", "device"}, {"--cache_dir", "cache_dir"}, {"--moe_dtype", "moe_dtype"}, {"--dtype_config", "dtype_config"}, {"--kernels", "kernels"},
-        {"--moe_device", "moe_device"}, {"--moe_experts", "moe_experts"}};
+        {"--moe_device", "moe_device"}, {"--moe_experts", "moe_experts"}, {"--gpu_memory", "gpu_memory"}};
     if (auto k = keys.find(a); k != keys.end()) {
       if (i + 1 >= args.size()) return std::fprintf(stderr, "ftllmctl: %s needs a value\n", a.c_str()), 2;
       opts[k->second] = args[++i];
@@ -69,8 +69,9 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
   }
   std::string body = "{\"model\": " + quote(model);
   for (auto& [k, v] : opts) {
-    bool number = k == "threads" || k == "context_length" || k == "max_sequences" || k == "moe_experts" || k == "cuda_se";
-    if (number && k != "cuda_se" && v.find_first_not_of("0123456789") != std::string::npos)
+    bool number = k == "threads" || k == "context_length" || k == "max_sequences" || k == "moe_experts" || k == "cuda_se" ||
+                  k == "gpu_memory";
+    if (number && k != "cuda_se" && v.find_first_not_of(k == "gpu_memory" ? "0123456789." : "0123456789") != std::string::npos)
       return std::fprintf(stderr, "ftllmctl: %s needs a number, not %s\n", k.c_str(), v.c_str()), 2;
     body += ", " + quote(k) + ": " + (number ? v : quote(v));
   }

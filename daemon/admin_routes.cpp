@@ -75,6 +75,12 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
   if (!body["moe_experts"].get(n)) o.moe_experts = int(n);
   bool flag = false;
   if (!body["cuda_se"].get(flag)) o.cuda_se = flag;
+  double share = 0;
+  if (!body["gpu_memory"].get(share)) {
+    if (!(share > 0 && share <= 1))
+      return ex->respond(admin_error(400, "\"gpu_memory\" is a share of the GPU's free memory in (0, 1]", "invalid_gpu_memory"));
+    o.gpu_memory = share;
+  }
   const std::string name = o.name.empty() ? o.path : o.name;
   if (!o.name.empty() && engine.model(o.name))
     return ex->respond(admin_error(409, "a model named " + o.name + " is already loaded; unload it first or pick another --name", "name_taken"));

@@ -167,7 +167,7 @@ std::string known_keys(const Section& section) {
 }
 
 // [[model]] entries: path (required), name, threads, context_length, max_sequences, chat_template, dtype,
-// moe_dtype, dtype_config, device, moe_device, moe_experts, cuda_se.
+// moe_dtype, dtype_config, device, moe_device, moe_experts, cuda_se, gpu_memory.
 std::string parse_models(const toml::node& node, Config& cfg, const std::string& source, ConfigError& error) {
   const toml::array* list = node.as_array();
   if (!list || !list->is_array_of_tables()) {
@@ -198,13 +198,18 @@ std::string parse_models(const toml::node& node, Config& cfg, const std::string&
         else if (k == "context_length") m.context_length = v;
         else if (k == "moe_experts") m.moe_experts = int(std::min<int64_t>(v, 1 << 20));
         else m.max_sequences = int(std::min<int64_t>(v, 1024));
+      } else if (k == "gpu_memory") {
+        auto v = value.value<double>();
+        if (!(value.is_floating_point() || value.is_integer()) || !v || !(*v > 0 && *v <= 1))
+          return fail("must be a share of the GPU's free memory in (0, 1]");
+        m.gpu_memory = *v;
       } else if (k == "cuda_se") {
         if (!value.is_boolean()) return fail("must be true or false");
         m.cuda_se = *value.value<bool>();
       } else {
         error = error_at(source, key.source(),
                          "unknown key \"" + k + "\" in [[model]]; known keys: chat_template, context_length, cuda_se, device, "
-                         "dtype, dtype_config, max_sequences, moe_device, moe_dtype, moe_experts, name, path, threads");
+                         "dtype, dtype_config, gpu_memory, max_sequences, moe_device, moe_dtype, moe_experts, name, path, threads");
         return error.reason;
       }
     }

@@ -25,6 +25,7 @@ struct ModelEntry {
   std::string device = "cpu", moe_device = "cpu";
   int moe_experts = 0;   // 0: the model's num_experts_per_tok
   bool cuda_se = false;
+  double gpu_memory = 0.9;  // share of a GPU's free memory the load may take
   int threads = 0;
   int64_t context_length = 0;
   int max_sequences = 8;

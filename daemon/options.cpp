@@ -1,12 +1,13 @@
 #include "options.h"
 
+#include <cstdlib>
 #include <map>
 
 namespace ftllm::daemon {
 
 const char* usage() {
   return "usage: ftllmd [MODEL ...] [--name NAME] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
-         "              [--dtype DTYPE] [--moe_dtype DTYPE] [--dtype_config FILE] [--device DEVICE]\n"
+         "              [--dtype DTYPE] [--moe_dtype DTYPE] [--dtype_config FILE] [--device DEVICE] [--gpu_memory F]\n"
          "              [--kernels auto|avx512vnni|avx2|scalar] [--moe_device cpu|numa|cuda] [--moe_experts N] [--cuda_se]\n"
          "              [--config FILE] [--listen HOST:PORT] [--admin-socket PATH] [--api_key KEY]\n"
          "              [--log-level error|warn|info|debug] [--hide_input]\n"
@@ -35,6 +36,7 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
       {"-t", &Options::threads},             {"--threads", &Options::threads},
       {"--chat_template", &Options::chat_template}, {"--ctx", &Options::context},
       {"--max_sequences", &Options::max_sequences}, {"--dtype", &Options::dtype},
+      {"--gpu_memory", &Options::gpu_memory},
       {"--device", &Options::device},        {"--cache_dir", &Options::cache_dir},
       {"--moe_dtype", &Options::moe_dtype},  {"--dtype_config", &Options::dtype_config},
       {"--kernels", &Options::kernels},      {"--moe_device", &Options::moe_device},
@@ -138,6 +140,7 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
     m.moe_device = e.moe_device;
     m.moe_experts = e.moe_experts;
     m.cuda_se = e.cuda_se;
+    m.gpu_memory = e.gpu_memory;
   }
   if (o.model_name && o.models.size() != 1) return "--name needs exactly one MODEL";
   for (const std::string& path : o.models) {
@@ -156,6 +159,13 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
     if (o.max_sequences) {
       if (!positive_number(*o.max_sequences, n) || n > 1024) return "--max_sequences needs a number from 1 to 1024";
       m.max_sequences = int32_t(n);
+    }
+    if (o.gpu_memory) {
+      char* end = nullptr;
+      const double f = std::strtod(o.gpu_memory->c_str(), &end);
+      if (end == o.gpu_memory->c_str() || *end || !(f > 0 && f <= 1))
+        return "--gpu_memory needs a share of the GPU's free memory in (0, 1], not " + *o.gpu_memory;
+      m.gpu_memory = f;
     }
     if (o.chat_template) m.chat_template = *o.chat_template;
     if (o.cache_dir) m.cache_dir = *o.cache_dir;

@@ -24,6 +24,7 @@ struct Options {
   std::optional<std::string> chat_template;  // --chat_template FILE
   std::optional<std::string> context;        // --ctx TOKENS: context length per sequence
   std::optional<std::string> max_sequences;  // --max_sequences N: sequences decoded together
+  std::optional<std::string> gpu_memory;     // --gpu_memory F: share of a GPU's free memory a load may take
   std::optional<std::string> dtype;          // --dtype: compute dtype of linear layers (int4g, int8, fp8, ...)
   std::optional<std::string> moe_dtype;      // --moe_dtype: compute dtype of routed experts
   std::optional<std::string> dtype_config;   // --dtype_config FILE: per-tensor dtype rules

@@ -68,6 +68,9 @@ struct ModelLoadOptions {
   int moe_experts = 0;
   std::string moe_device = "cpu";
   bool cuda_se = false;
+  // The share of a GPU's free memory a load may take for its layers' weights and KV pages; the KV cache
+  // shrinks (fewer sequences at full context) to fit it, down to one sequence.
+  double gpu_memory = 0.9;
   LoadProgress progress;       // optional
 };
 

@@ -318,7 +318,18 @@ Device device_of(const std::string& d) {
 
 }  // namespace
 
+namespace {
+
+std::string gib(uint64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f GiB", double(bytes) / double(uint64_t(1) << 30));
+  return s;
+}
+
+}  // namespace
+
 void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
+  using D = model::DecoderModel;
   const model::ModelConfig& c = config();
   std::vector<Device> target(size_t(c.num_layers));
   for (const LayerRange& r : placement)
@@ -327,21 +338,69 @@ void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
   // the layer onto a GPU with --cuda_se, else stay with the routed ones.
   const Device experts = options_.moe_device.starts_with("cuda") ? device_of(resolve_placement(options_.moe_device, 1)[0].device)
                                                                  : Device::cpu();
-  auto move_to = [](Device d) { return [d](Tensor& t) { t = ops::to_device(t, d); }; };
   if (layer_device_.empty()) layer_device_.assign(size_t(c.num_layers), Device::cpu());
+  struct Move {
+    int64_t layer;
+    Device to;
+    unsigned parts;
+  };
+  std::vector<Move> moves;
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const Device d = target[size_t(l)], was = layer_device_[size_t(l)];
-    if (d == was && layers_placed_) continue;  // the first placement also puts the experts in place
-    const Device shared = options_.cuda_se && d.is_cuda() ? d : experts;
-    model_->move_layer(l, move_to(d), false, false);
-    model_->move_layer(l, move_to(experts), true, false);
-    model_->move_layer(l, move_to(shared), false, true);
-    // The layer's cached keys and values go with it, so running sequences carry on.
-    kv_.replace_layer(l, ops::to_device(kv_.layer_storage(l), d));
-    layer_device_[size_t(l)] = d;
+    const Device d = target[size_t(l)];
+    if (d == layer_device_[size_t(l)] && layers_placed_) continue;  // the first placement also puts the experts in place
+    moves.push_back({l, d, D::kAttentionAndDense});
+    moves.push_back({l, experts, D::kRoutedExperts});
+    moves.push_back({l, options_.cuda_se && d.is_cuda() ? d : experts, D::kSharedExperts});
   }
-  // The LM head runs where the last layer does.
-  const Device head = target.empty() ? Device::cpu() : target.back();
+  const Device head = target.empty() ? Device::cpu() : target.back();  // the LM head runs where the last layer does
+
+  // Before anything moves: what each GPU must take (bytes not there yet) against its share of free memory.
+  std::map<int, uint64_t> weights;
+  std::map<int, int64_t> kv_layers;
+  for (const Move& m : moves)
+    if (m.to.is_cuda())
+      model_->move_layer(m.layer, [&](Tensor& t) { if (!(t.device == m.to)) weights[m.to.index] += t.bytes(); }, m.parts);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (target[size_t(l)].is_cuda() && !(kv_.layer_storage(l).device == target[size_t(l)])) ++kv_layers[target[size_t(l)].index];
+  if (head.is_cuda() && !(model_->head_device() == head))
+    model_->move_head([&](Tensor& t) { if (!(t.device == head)) weights[head.index] += t.bytes(); });
+  const int64_t per_sequence = (context_length() + kKvBlockTokens - 1) / kKvBlockTokens;
+  int64_t blocks = kv_.num_blocks();
+  for (auto& [gpu, bytes] : weights) kv_layers[gpu];
+  for (auto& [gpu, layers] : kv_layers) {
+    const uint64_t free_now = ops::device_available_bytes(Device::cuda(gpu));
+    const uint64_t budget = uint64_t(options_.gpu_memory * double(free_now));
+    const uint64_t block_bytes = uint64_t(layers) * (kv_.layer_bytes() / uint64_t(kv_.num_blocks()));
+    const uint64_t w = weights[gpu];
+    if (w + block_bytes * uint64_t(blocks) <= budget) continue;
+    // At load the KV cache shrinks to what fits there: whole sequences at the full context, at least one.
+    const int64_t fit = block_bytes && w < budget ? int64_t((budget - w) / block_bytes) / per_sequence * per_sequence : 0;
+    if (!layers_placed_ && layers > 0 && fit >= per_sequence) {
+      blocks = std::min(blocks, fit);
+      continue;
+    }
+    throw EngineError("the layers placed on cuda:" + std::to_string(gpu) + " need " + gib(w) + " of weights and " +
+                      gib(block_bytes * uint64_t(blocks)) + " of KV cache, but --gpu_memory " +
+                      std::to_string(options_.gpu_memory).substr(0, 4) + " of its " + gib(free_now) + " free is " +
+                      gib(budget) + "; place fewer layers there (as {'cuda:" + std::to_string(gpu) +
+                      "':3,'cpu':1}), lower --ctx or --max_sequences, use a smaller --dtype, or raise --gpu_memory");
+  }
+  if (blocks < kv_.num_blocks()) {
+    const int64_t sequences = blocks / per_sequence;
+    kv_ = kvcache::KvPool(c.num_layers, 1, c.kv_row_floats(), kKvBlockTokens, blocks, c.kv_keys_only());
+    scheduler_.set_max_running(int32_t(std::min<int64_t>(sequences, options_.max_sequences)));
+    add_load_note("the KV cache holds " + std::to_string(sequences) + " sequences of " + std::to_string(context_length()) +
+                  " tokens (not " + std::to_string(options_.max_sequences) + "): that is what --gpu_memory " +
+                  std::to_string(options_.gpu_memory).substr(0, 4) + " of the GPU's free memory holds");
+  }
+
+  auto move_to = [](Device d) { return [d](Tensor& t) { t = ops::to_device(t, d); }; };
+  for (const Move& m : moves) model_->move_layer(m.layer, move_to(m.to), m.parts);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    // The layer's cached keys and values go with it, so running sequences carry on.
+    kv_.replace_layer(l, ops::to_device(kv_.layer_storage(l), target[size_t(l)]));
+    layer_device_[size_t(l)] = target[size_t(l)];
+  }
   if (!(model_->head_device() == head)) model_->move_head(move_to(head));
   layers_placed_ = true;
 }

@@ -210,20 +210,22 @@ void DecoderModel::move_matrices(const std::function<void(Tensor&)>& move, bool 
   }
 }
 
-void DecoderModel::move_layer(int64_t l, const std::function<void(Tensor&)>& move, bool experts, bool shared) {
+void DecoderModel::move_layer(int64_t l, const std::function<void(Tensor&)>& move, unsigned parts) {
   LayerWeights& L = layers_[size_t(l)];
-  for (Tensor* t : {&L.attn_norm, &L.q, &L.k, &L.v, &L.o, &L.mlp_norm, &L.gate, &L.up, &L.down, &L.q_a, &L.q_a_norm, &L.q_b,
-                    &L.kv_a, &L.kv_a_norm, &L.kv_b})
-    if (!t->empty()) move(*t);
-  for (std::optional<Tensor>* t : {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.q_norm, &L.k_norm, &L.gate_bias, &L.up_bias,
-                                   &L.down_bias})
-    if (*t) move(**t);
-  if (experts && !L.experts.empty()) {
+  if (parts & kAttentionAndDense) {
+    for (Tensor* t : {&L.attn_norm, &L.q, &L.k, &L.v, &L.o, &L.mlp_norm, &L.gate, &L.up, &L.down, &L.q_a, &L.q_a_norm,
+                      &L.q_b, &L.kv_a, &L.kv_a_norm, &L.kv_b})
+      if (!t->empty()) move(*t);
+    for (std::optional<Tensor>* t : {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.q_norm, &L.k_norm, &L.gate_bias,
+                                     &L.up_bias, &L.down_bias})
+      if (*t) move(**t);
+  }
+  if ((parts & kRoutedExperts) && !L.experts.empty()) {
     move(L.router);  // routing reads its logits on the host; the router runs beside the experts
     for (ops::Expert& e : L.experts)
       for (Tensor* t : {&e.gate, &e.up, &e.down}) move(*t);
   }
-  if (shared && L.shared) {
+  if ((parts & kSharedExperts) && L.shared) {
     for (Tensor* t : {&L.shared->gate, &L.shared->up, &L.shared->down}) move(*t);
     if (L.shared_gate) move(*L.shared_gate);
   }

@@ -60,10 +60,14 @@ class DecoderModel {
   // input embedding along with it when tied), or of the routed experts' only; --device numa and
   // --moe_device numa move them into node-bound memory.
   void move_matrices(const std::function<void(Tensor&)>& move, bool experts_only = false);
-  // Moves layer l's tensors (norms and biases too) with `move`: the attention and dense MLP always, the
-  // routed experts with their router when `experts`, the shared experts with their gate when `shared`.
-  // --device and rebalance put layers on a GPU this way.
-  void move_layer(int64_t l, const std::function<void(Tensor&)>& move, bool experts, bool shared);
+  // Moves the chosen parts of layer l with `move` (or only looks at them: `move` may leave them be).
+  // --device and rebalance put layers on a GPU this way, --moe_device and --cuda_se the experts.
+  enum LayerParts : unsigned {
+    kAttentionAndDense = 1,  // norms, attention, a dense MLP, their biases
+    kRoutedExperts = 2,      // the routed experts with their router
+    kSharedExperts = 4,      // shared experts with their gate
+  };
+  void move_layer(int64_t l, const std::function<void(Tensor&)>& move, unsigned parts);
   // Moves the final norm and the LM head (the input embedding along with it when tied).
   void move_head(const std::function<void(Tensor&)>& move);
   Device head_device() const { return lm_head_.device; }

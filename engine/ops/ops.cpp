@@ -36,6 +36,13 @@ Tensor zeros(Device device, std::vector<int64_t> shape) {
   return Tensor::zeros_f32(std::move(shape));
 }
 
+uint64_t device_available_bytes(Device device) {
+#if defined(FTLLM_WITH_CUDA)
+  if (device.is_cuda()) return cuda::available_bytes(device);
+#endif
+  throw EngineError("device " + device.name() + " is not a CUDA device of this build");
+}
+
 Tensor to_device(const Tensor& t, Device to) {
   if (t.device == to) return t;
 #if defined(FTLLM_WITH_CUDA)

@@ -35,6 +35,8 @@ inline Tensor zeros(const Context& ctx, std::vector<int64_t> shape) { return zer
 Tensor to_device(const Tensor& t, Device to);
 // Whether this build has the CUDA backend (else placing anything on cuda is refused).
 bool cuda_built();
+// Bytes a CUDA device could still give: its free memory plus what its allocator keeps cached.
+uint64_t device_available_bytes(Device device);
 
 // Rows [0, rows) of x (K floats each) as the int8 blocks the kernels want for weights of type wt, or
 // empty when wt's kernel computes on the floats.

@@ -66,6 +66,8 @@ class Scheduler {
   std::vector<Sampled> commit_tokens(const StepPlan& plan, std::span<const int32_t> tokens);
 
   std::vector<Finished> take_finished();
+  // Fewer sequences decode at once from the next plan on (the KV cache was sized down); the rest wait.
+  void set_max_running(int32_t n) { limits_.max_running = n; }
   bool idle() const { return running_.empty() && waiting_.empty(); }
   size_t running() const { return running_.size(); }
   size_t waiting() const { return waiting_.size(); }

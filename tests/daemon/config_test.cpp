@@ -81,6 +81,7 @@ moe_experts = 4
 moe_device = "numa"
 cuda_se = true
 device = "numa"
+gpu_memory = 0.5
 )",
                                 "m.conf");
   BOOST_REQUIRE_MESSAGE(r.config.has_value(), (r.error ? r.error->to_string() : ""));
@@ -94,6 +95,10 @@ device = "numa"
   BOOST_TEST(r.config->models[1].cuda_se);
   BOOST_TEST(r.config->models[1].device == "numa");
   BOOST_TEST(r.config->models[0].moe_experts == 0);
+  BOOST_TEST(r.config->models[1].gpu_memory == 0.5);
+  BOOST_TEST(r.config->models[0].gpu_memory == 0.9);
+  BOOST_TEST(expect_error("[[model]]\npath = \"p\"\ngpu_memory = 1.5\n").reason ==
+             "model.gpu_memory must be a share of the GPU's free memory in (0, 1]");
   BOOST_TEST(expect_error("[[model]]\npath = \"p\"\ncuda_se = 1\n").reason == "model.cuda_se must be true or false");
   ConfigError e = expect_error("[[model]]\nname = \"x\"\n");
   BOOST_TEST(e.reason == "a [[model]] needs a path");
@@ -204,6 +209,20 @@ BOOST_AUTO_TEST_CASE(moe_options_reach_the_load) {
   loads.clear();
   BOOST_TEST(model_load_options(parse_options({"m", "--moe_experts", "0"}).options, config, loads) ==
              "--moe_experts needs a positive number of experts, not 0");
+}
+
+BOOST_AUTO_TEST_CASE(gpu_options_reach_the_load) {
+  std::vector<ftllm::ModelLoadOptions> loads;
+  const Config config;
+  BOOST_TEST(model_load_options(parse_options({"m", "--device", "{'cuda:0':3,'cpu':1}", "--gpu_memory", "0.75"}).options,
+                                config, loads)
+                 .empty());
+  BOOST_REQUIRE_EQUAL(loads.size(), 1u);
+  BOOST_TEST(loads[0].device == "{'cuda:0':3,'cpu':1}");
+  BOOST_TEST(loads[0].gpu_memory == 0.75);
+  for (const char* bad : {"0", "1.2", "half", "0.5x"})
+    BOOST_TEST(model_load_options(parse_options({"m", "--gpu_memory", bad}).options, config, loads) ==
+               std::string("--gpu_memory needs a share of the GPU's free memory in (0, 1], not ") + bad);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

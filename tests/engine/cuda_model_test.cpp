@@ -137,6 +137,36 @@ BOOST_AUTO_TEST_CASE(moe_experts_on_the_host_or_the_gpu_equal_all_cpu) {
   }
 }
 
+// --gpu_memory: a load that cannot fit says what to change; one whose KV cache does not fit at its
+// sequences shrinks the cache to whole sequences that do, and says so.
+BOOST_AUTO_TEST_CASE(gpu_memory_bounds_the_weights_and_sizes_the_kv_cache) {
+  ModelLoadOptions o;
+  o.path = (kModels / "qwen3-f32").string();
+  o.threads = 2;
+  o.device = "cuda";
+  o.context_length = 4096;
+  o.max_sequences = 64;
+  o.gpu_memory = 1e-12;
+  try {
+    ModelInstance::load(o);
+    BOOST_FAIL("a load past --gpu_memory succeeded");
+  } catch (const EngineError& e) {
+    BOOST_TEST(std::string(e.what()).find("raise --gpu_memory") != std::string::npos, e.what());
+  }
+  // The KV cache of 64 sequences on the host, then a budget of about half of it.
+  o.device = "cpu";
+  const uint64_t kv = ModelInstance::load(o)->kv_bytes();
+  const cuda::MemoryUse m = cuda::memory_use(test::kGpu);
+  o.device = "cuda";
+  o.gpu_memory = double(kv / 2) / double(m.free + m.cached);
+  auto half = ModelInstance::load(o);
+  BOOST_TEST(half->load_notes().find("the KV cache holds") != std::string::npos, half->load_notes());
+  BOOST_TEST(half->kv_bytes() < kv);
+  BOOST_TEST(half->kv_bytes() > kv / 4);
+  const test::Reference ref = test::read_reference(kModels / "qwen3-f32");
+  BOOST_TEST(greedy(*half, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
+}
+
 // DeepSeek's hybrid: latent attention on the GPU, experts on the host; and the reverse.
 BOOST_AUTO_TEST_CASE(deepseek_with_its_experts_apart_equals_all_cpu) {
   for (const char* name : {"deepseek-v3-f32", "deepseek-v2-f32"}) {

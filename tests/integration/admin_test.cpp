@@ -79,6 +79,9 @@ BOOST_AUTO_TEST_CASE(moe_model_loads_with_its_options_and_serves) {
   CommandResult cuda = run_command(ctl(d, "load " + model + " --name se --cuda_se"));
   BOOST_TEST(cuda.exit_code == 1);
   BOOST_TEST(cuda.err.find("--cuda_se") != std::string::npos, cuda.err);
+  CommandResult share = run_command(ctl(d, "load " + model + " --name g --gpu_memory 1.5"));
+  BOOST_TEST(share.exit_code == 1);
+  BOOST_TEST(share.err.find("\"gpu_memory\" is a share of the GPU's free memory in (0, 1]") != std::string::npos, share.err);
 }
 
 BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
@@ -238,7 +241,9 @@ BOOST_AUTO_TEST_CASE(rebalance_during_a_stream_changes_nothing_but_the_threads) 
   BOOST_TEST(run_command(ctl(d, "list")).out.find("cpu:0-14 numa:0:15-29") != std::string::npos, run_command(ctl(d, "list")).out);
   BOOST_TEST(run_command(ctl(d, "rebalance m --device numa:7")).exit_code == 1);
   BOOST_TEST(run_command(ctl(d, "rebalance m --device \"{'cpu':1,'numa':1}\"")).err.find("numa:N") != std::string::npos);
-  BOOST_TEST(run_command(ctl(d, "rebalance m --device cuda")).exit_code == 1);
+  CommandResult gpu = run_command(ctl(d, "rebalance m --device cuda"));
+  BOOST_TEST(gpu.exit_code == 1);
+  BOOST_TEST(gpu.err.find("device cuda is not available: ") != std::string::npos, gpu.err);
   BOOST_TEST(run_command(ctl(d, "rebalance nope -t 2")).exit_code == 1);
   BOOST_TEST(run_command(ctl(d, "rebalance m")).exit_code == 2);
 }
