@@ -108,9 +108,11 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     std::snprintf(params, sizeof params, "%.1fM", double(field<uint64_t>(m, "parameters")) / 1e6);
     std::snprintf(tps, sizeof tps, "%.1f", field<double>(m, "tokens_per_second"));
     std::string placement = placement_text(m);
-    simdjson::dom::element mem;
+    // Summed over the devices the model is on (PLACEMENT says which).
+    simdjson::dom::object mem;
     uint64_t weights = 0, kv = 0;
-    if (!m["memory"]["cpu"].get(mem)) weights = field<uint64_t>(mem, "weight_bytes"), kv = field<uint64_t>(mem, "kv_bytes");
+    if (!m["memory"].get(mem))
+      for (auto [device, use] : mem) weights += field<uint64_t>(use, "weight_bytes"), kv += field<uint64_t>(use, "kv_bytes");
     if (args.empty() || name == args[0])
       model_table.add({std::string(name), std::string(arch), params, std::string(field<std::string_view>(m, "dtypes")), placement,
                        format_bytes(double(weights)), format_bytes(double(kv)), std::to_string(field<int64_t>(m, "requests_running")),

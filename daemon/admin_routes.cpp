@@ -35,9 +35,11 @@ void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
       w.begin_object().key("device").string(part.substr(0, colon)).key("layers").string(part.substr(colon + 1)).end_object();
     }
     w.end_array();
-    // Weights as bound (mapped files count where used in place) and the KV pool as reserved.
-    w.key("memory").begin_object().key("cpu").begin_object();
-    w.key("weight_bytes").number(f.weight_bytes).key("kv_bytes").number(f.kv_bytes).end_object().end_object();
+    // Weights as bound (mapped files count where used in place) and the KV pool as reserved, per device.
+    w.key("memory").begin_object();
+    for (const auto& m : f.memory)
+      w.key(m.device).begin_object().key("weight_bytes").number(m.weight_bytes).key("kv_bytes").number(m.kv_bytes).end_object();
+    w.end_object();
   }
   w.end_object();
 }

@@ -109,7 +109,7 @@ ModelHandle::Load ModelHandle::load() const {
 
 ModelHandle::Footprint ModelHandle::footprint() const {
   return {impl_->parameter_count(), impl_->weight_bytes(), impl_->kv_bytes(), impl_->dtypes(), impl_->load_notes(),
-          impl_->config().num_layers};
+          impl_->config().num_layers, impl_->memory_by_device()};
 }
 
 Engine::Engine() = default;

@@ -142,6 +142,11 @@ class ModelHandle {
     std::string dtypes;  // "bfloat16", "float32", ...
     std::string load_notes;  // tensors --dtype could not convert and why, how --device was taken; empty when none
     int64_t layers = 0;
+    struct OnDevice {
+      std::string device;  // "cpu", "cuda:0"
+      uint64_t weight_bytes = 0, kv_bytes = 0;
+    };
+    std::vector<OnDevice> memory;  // where the bytes above are, the host first
   };
   Footprint footprint() const;
   // Changes the model's compute threads live (between two steps); requests in flight carry on.

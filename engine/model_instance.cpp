@@ -306,7 +306,18 @@ std::vector<LayerRange> ModelInstance::placement() const {
 }
 
 void ModelInstance::add_load_note(const std::string& note) {
+  std::lock_guard lock(mu_);  // the worker adds notes (a failed rebalance) while status reads them
   if (!note.empty()) load_notes_ += (load_notes_.empty() ? "" : "; ") + note;
+}
+
+std::string ModelInstance::load_notes() const {
+  std::lock_guard lock(mu_);
+  return load_notes_;
+}
+
+std::vector<ModelHandle::Footprint::OnDevice> ModelInstance::memory_by_device() const {
+  std::lock_guard lock(mu_);
+  return memory_;
 }
 
 namespace {
@@ -403,6 +414,25 @@ void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
   }
   if (!(model_->head_device() == head)) model_->move_head(move_to(head));
   layers_placed_ = true;
+
+  // What sits where now, for status (read on other threads: computed here, between steps).
+  std::map<std::string, ModelHandle::Footprint::OnDevice> by;
+  by["cpu"].device = "cpu";
+  for (auto& [name, t] : model_->named_tensors()) {
+    auto& m = by[t->device.name()];
+    m.device = t->device.name();
+    m.weight_bytes += t->bytes();
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    auto& m = by[kv_.layer_storage(l).device.name()];
+    m.device = kv_.layer_storage(l).device.name();
+    m.kv_bytes += kv_.layer_bytes();
+  }
+  std::vector<ModelHandle::Footprint::OnDevice> memory{by["cpu"]};
+  for (auto& [name, m] : by)
+    if (name != "cpu") memory.push_back(m);
+  std::lock_guard lock(mu_);
+  memory_ = std::move(memory);
 }
 
 void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threads) {

@@ -68,7 +68,9 @@ class ModelInstance {
   uint64_t weight_bytes() const { return model_->weight_bytes(); }
   uint64_t kv_bytes() const { return kv_.bytes(); }
   const std::string& dtypes() const { return model_->dtypes(); }
-  const std::string& load_notes() const { return load_notes_; }  // what --dtype could not convert, placement notes
+  std::string load_notes() const;  // what --dtype could not convert, placement notes
+  // Weight and KV bytes per device as of the last placement (the host first).
+  std::vector<ModelHandle::Footprint::OnDevice> memory_by_device() const;
   Load load_now() const;
 
   // Changes the compute threads between two steps: running generations pause for that moment and go on
@@ -118,6 +120,7 @@ class ModelInstance {
   // --moe_device, the LM head beside the last layer); throws EngineError, before moving, for what cannot go.
   void move_to_devices(const std::vector<LayerRange>& placement);
   std::vector<Device> layer_device_;  // where each layer's weights and KV pages are now
+  std::vector<ModelHandle::Footprint::OnDevice> memory_;  // by device after the last placement; mu_
   bool layers_placed_ = false;
   void fail_all_running(const std::string& message);  // worker, compute_mu_ held
   // --device numa (every matrix) or --moe_device numa (experts only): rows split over the nodes, once.

@@ -77,6 +77,14 @@ BOOST_AUTO_TEST_CASE(a_layer_split_equals_the_all_gpu_model) {
       auto split = load(name, "{'cuda:0':1,'cpu':1}");
       auto other_way = load(name, "{'cpu':1,'cuda:0':1}");
       BOOST_TEST(placement_string(split->placement()).find("cpu") != std::string::npos);
+      // Both devices hold weights and KV pages, adding up to the model's.
+      const auto memory = split->memory_by_device();
+      BOOST_REQUIRE_EQUAL(memory.size(), 2u);
+      BOOST_TEST(memory[1].device == "cuda:0");
+      BOOST_TEST(memory[0].weight_bytes > 0u);
+      BOOST_TEST(memory[1].weight_bytes > 0u);
+      BOOST_TEST(memory[0].weight_bytes + memory[1].weight_bytes == split->weight_bytes());
+      BOOST_TEST(memory[0].kv_bytes + memory[1].kv_bytes == split->kv_bytes());
       const int64_t last = int64_t(ref.prompt.size()) - 1;
       const std::vector<float> all_gpu = gpu->prompt_logits(ref.prompt, {last})[0];
       BOOST_TEST(test::relative_error(split->prompt_logits(ref.prompt, {last})[0], all_gpu) < 1e-5);

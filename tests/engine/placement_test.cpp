@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "cpu/numa_topology.h"
+#include "model_instance.h"
 #include "placement.h"
 
 using namespace ftllm;
@@ -88,4 +89,19 @@ BOOST_AUTO_TEST_CASE(cuda_devices_resolve_to_layer_ranges) {
   BOOST_TEST(cuda_index("cuda:3") == 3);
   BOOST_TEST(cuda_index("cpu") == -1);
   BOOST_TEST(cuda_index("numa:0") == -1);
+}
+
+// Status reports bytes per device; on the CPU alone everything is the host's.
+BOOST_AUTO_TEST_CASE(memory_is_reported_per_device) {
+  ModelLoadOptions o;
+  o.path = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/models/qwen3-f32";
+  o.threads = 1;
+  o.context_length = 64;
+  o.max_sequences = 2;
+  auto m = ModelInstance::load(o);
+  const auto memory = m->memory_by_device();
+  BOOST_REQUIRE_EQUAL(memory.size(), 1u);
+  BOOST_TEST(memory[0].device == "cpu");
+  BOOST_TEST(memory[0].weight_bytes == m->weight_bytes());
+  BOOST_TEST(memory[0].kv_bytes == m->kv_bytes());
 }
