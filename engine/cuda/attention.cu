@@ -15,7 +15,8 @@ namespace ftllm::cuda {
 struct AttentionIndex {
   Device device;
   int64_t tokens = 0, longest = 0;  // the most keys any token sees
-  DeviceArray<int32_t> pos, seq, block_table, table_start;
+  DeviceArray<int32_t> all;         // pos, seq, block_table, table_start, one after another: one upload
+  const int32_t *pos, *seq, *block_table, *table_start;
 };
 
 std::shared_ptr<AttentionIndex> make_attention_index(Device device, std::span<const int64_t> pos,
@@ -25,17 +26,21 @@ std::shared_ptr<AttentionIndex> make_attention_index(Device device, std::span<co
   auto ix = std::make_shared<AttentionIndex>();
   ix->device = device;
   ix->tokens = int64_t(pos.size());
-  std::vector<int32_t> p32(pos.size());
-  for (size_t i = 0; i < pos.size(); ++i) {
-    p32[i] = int32_t(pos[i]);
-    ix->longest = std::max(ix->longest, pos[i] + 1);
+  std::vector<int32_t> all;
+  all.reserve(pos.size() + seq.size() + block_table.size() + table_start.size() + 1);
+  for (int64_t p : pos) {
+    all.push_back(int32_t(p));
+    ix->longest = std::max(ix->longest, p + 1);
   }
-  ix->pos = upload(device, p32);
-  ix->seq = upload(device, seq);
-  std::vector<int32_t> table(block_table.begin(), block_table.end());
-  if (table.empty()) table.push_back(0);  // a legal pointer even for an empty step
-  ix->block_table = upload(device, table);
-  ix->table_start = upload(device, table_start);
+  all.insert(all.end(), seq.begin(), seq.end());
+  all.insert(all.end(), block_table.begin(), block_table.end());
+  all.insert(all.end(), table_start.begin(), table_start.end());
+  all.push_back(0);  // never empty, so every pointer below is legal
+  ix->all = upload(device, all);
+  ix->pos = ix->all.ptr;
+  ix->seq = ix->pos + pos.size();
+  ix->block_table = ix->seq + seq.size();
+  ix->table_start = ix->block_table + block_table.size();
   return ix;
 }
 
@@ -174,7 +179,7 @@ void store_kv(const AttentionIndex& ix, const Tensor& k, const Tensor* v, const 
   if (ix.tokens == 0) return;
   const int64_t row = k.dim(1);
   store_kv_kernel<<<blocks_for(size_t(ix.tokens * row), 256), 256, 0, s.stream>>>(
-      k.as<float>(), v ? v->as<float>() : nullptr, ix.pos.ptr, ix.seq.ptr, ix.block_table.ptr, ix.table_start.ptr,
+      k.as<float>(), v ? v->as<float>() : nullptr, ix.pos, ix.seq, ix.block_table, ix.table_start,
       ix.tokens, row, kv.keys, kv.values, kv.block_floats, int(block_tokens));
   check_launch("store_kv", s.index);
 }
@@ -193,7 +198,7 @@ void paged_attention(const AttentionIndex& ix, const Tensor& q, const KvLayer& k
   if (splits > 1) partial = device_bytes(s, size_t(ix.tokens * p.heads) * splits * size_t(vd + 2) * sizeof(float));
   const dim3 grid(unsigned(ix.tokens * p.heads), unsigned(splits));
   attention_kernel<<<grid, kThreads, shared, s.stream>>>(
-      q.as<float>(), ix.pos.ptr, ix.seq.ptr, ix.block_table.ptr, ix.table_start.ptr, kv.keys, kv.values, kv.block_floats,
+      q.as<float>(), ix.pos, ix.seq, ix.block_table, ix.table_start, kv.keys, kv.values, kv.block_floats,
       kv.row_floats, int(p.heads), int(p.kv_heads), int(p.head_dim), int(vd), int(p.block_tokens), int(p.window), p.scale,
       splits, out.as<float>(), static_cast<float*>(partial.get()));
   check_launch("attention", s.index);
