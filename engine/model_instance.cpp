@@ -322,8 +322,10 @@ std::vector<ModelHandle::Footprint::OnDevice> ModelInstance::memory_by_device() 
 
 namespace {
 
+// Where a placement's device runs a layer: a tensor-parallel group on its first shard's device.
 Device device_of(const std::string& d) {
-  const int i = cuda_index(d);
+  const auto shards = tensor_parallel_shards(d);
+  const int i = cuda_index(shards.empty() ? d : shards[0].first);
   return i >= 0 ? Device::cuda(i) : Device::cpu();
 }
 
@@ -342,14 +344,21 @@ std::string gib(uint64_t bytes) {
 void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
   using D = model::DecoderModel;
   const model::ModelConfig& c = config();
-  std::vector<Device> target(size_t(c.num_layers));
+  // Each layer's device, and its weights' own: a tensor-parallel layer keeps its own on the host (its
+  // shards hold the slices it computes with).
+  std::vector<Device> target(size_t(c.num_layers)), own(size_t(c.num_layers));
+  std::vector<std::string> spec(size_t(c.num_layers));
   for (const LayerRange& r : placement)
-    for (int64_t l = r.first; l < r.first + r.count; ++l) target[size_t(l)] = device_of(r.device);
+    for (int64_t l = r.first; l < r.first + r.count; ++l) {
+      spec[size_t(l)] = r.device;
+      target[size_t(l)] = device_of(r.device);
+      own[size_t(l)] = tensor_parallel_shards(r.device).empty() ? target[size_t(l)] : Device::cpu();
+    }
   // The routed experts stay where --moe_device says whatever the layer's device; shared experts follow
   // the layer onto a GPU with --cuda_se, else stay with the routed ones.
   const Device experts = options_.moe_device.starts_with("cuda") ? device_of(resolve_placement(options_.moe_device, 1)[0].device)
                                                                  : Device::cpu();
-  if (layer_device_.empty()) layer_device_.assign(size_t(c.num_layers), Device::cpu());
+  if (layer_place_.empty()) layer_place_.assign(size_t(c.num_layers), "cpu");
   struct Move {
     int64_t layer;
     Device to;
@@ -358,8 +367,8 @@ void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
   std::vector<Move> moves;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Device d = target[size_t(l)];
-    if (d == layer_device_[size_t(l)] && layers_placed_) continue;  // the first placement also puts the experts in place
-    moves.push_back({l, d, D::kAttentionAndDense});
+    if (spec[size_t(l)] == layer_place_[size_t(l)] && layers_placed_) continue;  // the first placement also places the experts
+    moves.push_back({l, own[size_t(l)], D::kAttentionAndDense});
     moves.push_back({l, experts, D::kRoutedExperts});
     moves.push_back({l, options_.cuda_se && d.is_cuda() ? d : experts, D::kSharedExperts});
   }
@@ -372,7 +381,7 @@ void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
     if (m.to.is_cuda())
       model_->move_layer(m.layer, [&](Tensor& t) { if (!(t.device == m.to)) weights[m.to.index] += t.bytes(); }, m.parts);
   for (int64_t l = 0; l < c.num_layers; ++l)
-    if (target[size_t(l)].is_cuda() && !(kv_.layer_storage(l).device == target[size_t(l)])) ++kv_layers[target[size_t(l)].index];
+    if (own[size_t(l)].is_cuda() && !(kv_.layer_storage(l).device == own[size_t(l)])) ++kv_layers[own[size_t(l)].index];
   if (head.is_cuda() && !(model_->head_device() == head))
     model_->move_head([&](Tensor& t) { if (!(t.device == head)) weights[head.index] += t.bytes(); });
   const int64_t per_sequence = (context_length() + kKvBlockTokens - 1) / kKvBlockTokens;
@@ -408,9 +417,22 @@ void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
   auto move_to = [](Device d) { return [d](Tensor& t) { t = ops::to_device(t, d); }; };
   for (const Move& m : moves) model_->move_layer(m.layer, move_to(m.to), m.parts);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    // The layer's cached keys and values go with it, so running sequences carry on.
-    kv_.replace_layer(l, ops::to_device(kv_.layer_storage(l), target[size_t(l)]));
-    layer_device_[size_t(l)] = target[size_t(l)];
+    if (spec[size_t(l)] == layer_place_[size_t(l)] && layers_placed_) continue;
+    // The layer's cached keys and values go with it, so running sequences carry on: a split layer's
+    // pages are cut by KV heads to its shards' devices, and put together again when it is whole.
+    if (model_->is_split(l)) {
+      kv_.replace_layer(l, join_kv_shards(l));
+      model_->join_layer(l);
+    }
+    const auto shards = tensor_parallel_shards(spec[size_t(l)]);
+    if (shards.empty()) {
+      kv_.replace_layer(l, ops::to_device(kv_.layer_storage(l), target[size_t(l)]));
+    } else {
+      std::vector<std::pair<Device, double>> devices;
+      for (auto& [name, share] : shards) devices.emplace_back(device_of(name), share);
+      split_kv(l, model_->split_layer(l, devices));
+    }
+    layer_place_[size_t(l)] = spec[size_t(l)];
   }
   if (!(model_->head_device() == head)) model_->move_head(move_to(head));
   layers_placed_ = true;
@@ -418,21 +440,62 @@ void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
   // What sits where now, for status (read on other threads: computed here, between steps).
   std::map<std::string, ModelHandle::Footprint::OnDevice> by;
   by["cpu"].device = "cpu";
-  for (auto& [name, t] : model_->named_tensors()) {
+  std::vector<const Tensor*> weights_now = model_->shard_tensors();
+  for (auto& [name, t] : model_->named_tensors()) weights_now.push_back(t);
+  for (const Tensor* t : weights_now) {
     auto& m = by[t->device.name()];
     m.device = t->device.name();
     m.weight_bytes += t->bytes();
   }
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    auto& m = by[kv_.layer_storage(l).device.name()];
-    m.device = kv_.layer_storage(l).device.name();
-    m.kv_bytes += kv_.layer_bytes();
+    std::vector<const Tensor*> pages;
+    for (const Tensor& t : kv_.shards(l)) pages.push_back(&t);
+    if (pages.empty()) pages.push_back(&kv_.layer_storage(l));
+    for (const Tensor* t : pages) {
+      auto& m = by[t->device.name()];
+      m.device = t->device.name();
+      m.kv_bytes += t->bytes();
+    }
   }
   std::vector<ModelHandle::Footprint::OnDevice> memory{by["cpu"]};
   for (auto& [name, m] : by)
     if (name != "cpu") memory.push_back(m);
   std::lock_guard lock(mu_);
   memory_ = std::move(memory);
+}
+
+void ModelInstance::split_kv(int64_t l, const std::vector<model::DecoderModel::ShardSpan>& spans) {
+  // [kinds, blocks, slots, row] seen as rows of `row` floats; shard s takes its heads' columns.
+  const Tensor whole = ops::to_device(kv_.layer_storage(l), Device::cpu());
+  const std::vector<int64_t> shape = whole.shape;
+  const int64_t d = config().head_dim, rows = shape[0] * shape[1] * shape[2];
+  Tensor flat = whole;
+  flat.shape = {rows, shape[3]};
+  std::vector<Tensor> shards;
+  for (const auto& span : spans) {
+    Tensor part = slice_columns(flat, span.kv_head0 * d, (span.kv_head0 + span.kv_heads) * d);
+    part.shape = {shape[0], shape[1], shape[2], span.kv_heads * d};
+    shards.push_back(ops::to_device(part, span.device));
+  }
+  kv_.set_shards(l, std::move(shards));
+  kv_.replace_layer(l, Tensor::zeros_f32({0, 0, 0, shape[3]}));  // the whole pages are in the shards now
+  kv_whole_shape_ = shape;
+}
+
+Tensor ModelInstance::join_kv_shards(int64_t l) {
+  const std::vector<int64_t>& shape = kv_whole_shape_;
+  Tensor whole = kvcache::KvPool::host_storage(shape);
+  const int64_t rows = shape[0] * shape[1] * shape[2];
+  int64_t col = 0;
+  for (const Tensor& s : kv_.shards(l)) {
+    const Tensor part = ops::to_device(s, Device::cpu());
+    const int64_t w = part.dim(3);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(whole.as<float>() + r * shape[3] + col, part.as<float>() + r * w, size_t(w) * 4);
+    col += w;
+  }
+  kv_.set_shards(l, {});
+  return whole;
 }
 
 void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threads) {
@@ -457,7 +520,7 @@ void ModelInstance::apply_placement(std::vector<LayerRange> placement, int threa
     for (const LayerRange& r : placement) {
       ops::Context* ctx = main_ctx_.get();
       if (r.device != "cpu") {
-        const bool gpu = cuda_index(r.device) >= 0;
+        const bool gpu = cuda_index(r.device) >= 0 || r.device.starts_with("multi:");
         // A GPU's layers keep the model's pool for what runs on the host beside them (experts).
         if (!gpu && !device_pools_.count(r.device))
           device_pools_[r.device] = std::make_unique<cpu::ThreadPool>(threads, std::stoi(r.device.substr(5)));

@@ -119,7 +119,11 @@ class ModelInstance {
   // Moves each layer's weights and KV pages to the device its range names (and the experts to
   // --moe_device, the LM head beside the last layer); throws EngineError, before moving, for what cannot go.
   void move_to_devices(const std::vector<LayerRange>& placement);
-  std::vector<Device> layer_device_;  // where each layer's weights and KV pages are now
+  std::vector<std::string> layer_place_;  // each layer's placement device as applied ("cuda:0", "multi:...")
+  // Tensor parallelism: layer l's KV pages cut by the shards' heads onto their devices, and put back.
+  void split_kv(int64_t l, const std::vector<model::DecoderModel::ShardSpan>& spans);
+  Tensor join_kv_shards(int64_t l);
+  std::vector<int64_t> kv_whole_shape_;
   std::vector<ModelHandle::Footprint::OnDevice> memory_;  // by device after the last placement; mu_
   bool layers_placed_ = false;
   void fail_all_running(const std::string& message);  // worker, compute_mu_ held

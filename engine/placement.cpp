@@ -3,6 +3,7 @@
 #include <numa.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "cpu/numa_topology.h"
@@ -47,53 +48,6 @@ std::string cuda_device(int index, int cuda_devices, const std::string& spec) {
   return "cuda:" + std::to_string(index);
 }
 
-std::string canonical_device(const std::string& d, int cuda_devices, std::string* note) {
-  if (d == "cpu" || d == "numa") return d;
-  int nodes = numa_available() < 0 ? 1 : numa_max_node() + 1;
-  if (d.starts_with("numa:")) {
-    int node = parse_index(d.substr(5));
-    if (node >= 0 && node < nodes) return d;
-    throw EngineError("device " + d + " names no NUMA node of this machine (it has " + std::to_string(nodes) + ": numa:0.." +
-                      "numa:" + std::to_string(nodes - 1) + ")");
-  }
-  if (d == "cuda") return cuda_device(0, cuda_devices, d);
-  if (d.starts_with("cuda:")) {
-    const int i = parse_index(d.substr(5));
-    if (i < 0) throw EngineError("device " + d + " needs a GPU number: cuda:0, cuda:1, ...");
-    return cuda_device(i, cuda_devices, d);
-  }
-  if (d.starts_with("multicuda")) {
-    // multicuda:0,1 (or multicuda alone: every GPU): tensor parallel. Over one GPU that is plain cuda:N.
-    std::vector<int> gpus;
-    if (d == "multicuda") {
-      for (int i = 0; i < std::max(cuda_devices, 1); ++i) gpus.push_back(i);
-    } else {
-      std::string list = d.substr(d.find(':') + 1);
-      size_t start = 0;
-      while (start <= list.size()) {
-        size_t comma = list.find(',', start);
-        std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        start = comma == std::string::npos ? list.size() + 1 : comma + 1;
-        const int i = parse_index(item.substr(0, item.find(':')));
-        if (i < 0)
-          throw EngineError("device " + d + ": " + item + " is not a GPU number (tensor parallelism over GPUs only: "
-                            "multicuda:0,1)");
-        gpus.push_back(i);
-      }
-    }
-    if (gpus.size() == 1) {
-      const std::string one = cuda_device(gpus[0], cuda_devices, d);
-      if (note) *note = "--device " + d + ": tensor parallelism over one GPU is " + one;
-      return one;
-    }
-    for (int i : gpus) cuda_device(i, cuda_devices, d);  // each must exist
-    throw EngineError("device " + d + ": tensor parallelism over " + std::to_string(gpus.size()) +
-                      " GPUs is not implemented yet; split the layers instead, as {'cuda:0':1,'cuda:1':1}");
-  }
-  throw EngineError("device \"" + d + "\" is unknown; use cpu, cuda, cuda:N, numa (rows split over all nodes), numa:N, "
-                    "or {'cuda:0':3,'cpu':1}");
-}
-
 // Splits on commas that are not inside quotes ('multicuda:0,1' is one key).
 std::vector<std::string> split_items(const std::string& body) {
   std::vector<std::string> items(1);
@@ -110,6 +64,65 @@ std::vector<std::string> split_items(const std::string& body) {
     items.back() += ch;
   }
   return items;
+}
+
+std::string canonical_device(const std::string& d, int cuda_devices, std::string* note) {
+  if (d == "cpu" || d == "numa") return d;
+  int nodes = numa_available() < 0 ? 1 : numa_max_node() + 1;
+  if (d.starts_with("numa:")) {
+    int node = parse_index(d.substr(5));
+    if (node >= 0 && node < nodes) return d;
+    throw EngineError("device " + d + " names no NUMA node of this machine (it has " + std::to_string(nodes) + ": numa:0.." +
+                      "numa:" + std::to_string(nodes - 1) + ")");
+  }
+  if (d == "cuda") return cuda_device(0, cuda_devices, d);
+  if (d.starts_with("cuda:")) {
+    const int i = parse_index(d.substr(5));
+    if (i < 0) throw EngineError("device " + d + " needs a GPU number: cuda:0, cuda:1, ...");
+    return cuda_device(i, cuda_devices, d);
+  }
+  if (d.starts_with("multicuda")) {
+    // fastllm's tensor parallelism: multicuda:0,1 (equal shares), multicuda:0:4,1:5,cpu:1 (shares), or
+    // multicuda alone (every GPU). Over one device that is that device.
+    std::vector<std::pair<std::string, double>> shards;
+    if (d == "multicuda") {
+      for (int i = 0; i < std::max(cuda_devices, 1); ++i) shards.emplace_back(cuda_device(i, cuda_devices, d), 1.0);
+    } else {
+      for (const std::string& item : split_items(d.substr(d.find(':') + 1))) {
+        const size_t colon = item.find(':');
+        const std::string who = item.substr(0, colon);
+        double share = 1;
+        if (colon != std::string::npos) {
+          try {
+            share = std::stod(item.substr(colon + 1));
+          } catch (...) {
+            share = 0;
+          }
+          if (!(share > 0)) throw EngineError("device " + d + ": " + item + " needs a positive share after the colon");
+        }
+        if (who == "cpu") {
+          shards.emplace_back("cpu", share);
+          continue;
+        }
+        const int i = parse_index(who);
+        if (i < 0) throw EngineError("device " + d + ": " + item + " is not a GPU number or cpu (as multicuda:0,1 or multicuda:0:4,cpu:1)");
+        shards.emplace_back(cuda_device(i, cuda_devices, d), share);
+      }
+    }
+    if (shards.size() == 1) {
+      if (note) *note = "--device " + d + ": tensor parallelism over one device is " + shards[0].first;
+      return shards[0].first;
+    }
+    std::string group = "multi:";
+    for (size_t i = 0; i < shards.size(); ++i) {
+      char share[32];
+      std::snprintf(share, sizeof share, "%g", shards[i].second);
+      group += (i ? "," : "") + shards[i].first + "=" + share;
+    }
+    return group;
+  }
+  throw EngineError("device \"" + d + "\" is unknown; use cpu, cuda, cuda:N, numa (rows split over all nodes), numa:N, "
+                    "or {'cuda:0':3,'cpu':1}");
 }
 
 // fastllm's cudapp=N (N GPUs, even) and cudapp=1:2:3 (weighted) as a device map.
@@ -137,6 +150,16 @@ std::string expand_cudapp(const std::string& s) {
 }  // namespace
 
 int cuda_index(const std::string& device) { return device.starts_with("cuda:") ? parse_index(device.substr(5)) : -1; }
+
+std::vector<std::pair<std::string, double>> tensor_parallel_shards(const std::string& device) {
+  std::vector<std::pair<std::string, double>> out;
+  if (!device.starts_with("multi:")) return out;
+  for (const std::string& item : split_items(device.substr(6))) {
+    const size_t eq = item.rfind('=');
+    out.emplace_back(item.substr(0, eq), std::stod(item.substr(eq + 1)));
+  }
+  return out;
+}
 
 std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layers, std::string* note, int cuda_devices) {
   if (cuda_devices < 0) {

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <new>
 
+#include "error.h"
+
 namespace ftllm {
 
 namespace {
@@ -33,6 +35,36 @@ Tensor Tensor::copy_of(DType dtype, std::vector<int64_t> shape, const void* byte
   t.data = t.owner.get();
   std::memcpy(t.data, bytes, t.bytes());
   return t;
+}
+
+Tensor slice_rows(const Tensor& t, int64_t r0, int64_t r1) {
+  Tensor v = t;
+  if (t.shape.size() == 1) {  // a vector of floats
+    v.shape = {r1 - r0};
+    v.data = static_cast<char*>(t.data) + size_t(r0) * dtype_size(t.dtype);
+    return v;
+  }
+  v.shape[0] = r1 - r0;
+  v.data = static_cast<char*>(t.data) + size_t(r0) * row_bytes(t.dtype, t.dim(-1));
+  return v;
+}
+
+Tensor slice_columns(const Tensor& t, int64_t c0, int64_t c1) {
+  const DTypeLayout l = dtype_layout(t.dtype);
+  if (c0 % l.block_values || c1 % l.block_values)
+    throw EngineError("columns " + std::to_string(c0) + ".." + std::to_string(c1) + " of a " + std::string(dtype_name(t.dtype)) +
+                      " matrix do not fall on its blocks of " + std::to_string(l.block_values));
+  const int64_t rows = t.dim(0), K = t.dim(1);
+  Tensor out = Tensor::zeros(t.dtype, {rows, c1 - c0});
+  const size_t in_row = row_bytes(t.dtype, K), out_row = row_bytes(t.dtype, c1 - c0);
+  const size_t skip = size_t(c0 / l.block_values) * l.block_bytes;
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* src = static_cast<const char*>(t.data) + size_t(r) * in_row;
+    char* dst = static_cast<char*>(out.data) + size_t(r) * out_row;
+    std::memcpy(dst, src, l.row_header);
+    std::memcpy(dst + l.row_header, src + l.row_header + skip, out_row - l.row_header);
+  }
+  return out;
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

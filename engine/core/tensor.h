@@ -41,4 +41,11 @@ struct Tensor {
 
 std::string shape_string(const std::vector<int64_t>& shape);  // "[2, 64]"
 
+// Rows [r0, r1) of a matrix (elements of a float vector) as a view sharing t's memory, on t's device.
+Tensor slice_rows(const Tensor& t, int64_t r0, int64_t r1);
+// Columns [c0, c1) of a host matrix as a new host matrix of the same dtype: each row keeps its header
+// (int8's and int4's per-row scales) and the blocks of those columns. c0 and c1 must fall on block
+// boundaries; throws EngineError saying so otherwise.
+Tensor slice_columns(const Tensor& t, int64_t c0, int64_t c1);
+
 }  // namespace ftllm

@@ -45,6 +45,12 @@ class KvPool {
   // Host memory for one layer's pages, not zeroed (pages are touched only as sequences fill them).
   static Tensor host_storage(std::vector<int64_t> shape);
 
+  // Tensor parallelism: layer l's pages as one tensor per shard ([kinds, blocks, block_tokens, the
+  // shard's KV heads x head_dim]), each where its shard runs; an empty list: the layer is whole again
+  // (layer_storage). The caller moves the bytes between the two forms.
+  void set_shards(int64_t layer, std::vector<Tensor> shards) { shards_[size_t(layer)] = std::move(shards); }
+  const std::vector<Tensor>& shards(int64_t layer) const { return shards_[size_t(layer)]; }
+
  private:
   float* row_at(int64_t layer, int kind, int32_t block, int64_t slot) {
     return storage_[size_t(layer)].as<float>() + ((kind * num_blocks_ + block) * block_tokens_ + slot) * row_;
@@ -52,6 +58,7 @@ class KvPool {
   int64_t row_, block_tokens_, num_blocks_;
   int kinds_;  // 2: keys and values; 1: keys only
   std::vector<Tensor> storage_;  // per layer
+  std::vector<std::vector<Tensor>> shards_;  // per layer; empty unless split over devices
   std::vector<int32_t> free_;
 };
 

@@ -121,6 +121,7 @@ DecoderModel::DecoderModel(ModelConfig config, DecoderSpec spec, const WeightSto
     layers_.push_back(std::move(L));
   }
   inv_freq_ = rope_inv_freq(c.rope, d);
+  shards_.resize(layers_.size());
 
   // What the bound weights amount to (the tied LM head counted once).
   std::map<std::string, uint64_t> by_dtype;
@@ -321,15 +322,16 @@ void DecoderModel::mla_attention(ops::Context& ctx, int64_t l, const LayerWeight
   ops::linear(ctx, attn, L.o, nullptr, out);
 }
 
-void DecoderModel::gqa_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
-                                 const Tensor& sin, kvcache::KvPool& pool, const ops::AttentionBatch& ab, Tensor& out) const {
+void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64_t heads, int64_t kv_heads, const Tensor& h,
+                                 const Tensor& cos, const Tensor& sin, const ops::KvLayer& kv, int64_t B,
+                                 const ops::AttentionBatch& ab, Tensor& out) const {
   const ModelConfig& c = config_;
-  const int64_t T = h.dim(0), d = c.head_dim, q_dim = c.num_heads * d, kv_dim = c.num_kv_heads * d, B = pool.block_tokens();
+  const int64_t T = h.dim(0), d = c.head_dim, q_dim = heads * d, kv_dim = kv_heads * d;
   const float eps = float(c.rms_norm_eps);
   auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
   Tensor q = ops::zeros(ctx, {T, q_dim}), k = ops::zeros(ctx, {T, kv_dim}), v = ops::zeros(ctx, {T, kv_dim});
   Tensor attn = ops::zeros(ctx, {T, q_dim});
-  ops::AttentionShape shape{c.num_heads, c.num_kv_heads, d, B, 0, 1.0f / std::sqrt(float(d))};
+  ops::AttentionShape shape{heads, kv_heads, d, B, 0, 1.0f / std::sqrt(float(d))};
   if (spec_.sliding_window && c.sliding_window) shape.window = *c.sliding_window;
   ops::linear(ctx, h, L.q, opt(L.q_bias), q);
   ops::linear(ctx, h, L.k, opt(L.k_bias), k);
@@ -338,23 +340,29 @@ void DecoderModel::gqa_attention(ops::Context& ctx, int64_t l, const LayerWeight
     ops::rmsnorm(ctx, q, *L.q_norm, eps, q);
     ops::rmsnorm(ctx, k, *L.k_norm, eps, k);
   }
-  ops::rope(ctx, q, c.num_heads, cos, sin);
-  ops::rope(ctx, k, c.num_kv_heads, cos, sin);
-
-  const ops::KvLayer kv{pool.key(l, 0, 0), pool.value(l, 0, 0), pool.block_floats(), pool.row_floats(),
-                        pool.layer_storage(l).device};
+  ops::rope(ctx, q, heads, cos, sin);
+  ops::rope(ctx, k, kv_heads, cos, sin);
   ops::store_kv(ctx, ab, k, &v, kv, B);
   ops::paged_attention(ctx, q, ab, kv, shape, attn);
   ops::linear(ctx, attn, L.o, opt(L.o_bias), out);
+}
+
+void DecoderModel::dense_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const {
+  auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
+  const int64_t T = h.dim(0), I = L.gate.dim(0);
+  Tensor gate = ops::zeros(ctx, {T, I}), up = ops::zeros(ctx, {T, I});
+  ops::linear(ctx, h, L.gate, opt(L.gate_bias), gate);
+  ops::linear(ctx, h, L.up, opt(L.up_bias), up);
+  ops::silu_mul(ctx, gate, up, gate);
+  ops::linear(ctx, gate, L.down, opt(L.down_bias), out);
 }
 
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
                              const std::vector<kvcache::SequenceKv*>& sequences,
                              const std::vector<ops::Context*>* layer_ctx, bool logits_on_host) const {
   const ModelConfig& c = config_;
-  const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
+  const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size, d = c.head_dim;
   const float eps = float(c.rms_norm_eps);
-  auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
 
   // The embedding is looked up where its table is; activations then follow the layers from device to
   // device, crossing once per boundary.
@@ -364,7 +372,14 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
 
   Tensor cos_host = Tensor::zeros_f32({T, d / 2}), sin_host = Tensor::zeros_f32({T, d / 2});
   rope_tables(inv_freq_, b.positions, cos_host, sin_host, rope_attention_factor(c.rope));
-  Tensor cos = cos_host, sin = sin_host;
+  // The angles on each device that asks for them, copied once per step.
+  std::vector<std::pair<Device, std::pair<Tensor, Tensor>>> rope_copies;
+  auto rope_on = [&](Device dev) -> std::pair<Tensor, Tensor> {
+    for (auto& [where, tables] : rope_copies)
+      if (where == dev) return tables;
+    rope_copies.push_back({dev, {ops::to_device(cos_host, dev), ops::to_device(sin_host, dev)}});
+    return rope_copies.back().second;
+  };
 
   ops::AttentionBatch ab{b.positions, b.seq, {}, {}, nullptr, {}};
   for (const kvcache::SequenceKv* s : sequences) {
@@ -372,33 +387,36 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
     ab.block_table.insert(ab.block_table.end(), s->blocks.begin(), s->blocks.end());
   }
 
-  Tensor h, proj, gate, up;
+  const int64_t B = pool.block_tokens();
+  Tensor h, proj;
   for (int64_t l = 0; l < int64_t(layers_.size()); ++l) {
     const LayerWeights& L = layers_[size_t(l)];
     ops::Context& ctx = layer_ctx ? *(*layer_ctx)[size_t(l)] : main_ctx;
     if (!(x.device == ctx.device) || h.empty()) {
       x = ops::to_device(x, ctx.device);
-      cos = ops::to_device(cos_host, ctx.device);
-      sin = ops::to_device(sin_host, ctx.device);
       h = ops::zeros(ctx, {T, H});
       proj = ops::zeros(ctx, {T, H});
-      gate = ops::zeros(ctx, {T, I});
-      up = ops::zeros(ctx, {T, I});
     }
-    ops::rmsnorm(ctx, x, L.attn_norm, eps, h);
-    if (spec_.mla) mla_attention(ctx, l, L, h, cos, sin, pool, ab, proj);
-    else gqa_attention(ctx, l, L, h, cos, sin, pool, ab, proj);
+    const auto [cos, sin] = rope_on(ctx.device);
+    // A split layer's norms (and MoE block) run on its device with the layer's own weights, which stay
+    // on the host: copies of the norm vectors travel with the shards' ops below.
+    const bool split = is_split(l);
+    ops::rmsnorm(ctx, x, split ? shards_[size_t(l)][0].w.attn_norm : L.attn_norm, eps, h);
+    if (split) {
+      split_sublayer(ctx, l, false, h, pool, ab, rope_on, proj);
+    } else if (spec_.mla) {
+      mla_attention(ctx, l, L, h, cos, sin, pool, ab, proj);
+    } else {
+      const ops::KvLayer kv{pool.key(l, 0, 0), pool.value(l, 0, 0), pool.block_floats(), pool.row_floats(),
+                            pool.layer_storage(l).device};
+      gqa_attention(ctx, L, c.num_heads, c.num_kv_heads, h, cos, sin, kv, B, ab, proj);
+    }
     ops::add(ctx, x, proj);
 
-    ops::rmsnorm(ctx, x, L.mlp_norm, eps, h);
-    if (!L.experts.empty()) {
-      moe_mlp(ctx, L, h, proj);
-    } else {
-      ops::linear(ctx, h, L.gate, opt(L.gate_bias), gate);
-      ops::linear(ctx, h, L.up, opt(L.up_bias), up);
-      ops::silu_mul(ctx, gate, up, gate);
-      ops::linear(ctx, gate, L.down, opt(L.down_bias), proj);
-    }
+    ops::rmsnorm(ctx, x, split ? shards_[size_t(l)][0].w.mlp_norm : L.mlp_norm, eps, h);
+    if (!L.experts.empty()) moe_mlp(ctx, L, h, proj);
+    else if (split) split_sublayer(ctx, l, true, h, pool, ab, rope_on, proj);
+    else dense_mlp(ctx, L, h, proj);
     ops::add(ctx, x, proj);
   }
 

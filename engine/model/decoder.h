@@ -72,6 +72,23 @@ class DecoderModel {
   void move_head(const std::function<void(Tensor&)>& move);
   Device head_device() const { return lm_head_.device; }
 
+  // Tensor parallelism (fastllm's multicuda): layer l's attention split by KV heads, and its dense MLP
+  // by intermediate rows, over devices in proportion to their shares; o_proj and down_proj take the
+  // matching columns, and the shards' partial outputs are summed on the layer's device (the first
+  // shard's). The layer's own weights, on the host, keep its norms and any MoE block, and make it whole
+  // again. Throws EngineError when the shapes cannot be split so (a shard with no KV head, columns off
+  // the dtype's blocks, latent attention).
+  struct ShardSpan {
+    Device device;
+    int64_t kv_head0, kv_heads;  // this shard's KV heads (and their query heads)
+    int64_t ffn0, ffn;           // its rows of a dense MLP's intermediate
+  };
+  std::vector<ShardSpan> split_layer(int64_t l, const std::vector<std::pair<Device, double>>& shares);
+  void join_layer(int64_t l);
+  bool is_split(int64_t l) const { return !shards_[size_t(l)].empty(); }
+  // The shards' own tensors (their slices of o_proj and down_proj are copies), by device, for status.
+  std::vector<const Tensor*> shard_tensors() const;
+
   // Writes the batch's keys and values into the cache and returns float32 logits [logit_rows, vocab].
   // `layer_ctx`, when given, holds one context per layer (layers placed on different thread pools);
   // `ctx` runs everything else.
@@ -85,8 +102,19 @@ class DecoderModel {
   void moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const;
   void bind_mla(const WeightStore& w, const std::string& prefix, LayerWeights& L);
   // Grouped-query attention for layer l (q, k, v projections, RoPE, the paged cache), after o_proj.
-  void gqa_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
-                     const Tensor& sin, kvcache::KvPool& pool, const ops::AttentionBatch& ab, Tensor& out) const;
+  void gqa_attention(ops::Context& ctx, const LayerWeights& L, int64_t heads, int64_t kv_heads, const Tensor& h,
+                     const Tensor& cos, const Tensor& sin, const ops::KvLayer& kv, int64_t block_tokens,
+                     const ops::AttentionBatch& ab, Tensor& out) const;
+  // A split layer's attention (or dense MLP, `mlp`): each shard on its device, summed into out.
+  void split_sublayer(ops::Context& ctx, int64_t l, bool mlp, const Tensor& h, kvcache::KvPool& pool,
+                      const ops::AttentionBatch& ab, const std::function<std::pair<Tensor, Tensor>(Device)>& rope_on,
+                      Tensor& out) const;
+  void dense_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const;
+  struct Shard {
+    LayerWeights w;
+    ShardSpan span;
+  };
+  std::vector<std::vector<Shard>> shards_;  // per layer; empty unless split over devices
   // MLA for layer l: writes the batch's compressed rows into the cache and the attention output
   // (after o_proj) into out.
   void mla_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,

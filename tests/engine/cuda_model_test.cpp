@@ -145,6 +145,22 @@ BOOST_AUTO_TEST_CASE(moe_experts_on_the_host_or_the_gpu_equal_all_cpu) {
   }
 }
 
+// Tensor parallelism with GPU shards: two on one GPU (what a one-GPU machine can check), and a GPU with
+// the CPU (fastllm's multicuda:0,cpu); both give transformers' tokens.
+BOOST_AUTO_TEST_CASE(tensor_parallel_shards_on_the_gpu_equal_the_whole_layer) {
+  for (const char* name : {"qwen3-f32", "llama-linear-tied-bias-f32", "qwen3-moe-f32"})
+    for (const char* device : {"multicuda:0,0", "multicuda:0:3,cpu:1"}) {
+      BOOST_TEST_CONTEXT(name << " on " << device) {
+        const test::Reference ref = test::read_reference(kModels / name);
+        auto m = load(name, device);
+        BOOST_TEST(placement_string(m->placement()).starts_with("multi:cuda:0="));
+        const int64_t last = int64_t(ref.prompt.size()) - 1;
+        BOOST_TEST(test::relative_error(m->prompt_logits(ref.prompt, {last})[0], ref.last_logits) < 1e-4);
+        BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
+      }
+    }
+}
+
 // --gpu_memory: a load that cannot fit says what to change; one whose KV cache does not fit at its
 // sequences shrinks the cache to whole sequences that do, and says so.
 BOOST_AUTO_TEST_CASE(gpu_memory_bounds_the_weights_and_sizes_the_kv_cache) {
