@@ -381,7 +381,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
     return rope_copies.back().second;
   };
 
-  ops::AttentionBatch ab{b.positions, b.seq, {}, {}, nullptr, {}};
+  ops::AttentionBatch ab{b.positions, b.seq, {}, {}, {}};
   for (const kvcache::SequenceKv* s : sequences) {
     ab.table_start.push_back(int32_t(ab.block_table.size()));
     ab.block_table.insert(ab.block_table.end(), s->blocks.begin(), s->blocks.end());

@@ -1,7 +1,7 @@
 // Tensor parallelism over devices (fastllm's multicuda): a layer's attention split by KV heads and its
 // dense MLP by intermediate rows, each shard's weights on its own device, partial outputs summed on the
-// layer's device. Shards run one after another from the model's worker thread; each GPU's kernels queue
-// on its own stream.
+// layer's device. One thread queues every shard's work; GPU shards run at once on their own streams, a
+// host shard runs while the GPUs work on what was queued before it.
 #include <algorithm>
 #include <cmath>
 
@@ -134,10 +134,14 @@ void DecoderModel::split_sublayer(ops::Context& ctx, int64_t l, bool mlp, const 
   const int64_t T = h.dim(0), H = h.dim(1), d = c.head_dim, group = c.num_heads / c.num_kv_heads;
   const std::vector<Shard>& shards = shards_[size_t(l)];
   const std::vector<Tensor>& pages = pool.shards(l);
+  // Every shard gets its input first, then each queues its work (on its own device's stream, so GPU
+  // shards overlap), then the partial sums are gathered.
+  std::vector<Tensor> inputs, parts;
+  for (const Shard& sh : shards) inputs.push_back(ops::to_device(h, sh.span.device));
   for (size_t s = 0; s < shards.size(); ++s) {
     const Shard& sh = shards[s];
     ops::Context sc{ctx.pool, ctx.kernels, sh.span.device};
-    const Tensor hs = ops::to_device(h, sh.span.device);
+    const Tensor& hs = inputs[s];
     Tensor part = ops::zeros(sc, {T, H});
     if (mlp) {
       dense_mlp(sc, sh.w, hs, part);
@@ -150,8 +154,11 @@ void DecoderModel::split_sublayer(ops::Context& ctx, int64_t l, bool mlp, const 
       const auto [cos, sin] = rope_on(sh.span.device);
       gqa_attention(sc, sh.w, sh.span.kv_heads * group, sh.span.kv_heads, hs, cos, sin, kv, pool.block_tokens(), ab, part);
     }
-    // The sum, on the layer's device, in shard order.
-    part = ops::to_device(part, ctx.device);
+    parts.push_back(std::move(part));
+  }
+  // The sum, on the layer's device, in shard order.
+  for (size_t s = 0; s < parts.size(); ++s) {
+    const Tensor part = ops::to_device(parts[s], ctx.device);
     if (s == 0) out = part;
     else ops::add(ctx, out, part);
   }

@@ -242,11 +242,10 @@ void copy_blocks(Context&, const Tensor& src, HeadBlocks sb, Tensor& dst, HeadBl
 #if defined(FTLLM_WITH_CUDA)
 namespace {
 const cuda::AttentionIndex& device_index(const AttentionBatch& b, Device d) {
-  if (!b.device_index || !(b.index_device == d)) {
-    b.device_index = cuda::make_attention_index(d, b.pos, b.seq, b.block_table, b.table_start);
-    b.index_device = d;
-  }
-  return *b.device_index;
+  for (auto& [where, index] : b.device_index)
+    if (where == d) return *index;
+  b.device_index.emplace_back(d, cuda::make_attention_index(d, b.pos, b.seq, b.block_table, b.table_start));
+  return *b.device_index.back().second;
 }
 cuda::KvLayer device_kv(const KvLayer& kv) { return {kv.keys, kv.values, kv.block_floats, kv.row_floats}; }
 }  // namespace

@@ -100,9 +100,8 @@ struct AttentionBatch {
   std::span<const int64_t> pos;
   std::span<const int32_t> seq;
   std::vector<int32_t> block_table, table_start;
-  // The same uploaded to a CUDA device, made by the first layer there that needs it.
-  mutable std::shared_ptr<cuda::AttentionIndex> device_index;
-  mutable Device index_device;
+  // The same uploaded to each CUDA device, made by the first layer there that needs it.
+  mutable std::vector<std::pair<Device, std::shared_ptr<cuda::AttentionIndex>>> device_index;
 };
 // One layer's cache: block b's rows (of row_floats floats: kv_heads * head_dim) start at
 // keys + b * block_floats (values likewise); on `device`.
