@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # Run here, before a session's GPU check: builds build-gpu/ for the lent GPU's architecture only (sm_90,
-# an H200; -a ARCH for another) and puts next to it the shared libraries that machine lacks (Debian's
+# an H200; -a ARCH for another) and gathers into build-gpu/carry/ what tests/gpu/run.sh runs there: the
+# test and benchmark programs, ftllmd and ftllmctl, and the shared libraries that machine lacks (Debian's
 # simdjson, Boost.Test, ...; the CUDA libraries are there already). Then, through the device tool:
-#   run(command="bash tests/gpu/run.sh", timeout_s=540, carry=["build-gpu/tests/test_engine",
-#       "build-gpu/tests/bench/ftllm-bench", "build-gpu/tests/bench/ftllm-gpu-bench", "build-gpu/libs",
-#       "build-gpu/source_root"])
-# (the tree and those files must stay under the tool's 64 MiB; this prints their size).
+#   run(command="bash tests/gpu/run.sh", carry=["build-gpu/carry.tar.gz"], timeout_s=540)
+# The tree and the carried folder must stay under the tool's 64 MiB; this prints their size.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -16,21 +15,23 @@ command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
 if [ ! -f build-gpu/meson-private/coredata.dat ]; then
   .venv/bin/meson setup build-gpu --buildtype=release -Dcuda=enabled -Dgpu_archs="$arch" >/dev/null
 fi
-.venv/bin/meson compile -C build-gpu tests/test_engine tests/bench/ftllm-bench tests/bench/ftllm-gpu-bench
-# The tests find their fixtures under the source root compiled into them; run.sh links it there.
-echo "$root" >build-gpu/source_root
-rm -rf build-gpu/libs && mkdir -p build-gpu/libs
-for bin in build-gpu/tests/test_engine build-gpu/tests/bench/ftllm-bench build-gpu/tests/bench/ftllm-gpu-bench; do
-  ldd "$bin" | awk '/=> \// { print $3 }' | while read -r lib; do
+programs=(tests/test_engine tests/test_integration tests/bench/ftllm-bench tests/bench/ftllm-gpu-bench daemon/ftllmd client/ftllmctl)
+.venv/bin/meson compile -C build-gpu "${programs[@]}"
+carry=build-gpu/carry
+rm -rf "$carry" && mkdir -p "$carry/bin" "$carry/libs"
+for p in "${programs[@]}"; do
+  cp "build-gpu/$p" "$carry/bin/"
+  strip --strip-debug "$carry/bin/$(basename "$p")"
+  ldd "build-gpu/$p" | awk '/=> \// { print $3 }' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libgcc_s.so*|libstdc++.so*|libcublas*|libcudart*) ;;
-      *) cp -L "$lib" build-gpu/libs/ ;;
+      *) cp -L "$lib" "$carry/libs/" ;;
     esac
   done
 done
-carry=(build-gpu/tests/test_engine build-gpu/tests/bench/ftllm-bench build-gpu/tests/bench/ftllm-gpu-bench build-gpu/libs
-       build-gpu/source_root)
+# The tests find their fixtures under the source root compiled into them; run.sh links it there.
+echo "$root" >"$carry/source_root"
+tar -C build-gpu -czf build-gpu/carry.tar.gz carry  # about a third of the size: the tool carries 64 MiB in all
 tree=$(git ls-files -z | xargs -0 du -cb | tail -n 1 | cut -f1)
-extra=$(du -cb "${carry[@]}" | tail -n 1 | cut -f1)
-echo "tree $((tree >> 20)) MiB + carried $((extra >> 20)) MiB (the device tool takes 64 MiB)"
-printf 'carry: '; printf '"%s" ' "${carry[@]}"; echo
+extra=$(du -cb build-gpu/carry.tar.gz | tail -n 1 | cut -f1)
+echo "tree $((tree >> 20)) MiB + build-gpu/carry.tar.gz $((extra >> 20)) MiB (the device tool carries 64 MiB)"

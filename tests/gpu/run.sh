@@ -1,44 +1,51 @@
 #!/usr/bin/env bash
-# The GPU checks, on a lent machine (the device tool), from the build tests/gpu/prepare.sh made here:
-# every CUDA test case, then the kernel benchmark and the model benchmarks, ending with one table. Ends
-# well inside 8 minutes on an H200. Logs go to $OUT (the device tool brings them back).
+# The GPU checks, on a lent machine (the device tool), from what tests/gpu/prepare.sh packed here into
+# build-gpu/carry.tar.gz: every CUDA test case, the daemon on the GPU, then the kernel benchmark and the model
+# benchmarks, ending with one table. Ends well inside 8 minutes on an H200. Logs go to $OUT (the device
+# tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-B=build-gpu
+mkdir -p /tmp/ftllm-gpu-carry && tar -C /tmp/ftllm-gpu-carry -xzf build-gpu/carry.tar.gz || exit 1
+C=/tmp/ftllm-gpu-carry/carry
 OUT=${OUT:-/tmp/ftllm-gpu}
 mkdir -p "$OUT"
 start=$(date +%s)
 # The tests read their fixtures from the source root prepare.sh built in; point that path here.
-want=$(cat "$B/source_root" 2>/dev/null || true)
+want=$(cat "$C/source_root" 2>/dev/null || true)
 if [ -n "$want" ] && [ "$want" != "$PWD" ] && [ ! -e "$want" ]; then
   mkdir -p "$(dirname "$want")" && ln -s "$PWD" "$want"
 fi
 elapsed() { echo $(( $(date +%s) - start ))s; }
 # The CUDA libraries: the toolkit's, or the ones PyTorch's wheels carry.
 cublas=$( (ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null; find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null) | head -n 1)
-export LD_LIBRARY_PATH="$PWD/$B/libs:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$C/libs:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
 echo "== tests ($(elapsed))"
-"$B/tests/test_engine" --run_test='cuda_*' --log_level=message --report_level=short 2>&1 | tee "$OUT/tests.log"
+"$C/bin/test_engine" --run_test='cuda_*' --log_level=message --report_level=short 2>&1 | tee "$OUT/tests.log"
 tests_rc=${PIPESTATUS[0]}
 # The whole engine suite too: with a GPU present nothing skips, and the CPU cases must not mind it.
-"$B/tests/test_engine" --report_level=short 2>&1 | tail -n 3 | tee -a "$OUT/tests.log"
+"$C/bin/test_engine" --report_level=short 2>&1 | tail -n 3 | tee -a "$OUT/tests.log"
 all_rc=${PIPESTATUS[0]}
+FTLLMD="$C/bin/ftllmd" FTLLMCTL="$C/bin/ftllmctl" "$C/bin/test_integration" \
+  --run_test=a_model_on_the_gpu_serves_and_moves_live --report_level=short 2>&1 | tee -a "$OUT/tests.log"
+daemon_rc=${PIPESTATUS[0]}
 
 echo "== kernels ($(elapsed))"
-timeout 120 "$B/tests/bench/ftllm-gpu-bench" 2>&1 | tee "$OUT/gpu-bench.txt"
+timeout 120 "$C/bin/ftllm-gpu-bench" 2>&1 | tee "$OUT/gpu-bench.txt"
 bw=$(awk -F= '/^BANDWIDTH_GBPS=/ { print $2 }' "$OUT/gpu-bench.txt")
 
 echo "== models ($(elapsed))"
 rows=()
-for shape in qwen3-0.6b qwen3-8b; do
+shapes=(qwen3-0.6b qwen3-8b)
+[ "${1:-}" = --quick ] && shapes=(qwen3-0.6b)  # a first look, or a second try with less time left
+for shape in "${shapes[@]}"; do
   for dtype in bf16 int8 int4g128; do
     dir=/tmp/ftllm-random-$shape-$dtype
-    [ -d "$dir" ] || "$B/tests/bench/ftllm-bench" --make-random "$dir" --shape "$shape" --dtype "$dtype" >/dev/null
+    [ -d "$dir" ] || "$C/bin/ftllm-bench" --make-random "$dir" --shape "$shape" --dtype "$dtype" >/dev/null
     for batch in 1 16; do
       log="$OUT/bench-$shape-$dtype-x$batch.txt"
-      timeout 120 "$B/tests/bench/ftllm-bench" "$dir" --device cuda -t 8 --prompt 512 --decode 64 --repeat 2 \
+      timeout 120 "$C/bin/ftllm-bench" "$dir" --device cuda -t 8 --prompt 512 --decode 64 --repeat 2 \
         --batch "$batch" ${bw:+--bandwidth "$bw"} >"$log" 2>&1
       prefill=$(awk '/^prefill/ { print $3 }' "$log")
       decode=$(awk '/^decode/ { print $4 }' "$log")
@@ -57,4 +64,4 @@ echo "== summary ($(elapsed))"
   printf '%-12s %-9s %-4s %10s %12s %9s\n' shape dtype bat "prefill/s" "decode tok/s" roofline
   printf '%s\n' "${rows[@]}"
 } | tee "$OUT/summary.txt"
-exit $(( tests_rc || all_rc ))
+exit $(( tests_rc || all_rc || daemon_rc ))
