@@ -156,7 +156,14 @@ void DecoderModel::split_sublayer(ops::Context& ctx, int64_t l, bool mlp, const 
     }
     parts.push_back(std::move(part));
   }
-  // The sum, on the layer's device, in shard order.
+  // The sum: NCCL's all-reduce when the shards are on distinct GPUs, else through copies to the layer's
+  // device, in shard order.
+  std::vector<Tensor*> ptrs;
+  for (Tensor& p : parts) ptrs.push_back(&p);
+  if (parts.size() > 1 && ops::all_reduce_sum(ptrs)) {
+    out = parts[0];
+    return;
+  }
   for (size_t s = 0; s < parts.size(); ++s) {
     const Tensor part = ops::to_device(parts[s], ctx.device);
     if (s == 0) out = part;

@@ -10,6 +10,7 @@
 #include "../cpu/thread_pool.h"
 #if defined(FTLLM_WITH_CUDA)
 #include "../cuda/cuda_ops.h"
+#include "../cuda/nccl.h"
 #include "../cuda/runtime.h"
 #endif
 
@@ -34,6 +35,15 @@ Tensor zeros(Device device, std::vector<int64_t> shape) {
   if (device.is_cuda()) return cuda::zeros(device, DType::F32, std::move(shape));
 #endif
   return Tensor::zeros_f32(std::move(shape));
+}
+
+bool all_reduce_sum(const std::vector<Tensor*>& parts) {
+#if defined(FTLLM_WITH_CUDA)
+  return cuda::all_reduce_sum(parts);
+#else
+  (void)parts;
+  return false;
+#endif
 }
 
 uint64_t device_available_bytes(Device device) {

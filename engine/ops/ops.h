@@ -35,6 +35,9 @@ inline Tensor zeros(const Context& ctx, std::vector<int64_t> shape) { return zer
 Tensor to_device(const Tensor& t, Device to);
 // Whether this build has the CUDA backend (else placing anything on cuda is refused).
 bool cuda_built();
+// Tensor parallelism's sum of partial outputs, in place on every part, with NCCL where the parts are
+// on distinct GPUs and NCCL is installed; false (nothing done) otherwise, for the caller to sum itself.
+bool all_reduce_sum(const std::vector<Tensor*>& parts);
 // Bytes a CUDA device could still give: its free memory plus what its allocator keeps cached.
 uint64_t device_available_bytes(Device device);
 

@@ -161,6 +161,20 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_shards_on_the_gpu_equal_the_whole_layer) {
     }
 }
 
+// Over two GPUs the shards' partial sums meet through NCCL's all-reduce (where NCCL is installed).
+BOOST_AUTO_TEST_CASE(tensor_parallel_over_two_gpus_equals_the_whole_layer) {
+  if (cuda::device_count() < 2) {
+    BOOST_TEST_MESSAGE("one GPU: the NCCL path needs two");
+    return;
+  }
+  const test::Reference ref = test::read_reference(kModels / "qwen3-f32");
+  auto m = load("qwen3-f32", "multicuda:0,1");
+  BOOST_TEST(placement_string(m->placement()).starts_with("multi:cuda:0=1,cuda:1=1"));
+  const int64_t last = int64_t(ref.prompt.size()) - 1;
+  BOOST_TEST(test::relative_error(m->prompt_logits(ref.prompt, {last})[0], ref.last_logits) < 1e-4);
+  BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
+}
+
 // --gpu_memory: a load that cannot fit says what to change; one whose KV cache does not fit at its
 // sequences shrinks the cache to whole sequences that do, and says so.
 BOOST_AUTO_TEST_CASE(gpu_memory_bounds_the_weights_and_sizes_the_kv_cache) {

@@ -212,7 +212,7 @@ BOOST_AUTO_TEST_CASE(fused_expert_checkpoint_equals_per_expert) {
   }
   for (auto& [name, t] : stored) {
     if (name.find(".mlp.experts.") != std::string::npos) continue;
-    owned.push_back(Tensor{*t.dtype, t.shape, const_cast<void*>(t.data), t.owner});
+    owned.push_back(Tensor{*t.dtype, t.shape, const_cast<void*>(t.data), t.owner, Device::cpu()});
     out.emplace_back(name, &owned.back());
   }
   model::write_safetensors((dir / "model.safetensors").string(), out);
