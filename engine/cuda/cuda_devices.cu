@@ -1,5 +1,7 @@
 #include "cuda_devices.h"
 
+#include "blas.h"
+
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -26,6 +28,8 @@ void append_cuda_devices(DeviceReport& report) {
                                   : std::string("cuda: no NVIDIA driver on this machine (libcuda.so.1 not found)"));
     return;
   }
+  std::string no_blas;
+  if (n > 0 && !blas(&no_blas)) report.notes.push_back("cuda: " + no_blas);
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp prop{};
     size_t free_bytes = 0, total_bytes = 0;

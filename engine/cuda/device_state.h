@@ -20,7 +20,7 @@ namespace ftllm::cuda {
 struct DeviceState {
   int index = 0;
   cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr;
+  cublasHandle_t blas = nullptr;  // null without cuBLAS (blas.h)
   std::mutex blas_mu;  // a cuBLAS handle is used by one thread at a time
   int cc_major = 0, cc_minor = 0, sm_count = 0;
   CachingAllocator* alloc = nullptr;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "../quant/block_decode.h"
+#include "blas.h"
 #include "convert.h"
 #include "cuda_ops.h"
 #include "device_state.h"
@@ -143,7 +144,7 @@ void linear_gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y
   auto gemm = [&](const void* wp, int64_t n0, int64_t rows) {
     std::lock_guard lock(s.blas_mu);
     // Row-major y[T, N] = x[T, K] w[N, K]^T is column-major y^T = w^T(op T) x^T.
-    check_blas(cublasGemmEx(s.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(T), int(K), &alpha, wp, type, int(K), xc.data,
+    check_blas(blas()->gemm_ex(s.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(T), int(K), &alpha, wp, type, int(K), xc.data,
                             type, int(K), &beta, y.as<float>() + n0, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx", s.index);
@@ -181,7 +182,8 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   const int64_t T = x.dim(0), K = x.dim(1);
   // The GEMV reads quantized weights once per kGemvRows rows: up to four passes cost less than decoding
   // them to a 16-bit scratch matrix for cuBLAS. Rows that are not whole 32-value units stay on the GEMV.
-  const bool gemv = T <= kGemvRows || K % 32 != 0 || (!is_float(w.dtype) && T <= 4 * kGemvRows);
+  const bool gemv = T <= kGemvRows || K % 32 != 0 || (!is_float(w.dtype) && T <= 4 * kGemvRows) ||
+                    !state(x.device).blas;
   if (gemv) linear_gemv(x, w, bias, y);
   else linear_gemm(x, w, bias, y);
 }

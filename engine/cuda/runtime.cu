@@ -2,6 +2,7 @@
 #include <cstring>
 #include <memory>
 
+#include "blas.h"
 #include "device_state.h"
 #include "runtime.h"
 
@@ -23,8 +24,10 @@ void make_state(int index) {
   s->cc_minor = prop.minor;
   s->sm_count = prop.multiProcessorCount;
   check(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), "cudaStreamCreate", index);
-  check_blas(cublasCreate(&s->blas), "cublasCreate", index);
-  check_blas(cublasSetStream(s->blas, s->stream), "cublasSetStream", index);
+  if (const Blas* b = blas()) {  // else the GEMMs run on the GEMV kernels
+    check_blas(b->create(&s->blas), "cublasCreate", index);
+    check_blas(b->set_stream(s->blas, s->stream), "cublasSetStream", index);
+  }
   // Deliberately never destroyed: models may free tensors during static destruction, after the
   // CUDA runtime has begun to shut down; the process's end returns the memory.
   s->alloc = new CachingAllocator(
@@ -57,7 +60,7 @@ std::shared_ptr<void> device_bytes(DeviceState& s, size_t bytes) {
 
 void check_blas(cublasStatus_t status, const char* what, int device) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw EngineError("cuda:" + std::to_string(device) + ": " + what + ": " + cublasGetStatusString(status));
+  throw EngineError("cuda:" + std::to_string(device) + ": " + what + ": " + blas()->status_string(status));
 }
 
 DeviceState& state(Device device) {

@@ -17,8 +17,11 @@ if [ -n "$want" ] && [ "$want" != "$PWD" ] && [ ! -e "$want" ]; then
 fi
 elapsed() { echo $(( $(date +%s) - start ))s; }
 # The CUDA libraries: the toolkit's, or the ones PyTorch's wheels carry.
-cublas=$( (ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null; find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null) | head -n 1)
-export LD_LIBRARY_PATH="$C/libs:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${LD_LIBRARY_PATH:-}"
+found() { (ls "/usr/local/cuda/lib64/$1" 2>/dev/null; find / -name "$1" -not -path '/proc/*' 2>/dev/null) | head -n 1; }
+cublas=$(found libcublas.so.13)
+nccl=$(found libnccl.so.2)
+export LD_LIBRARY_PATH="$C/libs:$(dirname "${cublas:-/x/x}"):$(dirname "${nccl:-/x/x}"):${LD_LIBRARY_PATH:-}"
+echo "cuBLAS: ${cublas:-not found}; NCCL: ${nccl:-not found}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
 echo "== tests ($(elapsed))"

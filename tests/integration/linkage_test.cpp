@@ -25,6 +25,8 @@ BOOST_AUTO_TEST_CASE(ftllmd_links_its_libraries) {
   BOOST_TEST(has_symbol(d, "llhttp_execute"));  // static: Debian ships llhttp as C sources
 #ifdef FTLLM_WITH_CUDA
   BOOST_TEST(has_symbol(d, "cudaGetDeviceCount"));  // cudart static: only the driver is needed at run time
+  BOOST_TEST(!links(d, "libcublas"));  // loaded when a GPU computes, so the daemon starts without it
+  BOOST_TEST(!links(d, "libnccl"));
 #endif
 }
 
