@@ -467,7 +467,7 @@ void ModelInstance::move_to_devices(const std::vector<LayerRange>& placement) {
 void ModelInstance::split_kv(int64_t l, const std::vector<model::DecoderModel::ShardSpan>& spans) {
   // [kinds, blocks, slots, row] seen as rows of `row` floats; shard s takes its heads' columns.
   const Tensor whole = ops::to_device(kv_.layer_storage(l), Device::cpu());
-  const std::vector<int64_t> shape = whole.shape;
+  const std::vector<int64_t> shape = kv_.layer_shape();
   const int64_t d = config().head_dim, rows = shape[0] * shape[1] * shape[2];
   Tensor flat = whole;
   flat.shape = {rows, shape[3]};
@@ -479,11 +479,10 @@ void ModelInstance::split_kv(int64_t l, const std::vector<model::DecoderModel::S
   }
   kv_.set_shards(l, std::move(shards));
   kv_.replace_layer(l, Tensor::zeros_f32({0, 0, 0, shape[3]}));  // the whole pages are in the shards now
-  kv_whole_shape_ = shape;
 }
 
 Tensor ModelInstance::join_kv_shards(int64_t l) {
-  const std::vector<int64_t>& shape = kv_whole_shape_;
+  const std::vector<int64_t> shape = kv_.layer_shape();
   Tensor whole = kvcache::KvPool::host_storage(shape);
   const int64_t rows = shape[0] * shape[1] * shape[2];
   int64_t col = 0;
@@ -620,14 +619,7 @@ void ModelInstance::worker_loop() {
       public_of_[sid] = p.id;
       scheduler_of_[p.id] = sid;
     }
-    if (!fail_message.empty()) {
-      std::vector<uint64_t> sids;
-      {
-        std::lock_guard lock(mu_);
-        for (auto& [sid, id] : public_of_) sids.push_back(sid);
-      }
-      for (uint64_t sid : sids) scheduler_.fail(sid, fail_message);
-    }
+    if (!fail_message.empty()) fail_all_running(fail_message);
     for (uint64_t id : cancels) {
       std::unique_lock lock(mu_);
       auto it = scheduler_of_.find(id);

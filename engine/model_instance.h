@@ -123,7 +123,6 @@ class ModelInstance {
   // Tensor parallelism: layer l's KV pages cut by the shards' heads onto their devices, and put back.
   void split_kv(int64_t l, const std::vector<model::DecoderModel::ShardSpan>& spans);
   Tensor join_kv_shards(int64_t l);
-  std::vector<int64_t> kv_whole_shape_;
   std::vector<ModelHandle::Footprint::OnDevice> memory_;  // by device after the last placement; mu_
   bool layers_placed_ = false;
   void fail_all_running(const std::string& message);  // worker, compute_mu_ held

@@ -6,7 +6,7 @@ namespace ftllm::kvcache {
 
 KvPool::KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_tokens, int64_t num_blocks, bool keys_only)
     : row_(kv_heads * head_dim), block_tokens_(block_tokens), num_blocks_(num_blocks), kinds_(keys_only ? 1 : 2) {
-  for (int64_t l = 0; l < layers; ++l) storage_.push_back(host_storage({kinds_, num_blocks, block_tokens, row_}));
+  for (int64_t l = 0; l < layers; ++l) storage_.push_back(host_storage(layer_shape()));
   shards_.resize(size_t(layers));
   free_.reserve(size_t(num_blocks));
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));

@@ -42,6 +42,8 @@ class KvPool {
   // Puts layer l's pages elsewhere: `storage` holds the same bytes (the caller copied them), so the
   // sequences cached there carry on.
   void replace_layer(int64_t layer, Tensor storage);
+  // One layer's pages as a tensor: [kinds, blocks, block_tokens, row_floats].
+  std::vector<int64_t> layer_shape() const { return {kinds_, num_blocks_, block_tokens_, row_}; }
   // Host memory for one layer's pages, not zeroed (pages are touched only as sequences fill them).
   static Tensor host_storage(std::vector<int64_t> shape);
 

@@ -398,8 +398,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
       proj = ops::zeros(ctx, {T, H});
     }
     const auto [cos, sin] = rope_on(ctx.device);
-    // A split layer's norms (and MoE block) run on its device with the layer's own weights, which stay
-    // on the host: copies of the norm vectors travel with the shards' ops below.
+    // A split layer's own weights stay on the host; its first shard holds its norms on the layer's device.
     const bool split = is_split(l);
     ops::rmsnorm(ctx, x, split ? shards_[size_t(l)][0].w.attn_norm : L.attn_norm, eps, h);
     if (split) {

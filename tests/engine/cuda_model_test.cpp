@@ -2,18 +2,18 @@
 // split equals the all-GPU model, layers move between cpu and cuda while a stream runs, and MoE layers
 // run with their experts on the host (fastllm's hybrid) or on the GPU. Skipped where no GPU is usable.
 #include <boost/test/unit_test.hpp>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 
 #include "../common/fixture_reference.h"
 #include "../common/gpu.h"
+#include "../common/greedy_run.h"
 #include "../common/logit_error.h"
 #include "core/error.h"
 #include "model_instance.h"
 
 namespace fs = std::filesystem;
 using namespace ftllm;
+using test::greedy;
 
 namespace {
 
@@ -30,15 +30,6 @@ std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& 
   o.moe_device = moe_device;
   o.cuda_se = cuda_se;
   return ModelInstance::load(o);
-}
-
-std::vector<int32_t> greedy(ModelInstance& m, const std::vector<int32_t>& prompt, int32_t n) {
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.sampling.temperature = 0;
-  r.max_tokens = n;
-  r.ignore_eos = true;
-  return m.generate({r})[0].tokens;
 }
 
 // Every float32 fixture: dense, MoE, and DeepSeek's latent attention.
@@ -100,29 +91,10 @@ BOOST_AUTO_TEST_CASE(rebalance_between_cpu_and_cuda_during_a_stream) {
   const test::Reference ref = test::read_reference(kModels / "qwen3-f32");
   auto m = load("qwen3-f32", "cpu");
   const std::vector<int32_t> want = greedy(*m, ref.prompt, 48);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> got;
-  bool done = false;
-  GenerationRequest r;
-  r.prompt = ref.prompt;
-  r.sampling.temperature = 0;
-  r.max_tokens = 48;
-  r.ignore_eos = true;
-  const char* moves[] = {"{'cuda:0':1,'cpu':1}", "cuda", "{'cpu':3,'cuda':1}", "cpu"};
-  size_t next_move = 0;
-  m->submit(r, [&](const GenerationEvent& e) {
-    std::lock_guard lock(mu);
-    got.insert(got.end(), e.tokens.begin(), e.tokens.end());
-    // Ask for the next move every 8 tokens, from inside the stream.
-    if (!e.finished && next_move < std::size(moves) && got.size() >= 8 * (next_move + 1))
-      m->set_placement(resolve_placement(moves[next_move++], m->config().num_layers));
-    if (e.finished) done = true;
-    cv.notify_all();
-  });
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return done; });
-  BOOST_TEST(next_move == std::size(moves));
+  const std::vector<std::string> moves = {"{'cuda:0':1,'cpu':1}", "cuda", "{'cpu':3,'cuda':1}", "cpu"};
+  size_t applied = 0;
+  const std::vector<int32_t> got = test::greedy_while_moving(*m, ref.prompt, 48, moves, &applied);
+  BOOST_TEST(applied == moves.size());
   BOOST_TEST(placement_string(m->placement()) == "cpu:0-" + std::to_string(m->config().num_layers - 1));
   BOOST_TEST(got == want, boost::test_tools::per_element());
 }

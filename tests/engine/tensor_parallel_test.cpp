@@ -1,17 +1,17 @@
 // Tensor parallelism (fastllm's multicuda) with every shard on the host: the same split, shard sums
 // and KV-page cuts a GPU group uses, checked against the unsplit model on any machine.
 #include <boost/test/unit_test.hpp>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 
 #include "../common/fixture_reference.h"
+#include "../common/greedy_run.h"
 #include "../common/logit_error.h"
 #include "core/error.h"
 #include "model_instance.h"
 
 namespace fs = std::filesystem;
 using namespace ftllm;
+using test::greedy;
 
 namespace {
 
@@ -25,15 +25,6 @@ std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& 
   o.max_sequences = 2;
   o.device = device;
   return ModelInstance::load(o);
-}
-
-std::vector<int32_t> greedy(ModelInstance& m, const std::vector<int32_t>& prompt, int32_t n) {
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.sampling.temperature = 0;
-  r.max_tokens = n;
-  r.ignore_eos = true;
-  return m.generate({r})[0].tokens;
 }
 
 }  // namespace
@@ -67,28 +58,10 @@ BOOST_AUTO_TEST_CASE(rebalance_into_and_out_of_a_split_during_a_stream) {
   const test::Reference ref = test::read_reference(kModels / "qwen3-f32");
   auto m = load("qwen3-f32", "cpu");
   const std::vector<int32_t> want = greedy(*m, ref.prompt, 40);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> got;
-  bool done = false;
-  const char* moves[] = {"multicuda:cpu,cpu", "{'cpu':1,'multicuda:cpu:2,cpu:1':1}", "cpu"};
-  size_t next = 0;
-  GenerationRequest r;
-  r.prompt = ref.prompt;
-  r.sampling.temperature = 0;
-  r.max_tokens = 40;
-  r.ignore_eos = true;
-  m->submit(r, [&](const GenerationEvent& e) {
-    std::lock_guard lock(mu);
-    got.insert(got.end(), e.tokens.begin(), e.tokens.end());
-    if (!e.finished && next < std::size(moves) && got.size() >= 8 * (next + 1))
-      m->set_placement(resolve_placement(moves[next++], m->config().num_layers));
-    if (e.finished) done = true;
-    cv.notify_all();
-  });
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return done; });
-  BOOST_TEST(next == std::size(moves));
+  const std::vector<std::string> moves = {"multicuda:cpu,cpu", "{'cpu':1,'multicuda:cpu:2,cpu:1':1}", "cpu"};
+  size_t applied = 0;
+  const std::vector<int32_t> got = test::greedy_while_moving(*m, ref.prompt, 40, moves, &applied);
+  BOOST_TEST(applied == moves.size());
   BOOST_TEST(got == want, boost::test_tools::per_element());
   BOOST_TEST(m->load_notes().find("rebalance failed") == std::string::npos, m->load_notes());
 }
