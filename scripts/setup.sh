@@ -9,7 +9,7 @@ apt_packages=(
   build-essential pkg-config ninja-build ccache git curl xz-utils
   python3 python3-venv python3-pip
   libuv1-dev node-llhttp libsimdjson-dev libtomlplusplus-dev
-  libsystemd-dev systemd libnuma-dev libboost-test-dev libpcre2-dev libutf8proc-dev
+  libsystemd-dev systemd libnuma-dev libboost-test-dev libboost-context-dev libpcre2-dev libutf8proc-dev
 )
 
 missing=()

@@ -3,6 +3,8 @@
 // registers and dotting them with up to kGemvRows activation rows, so each weight byte is read once per
 // kGemvRows rows. Many rows (prefill): the weights decoded to bf16 (float32 before sm_80) a slab of rows
 // at a time and multiplied by cuBLAS on the tensor cores.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 
 #include "../quant/block_decode.h"
