@@ -2,6 +2,7 @@
 #include <simdjson.h>
 
 #include <cstdio>
+#include <string>
 #include <string_view>
 
 #include "commands.h"
@@ -63,7 +64,27 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     }
   }
   if (ctx.json) {
-    std::printf("%s\n", reply.body.c_str());
+    if (args.empty()) {
+      std::printf("%s\n", reply.body.c_str());
+      return 0;
+    }
+    // The same document with only the named model in its list, as the table below shows only it.
+    std::string out = "{";
+    for (auto [key, value] : doc.get_object()) {
+      if (out.size() > 1) out += ',';
+      out += '"';
+      out += key;  // the daemon's keys are plain identifiers: nothing to escape
+      out += "\":";
+      if (key != "models") {
+        out += simdjson::minify(value);
+        continue;
+      }
+      out += '[';
+      for (auto m : models)
+        if (field<std::string_view>(m, "name") == args[0]) out += simdjson::minify(m);
+      out += ']';
+    }
+    std::printf("%s}\n", out.c_str());
     return 0;
   }
 

@@ -95,7 +95,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
     const float new_max = fmaxf(running_max, chunk_max);
     const float correction = expf(running_max - new_max);  // 0 on the first chunk
     __syncthreads();
-    if (threadIdx.x < count) sc[threadIdx.x] = expf(sc[threadIdx.x] - new_max);
+    if (int(threadIdx.x) < count) sc[threadIdx.x] = expf(sc[threadIdx.x] - new_max);
     __syncthreads();
     float chunk_sum = 0.0f;
     for (int j = 0; j < count; ++j) chunk_sum += sc[j];

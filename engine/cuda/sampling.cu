@@ -124,8 +124,8 @@ __global__ void sample_kernel(const float* __restrict__ logits, int64_t V, const
     const int64_t j = base + threadIdx.x;
     scan[threadIdx.x] = j < V ? expf(row[j] * inv_t - m) : 0.0f;
     __syncthreads();
-    for (int o = 1; o < blockDim.x; o <<= 1) {  // inclusive Hillis-Steele scan of the tile
-      const float add = threadIdx.x >= o ? scan[threadIdx.x - o] : 0.0f;
+    for (int o = 1; o < int(blockDim.x); o <<= 1) {  // inclusive Hillis-Steele scan of the tile
+      const float add = int(threadIdx.x) >= o ? scan[threadIdx.x - o] : 0.0f;
       __syncthreads();
       scan[threadIdx.x] += add;
       __syncthreads();

@@ -30,7 +30,7 @@ bool cuda_built() { return true; }
 bool cuda_built() { return false; }
 #endif
 
-Tensor zeros(Device device, std::vector<int64_t> shape) {
+Tensor zeros([[maybe_unused]] Device device, std::vector<int64_t> shape) {
 #if defined(FTLLM_WITH_CUDA)
   if (device.is_cuda()) return cuda::zeros(device, DType::F32, std::move(shape));
 #endif

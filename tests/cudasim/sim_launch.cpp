@@ -1,9 +1,10 @@
-// Kernel launches in the simulator. A block's threads are fibers (Boost.Context) run round-robin on one
-// host thread: each runs until it reaches a barrier (__syncthreads, __syncwarp, a shuffle) or ends, and
-// a barrier opens when every live thread of its block or warp has arrived. A round in which no thread
-// arrives anywhere or ends is a deadlock (threads waiting at barriers the others never reach): that is
-// reported with the kernel's name and the process stops, where a device would hang. Blocks are
-// independent, so several host threads take them in turn.
+// Kernel launches in the simulator. A block's threads are fibers (Boost.Context) on one host thread:
+// each runs until it reaches a barrier (__syncthreads, __syncwarp, a shuffle) or ends. A warp's barrier
+// opens when its last live lane arrives; the block's when every live thread waits at it, and the
+// scheduler (run_block) then picks who goes first. A pass in which no thread arrives anywhere or ends
+// is a deadlock (threads waiting at barriers the others never reach): that is reported with the
+// kernel's name and the process stops, where a device would hang. Blocks are independent, so several
+// host threads take them in turn.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -93,7 +94,8 @@ void yield() {
   this_thread = me;
 }
 
-void wait(Barrier& b, unsigned live) {
+// A warp's barrier (a shuffle, __syncwarp) opens when its last live lane arrives.
+void wait_in_warp(Barrier& b, unsigned live) {
   Block& blk = *this_block;
   ++blk.events;
   if (++b.arrived >= live) {
@@ -105,7 +107,16 @@ void wait(Barrier& b, unsigned live) {
   while (b.generation == g) yield();
 }
 
-// An ended thread no longer holds its block or warp back.
+// The block's barrier is opened by the scheduler once every live thread waits at it (run_block), so it
+// also chooses which warp goes first after it.
+void wait_in_block(Barrier& b) {
+  ++this_block->events;
+  ++b.arrived;
+  const uint64_t g = b.generation;
+  while (b.generation == g) yield();
+}
+
+// An ended lane no longer holds its warp back.
 void release_if_complete(Barrier& b, unsigned live) {
   if (b.arrived > 0 && b.arrived >= live) {
     b.arrived = 0;
@@ -181,21 +192,37 @@ void run_block(const char* kernel, dim3 grid, dim3 dim, size_t shared, uint64_t 
       Warp& w = b.warps[t.warp];
       --w.live;
       w.live_mask &= ~(1u << t.lane);
-      release_if_complete(b.barrier, b.live);
       release_if_complete(w.barrier, w.live);
       return std::move(t.back);
     });
   }
-  // Between two barriers the threads run one after another; half the blocks take them in reverse, so a
-  // missing barrier shows whichever thread's write the other needed to see first.
-  const bool reverse = (linear_block + launch_count) % 2 == 1;
-  while (b.live > 0) {
+  // The schedule is the most adversarial a device may choose: between two of the block's barriers each
+  // warp runs as far as it can before the next starts, lane after lane between shuffles, and the order
+  // of warps and lanes flips at every barrier and between neighbouring blocks. So a missing barrier
+  // shows: in some block the thread that should have written first, or read before an overwrite, comes
+  // second and reads the wrong state.
+  const unsigned warps = unsigned(b.warps.size());
+  for (uint64_t phase = 0; b.live > 0;) {
+    const bool reverse = (linear_block + launch_count + phase) % 2 == 1;
     const uint64_t before = b.events;
-    for (unsigned j = 0; j < n; ++j) {
-      Thread& t = threads[reverse ? n - 1 - j : j];
-      if (t.done) continue;
-      this_thread = &t;
-      t.fiber = std::move(t.fiber).resume();
+    for (unsigned wi = 0; wi < warps; ++wi) {
+      const unsigned w = reverse ? warps - 1 - wi : wi;
+      const unsigned first = w * 32, lanes = std::min(32u, n - first);
+      for (uint64_t progress = ~uint64_t(0); progress != b.events;) {
+        progress = b.events;
+        for (unsigned j = 0; j < lanes; ++j) {
+          Thread& t = threads[first + (reverse ? lanes - 1 - j : j)];
+          if (t.done) continue;
+          this_thread = &t;
+          t.fiber = std::move(t.fiber).resume();
+        }
+      }
+    }
+    if (b.live > 0 && b.barrier.arrived == b.live) {  // everyone left waits at __syncthreads: open it
+      b.barrier.arrived = 0;
+      ++b.barrier.generation;
+      ++phase;
+      continue;
     }
     if (b.live > 0 && b.events == before) {
       this_thread = nullptr;
@@ -272,13 +299,13 @@ uint64_t launches = 0;  // under launch_mu
 
 }  // namespace
 
-void syncthreads() { wait(this_block->barrier, this_block->live); }
+void syncthreads() { wait_in_block(this_block->barrier); }
 
 void syncwarp(unsigned mask) {
   Warp& w = this_block->warps[this_thread->warp];
   if ((mask & w.live_mask) != w.live_mask || mask != w.live_mask)
     kernel_fault("__syncwarp with a mask other than the warp's live lanes (not simulated)");
-  wait(w.barrier, w.live);
+  wait_in_warp(w.barrier, w.live);
 }
 
 uint64_t exchange(unsigned mask, uint64_t mine, int mode, int arg, int width) {
@@ -291,7 +318,7 @@ uint64_t exchange(unsigned mask, uint64_t mine, int mode, int arg, int width) {
   if (width <= 0 || width > 32 || (width & (width - 1))) kernel_fault("a shuffle width that is not a power of two <= 32");
   const unsigned buffer = t.shuffles++ & 1u;  // two buffers: a lane cannot overwrite what others still read
   w.slots[buffer][t.lane] = mine;
-  wait(w.barrier, w.live);
+  wait_in_warp(w.barrier, w.live);
   const int lane = int(t.lane), start = lane & ~(width - 1);
   int src = lane;
   switch (mode) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "../common/logit_error.h"
 #include "../common/gpu.h"
 #include "../common/random_weights.h"
 #include "cpu/kernels.h"
@@ -25,7 +26,7 @@ namespace {
 double error_of(const std::vector<float>& got, const std::vector<float>& want) {
   double worst = 0, top = 1e-30;
   for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
+    worst = std::max(worst, test::difference(got[i], want[i]));
     top = std::max(top, std::fabs(double(want[i])));
   }
   return got.size() == want.size() ? worst / top : INFINITY;
@@ -291,6 +292,8 @@ BOOST_AUTO_TEST_CASE(device_sampling_picks_what_the_host_would) {
   std::vector<float> logits = random_floats(size_t(R * V), rng, 3.0f);
   logits[size_t(2 * V + 777)] = 40.0f;  // a clear winner in row 2
   logits[size_t(3 * V + 5)] = logits[size_t(3 * V + 9)] = 50.0f;  // a tie in row 3: the lower index
+  // Row 1 far from zero: exp overflows unless taken from the row's own maximum.
+  for (int64_t j = 0; j < V; ++j) logits[size_t(V + j)] += 100.0f;
   const Tensor d = on_gpu(logits, {R, V});
   const std::vector<int32_t> best = cuda::argmax_rows(d);
   for (int64_t r = 0; r < R; ++r) {
@@ -329,6 +332,42 @@ BOOST_AUTO_TEST_CASE(device_sampling_picks_what_the_host_would) {
     const double after = before + std::exp((row[whole[size_t(r)]] - top) / 0.7), target = uniform[size_t(r)] * sum;
     BOOST_TEST((before <= target * (1 + 1e-4) && after >= target * (1 - 1e-4)), "row " << r << ": token " << whole[size_t(r)]);
   }
+}
+
+// Top-k's later rounds and top-p's cut: four close candidates planted in the slices of four different
+// warps, and each row's draw aimed at the middle of one candidate's share.
+BOOST_AUTO_TEST_CASE(device_top_k_and_top_p_pick_each_candidate_by_its_share) {
+  std::mt19937 rng(11);
+  const int64_t R = 8, V = 50000;
+  std::vector<float> logits = random_floats(size_t(R * V), rng, 1.0f);
+  const int32_t at[4] = {40001, 12345, 1030, 999};  // threads 65, 57, 6, 999 of 1024: warps 2, 1, 0, 31
+  const float planted[4] = {9.0f, 8.8f, 8.5f, 8.3f}, t = 0.8f;
+  double w[4], total = 0;
+  for (int c = 0; c < 4; ++c) {
+    for (int64_t r = 0; r < R; ++r) logits[size_t(r * V + at[c])] = planted[c];
+    w[c] = std::exp((planted[c] - planted[0]) / t);
+    total += w[c];
+  }
+  // Rows 0-3: top_p 1, the draw in candidate r's share. Rows 4-7: top_p keeps the first two; draws in
+  // the first's share, the second's, and past the end of both (the second).
+  std::vector<float> top_p(size_t(R), 1.0f), uniform(static_cast<size_t>(R));
+  std::vector<int32_t> want(static_cast<size_t>(R));
+  double before = 0;
+  for (int r = 0; r < 4; ++r) {
+    uniform[size_t(r)] = float((before + w[r] / 2) / total);
+    want[size_t(r)] = at[r];
+    before += w[r];
+  }
+  const double kept = w[0] + w[1];
+  for (int r = 4; r < 8; ++r) top_p[size_t(r)] = float(kept / total - 0.01);
+  uniform[4] = float(w[0] / 2 / kept), want[4] = at[0];
+  uniform[5] = float((w[0] + w[1] / 2) / kept), want[5] = at[1];
+  uniform[6] = 0.999f, want[6] = at[1];
+  uniform[7] = float((w[0] + w[1] * 0.9) / kept), want[7] = at[1];
+  const std::vector<float> temperature(size_t(R), t);
+  const std::vector<int32_t> four(size_t(R), 4);
+  const std::vector<int32_t> got = cuda::sample_rows(on_gpu(logits, {R, V}), temperature, four, top_p, uniform);
+  BOOST_TEST(got == want, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(memory_comes_back_to_the_cache) {

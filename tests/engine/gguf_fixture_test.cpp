@@ -8,6 +8,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
+#include "../common/logit_error.h"
 #include "model_instance.h"
 
 using namespace ftllm;
@@ -51,7 +52,7 @@ BOOST_AUTO_TEST_CASE(gguf_fixtures_compute_what_transformers_computed) {
     BOOST_REQUIRE_EQUAL(got.size(), want.size());
     auto [lo, hi] = std::minmax_element(want.begin(), want.end());
     double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, test::difference(got[i], want[i]));
     BOOST_TEST_MESSAGE(c.gguf << ": max |logit error| / logit range " << worst / double(*hi - *lo));
     BOOST_TEST(worst / double(*hi - *lo) < c.bound, c.gguf << ": " << worst / double(*hi - *lo));
   }

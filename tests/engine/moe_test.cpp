@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE(expert_op_equals_each_token_through_its_experts) {
       double worst = 0, scale = 0;
       for (int64_t tok = 0; tok < T; ++tok)
         for (int64_t h = 0; h < H; ++h) {
-          worst = std::max(worst, std::fabs(out.as<float>()[tok * H + h] - want[size_t(tok)][size_t(h)]));
+          worst = std::max(worst, test::difference(out.as<float>()[tok * H + h], want[size_t(tok)][size_t(h)]));
           scale = std::max(scale, std::fabs(want[size_t(tok)][size_t(h)]));
         }
       BOOST_TEST_MESSAGE(dtype_name(t) << " variant " << variant << ": max error / max output " << worst / scale);

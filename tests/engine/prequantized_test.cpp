@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
+#include "../common/logit_error.h"
 #include "model_instance.h"
 
 using namespace ftllm;
@@ -27,7 +28,7 @@ const std::vector<int32_t> kPrompt = {1, 200, 13, 77, 4, 150, 9, 31, 255, 0, 64}
 
 double max_error(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, test::difference(a[i], b[i]));
   return worst;
 }
 

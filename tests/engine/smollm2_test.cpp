@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
+#include "../common/logit_error.h"
 #include "../common/real_model.h"
 #include "model_instance.h"
 
@@ -47,7 +48,7 @@ Continuation continue_prompt(const std::string& kernels) {
   auto values = ref["top_logits"].get_array();
   double worst = 0;
   for (size_t i = 0; i < ids.size(); ++i)
-    worst = std::max(worst, std::fabs(double(logits[size_t(int64_t(ids.at(i)))]) - double(values.at(i))));
+    worst = std::max(worst, test::difference(logits[size_t(int64_t(ids.at(i)))], values.at(i)));
   BOOST_TEST_MESSAGE("SmolLM2 (" << kernels << " kernels): max |logit error| over transformers' top 20 = " << worst);
 
   req.sampling.temperature = 0;
