@@ -16,6 +16,7 @@
 #include <functional>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -63,6 +64,7 @@ struct Block {
   Barrier barrier;
   std::vector<Warp> warps;
   std::vector<unsigned char> shared;
+  std::vector<void*> fresh;  // static __shared__ arrays already filled in this block
 };
 
 thread_local Thread* this_thread = nullptr;
@@ -73,6 +75,13 @@ const dim3& block_idx() { return this_block->idx; }
 const dim3& block_dim() { return this_block->dim; }
 const dim3& grid_dim() { return this_block->grid; }
 void* dynamic_shared() { return this_block->shared.data(); }
+
+void fresh_shared(void* p, size_t bytes) {
+  std::vector<void*>& fresh = this_block->fresh;
+  if (std::find(fresh.begin(), fresh.end(), p) != fresh.end()) return;
+  fresh.push_back(p);
+  std::memset(p, 0xff, bytes);
+}
 
 void kernel_fault(const char* what) {
   const Block* b = this_block;

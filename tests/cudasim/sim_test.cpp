@@ -58,6 +58,16 @@ __global__ void reverse_in_shared(const int* in, int* out) {
   out[i] = s[blockDim.x - 1 - threadIdx.x];
 }
 
+// Writes its shared array when asked, and reads it back: hostify.py adds the fresh_shared call after
+// each static __shared__ declaration of the backend's kernels; here it is written out.
+__global__ void static_shared(bool write, float* out) {
+  __shared__ float s[32];
+  ::ftllm_sim::fresh_shared(s, sizeof(s));
+  if (write) s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];
+}
+
 __global__ void sum_dynamic_shared(const float* in, int n, float* out) {
   float* s = static_cast<float*>(::ftllm_sim::dynamic_shared());
   for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = in[i] * 2;
@@ -152,6 +162,14 @@ BOOST_AUTO_TEST_CASE(barriers_order_shared_memory_within_each_block) {
   DeviceBuffer<float> d_f(100, f), d_sum(1);
   ::ftllm_sim::Launch("sum_dynamic_shared", 1, 64, 100 * sizeof(float)).run(sum_dynamic_shared, d_f.ptr, 100, d_sum.ptr);
   BOOST_TEST(d_sum.host()[0] == 300.0f);
+}
+
+BOOST_AUTO_TEST_CASE(shared_memory_nobody_wrote_in_this_block_reads_as_nan) {
+  DeviceBuffer<float> d(32);
+  ::ftllm_sim::Launch("static_shared", 1, 32).run(static_shared, true, d.ptr);
+  BOOST_TEST(d.host()[5] == 1.0f);
+  ::ftllm_sim::Launch("static_shared", 1, 32).run(static_shared, false, d.ptr);  // not the last block's 1s
+  BOOST_TEST(std::isnan(d.host()[5]));
 }
 
 BOOST_AUTO_TEST_CASE(every_block_and_thread_index_runs_once) {

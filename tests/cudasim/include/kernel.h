@@ -54,6 +54,9 @@ void syncwarp(unsigned mask);
 // take part, as __shfl_*_sync requires).
 uint64_t exchange(unsigned mask, uint64_t mine, int mode, int arg, int width);
 void* dynamic_shared();  // the block's `extern __shared__` bytes
+// A static __shared__ array as a block's first thread reaches it: filled with NaN bytes, so that a read
+// of what no thread of this block wrote shows (hostify.py adds the call after each declaration).
+void fresh_shared(void* p, size_t bytes);
 [[noreturn]] void kernel_fault(const char* what);
 
 enum ShuffleMode { kXor, kDown, kUp, kIndex };
