@@ -9,11 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <boost/context/fiber.hpp>
-#include <condition_variable>
-#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cpu/thread_pool.h"
 #include "sim_runtime.h"
 
 namespace ctx = boost::context;
@@ -46,8 +43,6 @@ struct Warp {
   uint64_t slots[2][32] = {};
 };
 
-}  // namespace
-
 struct Thread {
   dim3 idx;
   unsigned lane = 0, warp = 0;
@@ -69,6 +64,8 @@ struct Block {
 
 thread_local Thread* this_thread = nullptr;
 thread_local Block* this_block = nullptr;
+
+}  // namespace
 
 const dim3& thread_idx() { return this_thread->idx; }
 const dim3& block_idx() { return this_block->idx; }
@@ -247,62 +244,6 @@ void run_block(const char* kernel, dim3 grid, dim3 dim, size_t shared, uint64_t 
   this_block = nullptr;
 }
 
-// Host threads that run blocks beside the launching one.
-class Workers {
- public:
-  static Workers& get() {
-    static Workers* w = new Workers;  // never joined: the process's end takes them
-    return *w;
-  }
-
-  void run(uint64_t blocks, const std::function<void(uint64_t)>& block) {
-    std::unique_lock lock(mu_);
-    job_ = &block;
-    next_ = 0;
-    total_ = blocks;
-    busy_ = unsigned(helpers_.size());
-    ++round_;
-    cv_.notify_all();
-    lock.unlock();
-    take(block);
-    lock.lock();
-    done_cv_.wait(lock, [&] { return busy_ == 0; });
-    job_ = nullptr;
-  }
-
- private:
-  Workers() {
-    const unsigned n = std::clamp(std::thread::hardware_concurrency(), 1u, 8u) - 1;
-    for (unsigned i = 0; i < n; ++i) helpers_.emplace_back([this] { loop(); });
-  }
-
-  void take(const std::function<void(uint64_t)>& block) {
-    for (uint64_t i; (i = next_.fetch_add(1)) < total_;) block(i);
-  }
-
-  void loop() {
-    uint64_t seen = 0;
-    std::unique_lock lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return round_ != seen; });
-      seen = round_;
-      const auto* job = job_;
-      lock.unlock();
-      take(*job);
-      lock.lock();
-      if (--busy_ == 0) done_cv_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  std::vector<std::thread> helpers_;
-  const std::function<void(uint64_t)>* job_ = nullptr;
-  std::atomic<uint64_t> next_{0};
-  uint64_t total_ = 0, round_ = 0;
-  unsigned busy_ = 0;
-};
-
 std::mutex launch_mu;  // one kernel at a time, whichever host thread or device queues it
 uint64_t launches = 0;  // under launch_mu
 
@@ -312,7 +253,7 @@ void syncthreads() { wait_in_block(this_block->barrier); }
 
 void syncwarp(unsigned mask) {
   Warp& w = this_block->warps[this_thread->warp];
-  if ((mask & w.live_mask) != w.live_mask || mask != w.live_mask)
+  if (mask != w.live_mask)
     kernel_fault("__syncwarp with a mask other than the warp's live lanes (not simulated)");
   wait_in_warp(w.barrier, w.live);
 }
@@ -374,11 +315,18 @@ void Launch::check_pointer(const void* p, int index) const {
 void Launch::execute(void (*body)(void*, void*), void* kernel, void* params) {
   std::lock_guard lock(launch_mu);
   const uint64_t blocks = uint64_t(grid_.x) * grid_.y * grid_.z, launch = launches++;
-  const std::function<void(uint64_t)> block = [&](uint64_t i) {
+  const auto block = [&](uint64_t i) {
     run_block(name_, grid_, block_, shared_, i, launch, body, kernel, params);
   };
-  if (blocks == 1) block(0);
-  else Workers::get().run(blocks, block);
+  if (blocks == 1) {
+    block(0);
+    return;
+  }
+  // The engine's pool: blocks are independent, so the host's cores take them in turn.
+  static auto* pool = new ftllm::cpu::ThreadPool(int(std::min(8u, std::max(1u, std::thread::hardware_concurrency()))));
+  pool->parallel_for(int64_t(blocks), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) block(uint64_t(i));
+  });
 }
 
 }  // namespace ftllm_sim

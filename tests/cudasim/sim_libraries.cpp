@@ -156,10 +156,15 @@ struct Call {
   size_t count;
 };
 
+struct Pending {
+  int size = 0;                // the clique's ranks
+  std::map<int, Call> calls;   // by rank, so far
+};
+
 std::mutex nccl_mu;
 int cliques = 0;
 int group_depth = 0;
-std::map<int, std::map<int, Call>> pending;  // clique -> rank -> its call
+std::map<int, Pending> pending;  // by clique
 
 }  // namespace
 
@@ -178,10 +183,10 @@ extern "C" ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* 
 namespace {
 
 // Sums the calls of every clique whose members have all called.
-ncclResult_t reduce_ready(std::map<int, std::map<int, Call>>& calls_by_clique, const std::map<int, int>& sizes) {
-  for (auto it = calls_by_clique.begin(); it != calls_by_clique.end();) {
-    auto& calls = it->second;
-    if (int(calls.size()) < sizes.at(it->first)) {
+ncclResult_t reduce_ready() {
+  for (auto it = pending.begin(); it != pending.end();) {
+    auto& calls = it->second.calls;
+    if (int(calls.size()) < it->second.size) {
       ++it;
       continue;
     }
@@ -192,12 +197,10 @@ ncclResult_t reduce_ready(std::map<int, std::map<int, Call>>& calls_by_clique, c
     for (auto& [rank, call] : calls)
       for (size_t i = 0; i < count; ++i) sum[i] += call.send[i];
     for (auto& [rank, call] : calls) std::copy(sum.begin(), sum.end(), call.recv);
-    it = calls_by_clique.erase(it);
+    it = pending.erase(it);
   }
   return ncclSuccess;
 }
-
-std::map<int, int> clique_sizes;
 
 }  // namespace
 
@@ -210,11 +213,11 @@ extern "C" ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size
     std::fprintf(stderr, "cudasim: ncclAllReduce: a buffer or the stream is not on the communicator's device\n");
     return ncclInvalidArgument;
   }
-  clique_sizes[comm->clique] = comm->size;
-  auto& calls = pending[comm->clique];
-  if (calls.count(comm->rank)) return ncclInvalidUsage;  // a rank called twice before the others once
-  calls[comm->rank] = {static_cast<const float*>(sendbuff), static_cast<float*>(recvbuff), count};
-  return group_depth > 0 ? ncclSuccess : reduce_ready(pending, clique_sizes);
+  Pending& p = pending[comm->clique];
+  p.size = comm->size;
+  if (p.calls.count(comm->rank)) return ncclInvalidUsage;  // a rank called twice before the others once
+  p.calls[comm->rank] = {static_cast<const float*>(sendbuff), static_cast<float*>(recvbuff), count};
+  return group_depth > 0 ? ncclSuccess : reduce_ready();
 }
 
 extern "C" ncclResult_t ncclGroupStart() {
@@ -227,7 +230,7 @@ extern "C" ncclResult_t ncclGroupEnd() {
   std::lock_guard lock(nccl_mu);
   if (group_depth == 0) return ncclInvalidUsage;
   if (--group_depth > 0) return ncclSuccess;
-  const ncclResult_t r = reduce_ready(pending, clique_sizes);
+  const ncclResult_t r = reduce_ready();
   if (r != ncclSuccess) return r;
   // From one host thread, a group that leaves a clique incomplete would hang NCCL: say so instead.
   if (!pending.empty()) {

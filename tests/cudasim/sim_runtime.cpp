@@ -16,6 +16,10 @@
 
 #include <cuda_runtime.h>
 
+struct CUstream_st {  // a stream is its device: work runs when queued
+  int device;
+};
+
 namespace ftllm_sim {
 
 namespace {
@@ -74,15 +78,12 @@ int device_of(const void* p, size_t bytes) {
   return a ? a->device : -1;
 }
 
-struct Stream {
-  int device;
-};
 
 int stream_device(CUstream_st* s) {
   if (!s) return current;
   Registry& r = registry();
   std::lock_guard lock(r.mu);
-  return r.streams.count(s) ? reinterpret_cast<Stream*>(s)->device : -2;
+  return r.streams.count(s) ? s->device : -2;
 }
 
 }  // namespace ftllm_sim
@@ -226,8 +227,7 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
-  auto* s = new Stream{current};
-  *stream = reinterpret_cast<cudaStream_t>(s);
+  *stream = new CUstream_st{current};
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   r.streams.insert(*stream);

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <random>
 
-#include "../common/logit_error.h"
 #include "../common/gpu.h"
+#include "../common/logit_error.h"
 #include "../common/random_weights.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"

@@ -50,10 +50,8 @@ BOOST_AUTO_TEST_CASE(gguf_fixtures_compute_what_transformers_computed) {
     for (double v : ref["last_logits"].get_array()) want.push_back(float(v));
     auto got = model->prompt_logits(prompt, {int64_t(prompt.size()) - 1})[0];
     BOOST_REQUIRE_EQUAL(got.size(), want.size());
-    auto [lo, hi] = std::minmax_element(want.begin(), want.end());
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, test::difference(got[i], want[i]));
-    BOOST_TEST_MESSAGE(c.gguf << ": max |logit error| / logit range " << worst / double(*hi - *lo));
-    BOOST_TEST(worst / double(*hi - *lo) < c.bound, c.gguf << ": " << worst / double(*hi - *lo));
+    const double error = test::relative_error(got, want);
+    BOOST_TEST_MESSAGE(c.gguf << ": max |logit error| / logit range " << error);
+    BOOST_TEST(error < c.bound, c.gguf << ": " << error);
   }
 }

@@ -37,11 +37,6 @@ struct CUstream_st;
 
 namespace ftllm_sim {
 
-struct Thread;
-struct Block;
-extern thread_local Thread* this_thread;
-extern thread_local Block* this_block;
-
 // The built-ins of the running thread and block.
 const dim3& thread_idx();
 const dim3& block_idx();
