@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "admin_wire.h"
 #include "commands.h"
 #include "json_fields.h"
 
@@ -110,7 +111,7 @@ int cmd_chat(const CommandContext& ctx, const std::vector<std::string>& args) {
   // Where the OpenAI API listens, and that the model is there.
   AdminReply reply;
   AdminFailure failure;
-  if (!ctx.client.call("GET", "/admin/v1/status", "", reply, failure)) {
+  if (!ctx.client.call("GET", admin::kStatusPath, "", reply, failure)) {
     std::fprintf(stderr, "ftllmctl: %s\n", failure.message.c_str());
     return failure.not_running ? 3 : 4;
   }
@@ -119,9 +120,9 @@ int cmd_chat(const CommandContext& ctx, const std::vector<std::string>& args) {
   simdjson::dom::element status;
   if (parser.parse(status_body).get(status)) return std::fprintf(stderr, "ftllmctl: unreadable status from the daemon\n"), 1;
   bool found = false;
-  for (auto m : status["models"].get_array()) found |= field<std::string_view>(m, "name") == o.model;
+  for (auto m : status[admin::key::models].get_array()) found |= field<std::string_view>(m, admin::key::name) == o.model;
   if (!found) return std::fprintf(stderr, "ftllmctl: no model named %s is loaded; load it with: ftllmctl load MODEL --name %s\n", o.model.c_str(), o.model.c_str()), 1;
-  std::string listen(field<std::string_view>(status, "listen"));
+  std::string listen(field<std::string_view>(status, admin::key::listen));
   size_t colon = listen.rfind(':');
   std::string host = listen.substr(0, colon), port = listen.substr(colon + 1);
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);

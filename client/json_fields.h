@@ -3,7 +3,9 @@
 
 #include <simdjson.h>
 
-#include <cstdio>
+#include "admin_wire.h"
+#include "core/json_writer.h"
+
 #include <string>
 #include <string_view>
 
@@ -19,28 +21,11 @@ T field(simdjson::dom::element e, const char* key, T fallback = {}) {
 inline std::string placement_text(simdjson::dom::element model) {
   std::string text;
   simdjson::dom::array places;
-  if (model["placement"].get(places) == simdjson::SUCCESS)
+  if (model[admin::key::placement].get(places) == simdjson::SUCCESS)
     for (auto p : places)
-      text += (text.empty() ? "" : " ") + std::string(field<std::string_view>(p, "device")) + ":" +
-              std::string(field<std::string_view>(p, "layers"));
+      text += (text.empty() ? "" : " ") + std::string(field<std::string_view>(p, admin::key::device)) + ":" +
+              std::string(field<std::string_view>(p, admin::key::layers));
   return text;
-}
-
-// A JSON string literal for `s` (UTF-8 passes through; quotes, backslashes and controls are escaped).
-inline std::string json_quote(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += char(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else out += char(c);
-  }
-  return out + "\"";
 }
 
 }  // namespace ftllm::client

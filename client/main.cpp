@@ -8,30 +8,35 @@
 
 #include "commands.h"
 #include "config.h"
+#include "load_options.h"
 #include "ftllm_version.h"
 
 namespace {
 
-const char* kUsage =
-    "usage: ftllmctl [--socket PATH] [--config FILE] [--json] COMMAND [ARGS]\n"
-    "\n"
-    "commands:\n"
-    "  status [NAME]                 the daemon, its devices and resident models\n"
-    "  list                          resident models with their load\n"
-    "  load MODEL [--name N] [-t N] [--ctx TOKENS] [--max_sequences N] [--chat_template FILE]\n"
-    "       [--device SPEC] [--dtype D] [--moe_dtype D] [--dtype_config F] [--kernels K]\n"
-    "       [--moe_device cpu|numa|cuda] [--moe_experts N] [--cuda_se] [--gpu_memory F]\n"
-    "                                load a model while the daemon serves\n"
-    "  unload NAME [--force]         stop serving a model (running requests finish, or end with --force)\n"
-    "  rebalance NAME [-t N] [--device SPEC]\n"
-    "                                change a model's placement live; requests in flight carry on\n"
-    "  chat NAME [--system TEXT] [--max_tokens N] [--temperature T] [--hide_reasoning]\n"
-    "                                an interactive streaming chat (/reset, /exit)\n"
-    "  export MODEL -o DIR [--dtype D] [--moe_dtype D] [--dtype_config F] [-t N]\n"
-    "                                convert a model once into a directory that loads without converting\n"
-    "\n"
-    "The socket is --socket, else $FTLLMD_SOCKET, else admin.socket of the config file\n"
-    "(--config, default " FTLLM_DEFAULT_CONFIG "), else /run/ftllmd/admin.sock.\n";
+std::string usage() {
+  return "usage: ftllmctl [--socket PATH] [--config FILE] [--json] COMMAND [ARGS]\n"
+         "\n"
+         "commands:\n"
+         "  status [NAME]                 the daemon, its devices and resident models\n"
+         "  list                          resident models with their load\n"
+         "  load MODEL\n" +
+         ftllm::load_options_synopsis(ftllm::kAdmin, 7) +
+         "\n"
+         "                                load a model while the daemon serves\n"
+         "  unload NAME [--force]         stop serving a model (running requests finish, or end with --force)\n"
+         "  rebalance NAME [-t N] [--device SPEC]\n"
+         "                                change a model's placement live; requests in flight carry on\n"
+         "  chat NAME [--system TEXT] [--max_tokens N] [--temperature T] [--hide_reasoning]\n"
+         "                                an interactive streaming chat (/reset, /exit)\n"
+         "  export MODEL -o DIR\n" +
+         ftllm::load_options_synopsis(ftllm::kExport, 7) +
+         "\n"
+         "                                convert a model once into a directory that loads without converting\n"
+         "                                (runs ftllm-export, which links the engine; ftllmctl does not)\n"
+         "\n"
+         "The socket is --socket, else $FTLLMD_SOCKET, else admin.socket of the config file\n"
+         "(--config, default " FTLLM_DEFAULT_CONFIG "), else /run/ftllmd/admin.sock.\n";
+}
 
 // Where the admin socket is, in the order the usage text gives. A config file that does not parse is
 // reported and skipped: status should still work with a broken config.
@@ -70,16 +75,16 @@ int main(int argc, char** argv) {
     } else if (arg == "--json") {
       json = true;
     } else if (arg == "-h" || arg == "--help") {
-      return std::fputs(kUsage, stdout), 0;
+      return std::fputs(usage().c_str(), stdout), 0;
     } else if (arg == "--version") {
       return std::puts("ftllmctl " FTLLM_VERSION), 0;
     } else if (arg.starts_with("-")) {
-      return std::fprintf(stderr, "ftllmctl: unknown option %s\n\n%s", arg.c_str(), kUsage), 2;
+      return std::fprintf(stderr, "ftllmctl: unknown option %s\n\n%s", arg.c_str(), usage().c_str()), 2;
     } else {
       rest.push_back(arg);
     }
   }
-  if (rest.empty()) return std::fprintf(stderr, "ftllmctl: no command given\n\n%s", kUsage), 2;
+  if (rest.empty()) return std::fprintf(stderr, "ftllmctl: no command given\n\n%s", usage().c_str()), 2;
 
   // Options after the command: --json is common to all commands.
   std::vector<std::string> args;
@@ -96,7 +101,7 @@ int main(int argc, char** argv) {
       {"rebalance", &cmd_rebalance}, {"chat", &cmd_chat}, {"export", &cmd_export}};
   auto it = commands.find(rest[0]);
   if (it == commands.end())
-    return std::fprintf(stderr, "ftllmctl: unknown command \"%s\"\n\n%s", rest[0].c_str(), kUsage), 2;
+    return std::fprintf(stderr, "ftllmctl: unknown command \"%s\"\n\n%s", rest[0].c_str(), usage().c_str()), 2;
 
   CommandContext ctx{AdminClient(resolve_socket(socket_flag, config_flag)), json};
   return it->second(ctx, args);

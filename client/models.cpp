@@ -3,18 +3,19 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
+#include "admin_wire.h"
 #include "commands.h"
+#include "load_options.h"
 #include "json_fields.h"
 #include "table.h"
 
 namespace ftllm::client {
 
 namespace {
-
-std::string quote(const std::string& s) { return json_quote(s); }
 
 // Sends a request; on failure prints the one-line reason and returns the exit code (0 on success).
 int call(const CommandContext& ctx, const std::string& method, const std::string& target, const std::string& body,
@@ -39,20 +40,27 @@ std::string error_message(const AdminReply& reply) {
 }  // namespace
 
 int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
+  // The options are the admin API's load keys, by their flags (engine/load_options.h); values go out as
+  // the JSON type the key takes, and the daemon checks their ranges.
   std::string model;
-  std::map<std::string, std::string> opts;
+  std::map<std::string, std::string> body_fields;  // key -> JSON value
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    static const std::map<std::string, std::string> keys = {
-        {"--name", "name"}, {"-t", "threads"}, {"--threads", "threads"}, {"--ctx", "context_length"},
-        {"--max_sequences", "max_sequences"}, {"--chat_template", "chat_template"}, {"--dtype", "dtype"},
-        {"--device", "device"}, {"--cache_dir", "cache_dir"}, {"--moe_dtype", "moe_dtype"}, {"--dtype_config", "dtype_config"}, {"--kernels", "kernels"},
-        {"--moe_device", "moe_device"}, {"--moe_experts", "moe_experts"}, {"--gpu_memory", "gpu_memory"}};
-    if (auto k = keys.find(a); k != keys.end()) {
+    const LoadOption* option = load_option_by_flag(a, kAdmin);
+    if (option && option->type == LoadOption::Type::Flag) {
+      body_fields[option->key] = "true";
+    } else if (option) {
       if (i + 1 >= args.size()) return std::fprintf(stderr, "ftllmctl: %s needs a value\n", a.c_str()), 2;
-      opts[k->second] = args[++i];
-    } else if (a == "--cuda_se") {
-      opts["cuda_se"] = "true";
+      const std::string& v = args[++i];
+      if (option->type == LoadOption::Type::String) {
+        body_fields[option->key] = json_quote(v);
+        continue;
+      }
+      const bool integer = option->type == LoadOption::Type::Integer;
+      char* end = nullptr;
+      if (v.empty() || (integer ? (std::strtoll(v.c_str(), &end, 10), *end) : (std::strtod(v.c_str(), &end), *end)))
+        return std::fprintf(stderr, "ftllmctl: %s needs a number, not %s\n", option->flags().c_str(), v.c_str()), 2;
+      body_fields[option->key] = v;
     } else if (a.starts_with("-")) {
       return std::fprintf(stderr, "ftllmctl: load: unknown option %s\n", a.c_str()), 2;
     } else if (model.empty()) {
@@ -61,20 +69,15 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
       return std::fprintf(stderr, "ftllmctl: load takes one MODEL\n"), 2;
     }
   }
-  if (model.empty()) return std::fprintf(stderr, "usage: ftllmctl load MODEL [--name N] [-t N] [--ctx N] [--chat_template F]\n"), 2;
+  if (model.empty())
+    return std::fprintf(stderr, "usage: ftllmctl load MODEL\n%s\n", load_options_synopsis(kAdmin, 7).c_str()), 2;
   // The daemon resolves the path, so make it absolute here, where the user typed it.
   if (model[0] != '/') {
     char cwd[4096];
     if (getcwd(cwd, sizeof cwd)) model = std::string(cwd) + "/" + model;
   }
-  std::string body = "{\"model\": " + quote(model);
-  for (auto& [k, v] : opts) {
-    bool number = k == "threads" || k == "context_length" || k == "max_sequences" || k == "moe_experts" || k == "cuda_se" ||
-                  k == "gpu_memory";
-    if (number && k != "cuda_se" && v.find_first_not_of(k == "gpu_memory" ? "0123456789." : "0123456789") != std::string::npos)
-      return std::fprintf(stderr, "ftllmctl: %s needs a number, not %s\n", k.c_str(), v.c_str()), 2;
-    body += ", " + quote(k) + ": " + (number ? v : quote(v));
-  }
+  std::string body = "{" + json_quote(admin::key::model) + ": " + json_quote(model);
+  for (auto& [k, v] : body_fields) body += ", " + json_quote(k) + ": " + v;
   body += "}";
   // Newline-delimited progress events, shown as they come: a bar on a terminal, plain lines otherwise.
   const bool tty = isatty(STDOUT_FILENO);
@@ -91,16 +94,16 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
     simdjson::padded_string padded(line);
     simdjson::dom::element e;
     if (parser.parse(padded).get(e)) return;
-    std::string_view event = field<std::string_view>(e, "event"), name = field<std::string_view>(e, "name"), message;
+    std::string_view event = field<std::string_view>(e, admin::key::event), name = field<std::string_view>(e, admin::key::name), message;
     if (ctx.json) {
-      if (event == "loaded") rc = 0;
-      if (event == "error" && !e["message"].get(message)) last_error = message;
+      if (event == admin::event::loaded) rc = 0;
+      if (event == admin::event::error && !e[admin::key::message].get(message)) last_error = message;
       return;
     }
-    if (event == "loading") std::printf("loading %.*s\n", int(name.size()), name.data());
-    if (event == "progress") {
-      auto phase = field<std::string_view>(e, "phase");
-      auto done = field<uint64_t>(e, "bytes_done"), total = field<uint64_t>(e, "bytes_total");
+    if (event == admin::event::loading) std::printf("loading %.*s\n", int(name.size()), name.data());
+    if (event == admin::event::progress) {
+      auto phase = field<std::string_view>(e, admin::key::phase);
+      auto done = field<uint64_t>(e, admin::key::bytes_done), total = field<uint64_t>(e, admin::key::bytes_total);
       double share = total ? double(done) / double(total) : 0.0;
       if (tty) {
         std::string bar(size_t(share * 30), '#');
@@ -115,22 +118,22 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
         std::printf("  %.*s\n", int(phase.size()), phase.data());
       }
     }
-    if (event == "loaded" || event == "error") {
+    if (event == admin::event::loaded || event == admin::event::error) {
       if (bar_open) std::printf("\n");
       bar_open = false;
     }
-    if (event == "loaded") {
-      std::printf("loaded %.*s in %lld ms\n", int(name.size()), name.data(), (long long)field<int64_t>(e, "load_ms"));
+    if (event == admin::event::loaded) {
+      std::printf("loaded %.*s in %lld ms\n", int(name.size()), name.data(), (long long)field<int64_t>(e, admin::key::load_ms));
       std::string_view notes;
-      if (!e["notes"].get(notes)) std::printf("note: %.*s\n", int(notes.size()), notes.data());
+      if (!e[admin::key::notes].get(notes)) std::printf("note: %.*s\n", int(notes.size()), notes.data());
       rc = 0;
     }
-    if (event == "error" && !e["message"].get(message)) last_error = message;
+    if (event == admin::event::error && !e[admin::key::message].get(message)) last_error = message;
     std::fflush(stdout);
   };
   AdminReply reply;
   AdminFailure failure;
-  bool ok = ctx.client.call("POST", "/admin/v1/models", body, reply, failure, [&](std::string_view chunk) {
+  bool ok = ctx.client.call("POST", admin::kModelsPath, body, reply, failure, [&](std::string_view chunk) {
     pending.append(chunk);
     for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
       std::string line = pending.substr(0, nl);
@@ -161,7 +164,7 @@ int cmd_unload(const CommandContext& ctx, const std::vector<std::string>& args) 
   }
   if (name.empty()) return std::fprintf(stderr, "usage: ftllmctl unload NAME [--force]\n"), 2;
   AdminReply reply;
-  if (int rc = call(ctx, "DELETE", "/admin/v1/models/" + name + (force ? "?force=1" : ""), "", reply)) return rc;
+  if (int rc = call(ctx, "DELETE", std::string(admin::kModelPrefix) + name + (force ? "?force=1" : ""), "", reply)) return rc;
   if (reply.status != 200) {
     std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str());
     return 1;
@@ -172,7 +175,7 @@ int cmd_unload(const CommandContext& ctx, const std::vector<std::string>& args) 
     simdjson::dom::parser parser;
     simdjson::padded_string body(reply.body);
     simdjson::dom::element doc;
-    int64_t running = parser.parse(body).get(doc) ? 0 : field<int64_t>(doc, "requests_running");
+    int64_t running = parser.parse(body).get(doc) ? 0 : field<int64_t>(doc, admin::key::requests_running);
     std::printf("unloaded %s%s\n", name.c_str(),
                 running == 0 ? "" : force ? " (its running requests were ended)" : " (its running requests finish first)");
   }
@@ -192,11 +195,11 @@ int cmd_rebalance(const CommandContext& ctx, const std::vector<std::string>& arg
   if (!threads.empty() && threads.find_first_not_of("0123456789") != std::string::npos)
     return std::fprintf(stderr, "ftllmctl: -t needs a number, not %s\n", threads.c_str()), 2;
   std::string body = "{";
-  if (!threads.empty()) body += "\"threads\": " + threads;
-  if (!device.empty()) body += std::string(threads.empty() ? "" : ", ") + "\"device\": " + quote(device);
+  if (!threads.empty()) body += json_quote(admin::key::threads) + ": " + threads;
+  if (!device.empty()) body += std::string(threads.empty() ? "" : ", ") + json_quote(admin::key::device) + ": " + json_quote(device);
   body += "}";
   AdminReply reply;
-  if (int rc = call(ctx, "POST", "/admin/v1/models/" + name + "/rebalance", body, reply)) return rc;
+  if (int rc = call(ctx, "POST", std::string(admin::kModelPrefix) + name + admin::kRebalanceSuffix, body, reply)) return rc;
   if (reply.status != 200) {
     std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str());
     return 1;
@@ -211,7 +214,7 @@ int cmd_rebalance(const CommandContext& ctx, const std::vector<std::string>& arg
 int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
   if (!args.empty()) return std::fprintf(stderr, "ftllmctl: list takes no arguments\n"), 2;
   AdminReply reply;
-  if (int rc = call(ctx, "GET", "/admin/v1/models", "", reply)) return rc;
+  if (int rc = call(ctx, "GET", admin::kModelsPath, "", reply)) return rc;
   if (reply.status != 200) {
     std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str());
     return 1;
@@ -224,13 +227,13 @@ int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
   if (models.size() == 0) return std::printf("no models loaded (load one with: ftllmctl load MODEL)\n"), 0;
   Table t({"MODEL", "ARCHITECTURE", "PLACEMENT", "THREADS", "RUNNING", "WAITING", "KV USED", "SOURCE"});
   for (auto m : models) {
-    auto name = field<std::string_view>(m, "name"), arch = field<std::string_view>(m, "architecture"),
-         source = field<std::string_view>(m, "source");
-    auto running = field<int64_t>(m, "requests_running"), waiting = field<int64_t>(m, "requests_waiting"),
-         used = field<int64_t>(m, "kv_blocks_used"), total = field<int64_t>(m, "kv_blocks_total");
+    auto name = field<std::string_view>(m, admin::key::name), arch = field<std::string_view>(m, admin::key::architecture),
+         source = field<std::string_view>(m, admin::key::source);
+    auto running = field<int64_t>(m, admin::key::requests_running), waiting = field<int64_t>(m, admin::key::requests_waiting),
+         used = field<int64_t>(m, admin::key::kv_blocks_used), total = field<int64_t>(m, admin::key::kv_blocks_total);
     std::string placement = placement_text(m);
     t.add({std::string(name), std::string(arch), placement,
-           std::to_string(field<int64_t>(m, "threads")), std::to_string(running), std::to_string(waiting),
+           std::to_string(field<int64_t>(m, admin::key::threads)), std::to_string(running), std::to_string(waiting),
            total ? std::to_string(used * 100 / total) + "%" : "-", std::string(source)});
   }
   std::fputs(t.render().c_str(), stdout);

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "admin_wire.h"
 #include "commands.h"
 #include "json_fields.h"
 #include "table.h"
@@ -33,7 +34,7 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
   }
   AdminReply reply;
   AdminFailure failure;
-  if (!ctx.client.call("GET", "/admin/v1/status", "", reply, failure)) {
+  if (!ctx.client.call("GET", admin::kStatusPath, "", reply, failure)) {
     std::fprintf(stderr, "ftllmctl: %s\n", failure.message.c_str());
     return failure.not_running ? 3 : 1;
   }
@@ -50,13 +51,13 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     return 1;
   }
   simdjson::dom::array models;
-  if (doc["models"].get_array().get(models) != simdjson::SUCCESS) {
+  if (doc[admin::key::models].get_array().get(models) != simdjson::SUCCESS) {
     std::fprintf(stderr, "ftllmctl: ftllmd's status has no models list\n");
     return 1;
   }
   if (args.size() == 1) {
     bool found = false;
-    for (auto m : models) found |= field<std::string_view>(m, "name") == args[0];
+    for (auto m : models) found |= field<std::string_view>(m, admin::key::name) == args[0];
     if (!found) {
       std::fprintf(stderr, "ftllmctl: no model named \"%s\" is loaded (loaded: %zu)\n", args[0].c_str(),
                    models.size());
@@ -81,18 +82,18 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
       }
       out += '[';
       for (auto m : models)
-        if (field<std::string_view>(m, "name") == args[0]) out += simdjson::minify(m);
+        if (field<std::string_view>(m, admin::key::name) == args[0]) out += simdjson::minify(m);
       out += ']';
     }
     std::printf("%s}\n", out.c_str());
     return 0;
   }
 
-  auto version = field<std::string_view>(doc, "version");
-  auto listen = field<std::string_view>(doc, "listen");
-  auto socket = field<std::string_view>(doc, "admin_socket");
-  auto pid = field<int64_t>(doc, "pid");
-  auto uptime = field<double>(doc, "uptime_seconds");
+  auto version = field<std::string_view>(doc, admin::key::version);
+  auto listen = field<std::string_view>(doc, admin::key::listen);
+  auto socket = field<std::string_view>(doc, admin::key::admin_socket);
+  auto pid = field<int64_t>(doc, admin::key::pid);
+  auto uptime = field<double>(doc, admin::key::uptime_seconds);
   std::printf("ftllmd %.*s, pid %lld, up %s\n", int(version.size()), version.data(), (long long)pid,
               format_duration(uptime).c_str());
   std::printf("OpenAI API: http://%.*s\nadmin API:  %.*s\n\n", int(listen.size()), listen.data(), int(socket.size()),
@@ -100,16 +101,16 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
 
   Table devices({"DEVICE", "NAME", "TOTAL", "FREE"});
   simdjson::dom::array device_list;
-  if (doc["devices"].get_array().get(device_list) == simdjson::SUCCESS) {
+  if (doc[admin::key::devices].get_array().get(device_list) == simdjson::SUCCESS) {
     for (auto d : device_list) {
-      devices.add({std::string(field<std::string_view>(d, "id")), std::string(field<std::string_view>(d, "name")),
-                   format_bytes(double(field<uint64_t>(d, "total_bytes"))),
-                   format_bytes(double(field<uint64_t>(d, "free_bytes")))});
+      devices.add({std::string(field<std::string_view>(d, admin::key::id)), std::string(field<std::string_view>(d, admin::key::name)),
+                   format_bytes(double(field<uint64_t>(d, admin::key::total_bytes))),
+                   format_bytes(double(field<uint64_t>(d, admin::key::free_bytes)))});
     }
   }
   std::fputs(devices.render().c_str(), stdout);
   simdjson::dom::array notes;
-  if (doc["notes"].get_array().get(notes) == simdjson::SUCCESS)
+  if (doc[admin::key::notes].get_array().get(notes) == simdjson::SUCCESS)
     for (auto n : notes) {
       std::string_view text;
       if (n.get(text) == simdjson::SUCCESS) std::printf("note: %.*s\n", int(text.size()), text.data());
@@ -122,21 +123,21 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
   }
   Table model_table({"MODEL", "ARCHITECTURE", "PARAMS", "DTYPES", "PLACEMENT", "WEIGHTS", "KV", "RUNNING", "TOK/S", "SOURCE"});
   for (auto m : models) {
-    auto name = field<std::string_view>(m, "name");
-    auto arch = field<std::string_view>(m, "architecture");
-    auto source = field<std::string_view>(m, "source");
+    auto name = field<std::string_view>(m, admin::key::name);
+    auto arch = field<std::string_view>(m, admin::key::architecture);
+    auto source = field<std::string_view>(m, admin::key::source);
     char params[32], tps[32];
-    std::snprintf(params, sizeof params, "%.1fM", double(field<uint64_t>(m, "parameters")) / 1e6);
-    std::snprintf(tps, sizeof tps, "%.1f", field<double>(m, "tokens_per_second"));
+    std::snprintf(params, sizeof params, "%.1fM", double(field<uint64_t>(m, admin::key::parameters)) / 1e6);
+    std::snprintf(tps, sizeof tps, "%.1f", field<double>(m, admin::key::tokens_per_second));
     std::string placement = placement_text(m);
     // Summed over the devices the model is on (PLACEMENT says which).
     simdjson::dom::object mem;
     uint64_t weights = 0, kv = 0;
-    if (!m["memory"].get(mem))
-      for (auto [device, use] : mem) weights += field<uint64_t>(use, "weight_bytes"), kv += field<uint64_t>(use, "kv_bytes");
+    if (!m[admin::key::memory].get(mem))
+      for (auto [device, use] : mem) weights += field<uint64_t>(use, admin::key::weight_bytes), kv += field<uint64_t>(use, admin::key::kv_bytes);
     if (args.empty() || name == args[0])
-      model_table.add({std::string(name), std::string(arch), params, std::string(field<std::string_view>(m, "dtypes")), placement,
-                       format_bytes(double(weights)), format_bytes(double(kv)), std::to_string(field<int64_t>(m, "requests_running")),
+      model_table.add({std::string(name), std::string(arch), params, std::string(field<std::string_view>(m, admin::key::dtypes)), placement,
+                       format_bytes(double(weights)), format_bytes(double(kv)), std::to_string(field<int64_t>(m, admin::key::requests_running)),
                        tps, std::string(source)});
   }
   std::fputs(model_table.render().c_str(), stdout);

@@ -4,10 +4,12 @@
 #include <simdjson.h>
 
 #include <chrono>
+#include <optional>
 
-#include "json_writer.h"
+#include "admin_wire.h"
+#include "core/json_writer.h"
 #include "log.h"
-#include "routes.h"
+#include "admin_routes.h"
 
 namespace ftllm::daemon {
 
@@ -15,81 +17,91 @@ namespace {
 
 void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
   w.begin_object();
-  w.key("name").string(m.name).key("source").string(m.source).key("architecture").string(m.architecture);
+  w.key(admin::key::name).string(m.name).key(admin::key::source).string(m.source).key(admin::key::architecture).string(m.architecture);
   if (auto handle = engine.model(m.name)) {
     ModelHandle::Load load = handle->load();
-    w.key("requests_running").number(uint64_t(load.running)).key("requests_waiting").number(uint64_t(load.waiting));
-    w.key("kv_blocks_used").number(load.kv_blocks_used).key("kv_blocks_total").number(load.kv_blocks_total);
-    w.key("context_length").number(handle->context_length()).key("threads").number(load.threads);
-    w.key("tokens_per_second").number(load.tokens_per_second);
+    w.key(admin::key::requests_running).number(uint64_t(load.running)).key(admin::key::requests_waiting).number(uint64_t(load.waiting));
+    w.key(admin::key::kv_blocks_used).number(load.kv_blocks_used).key(admin::key::kv_blocks_total).number(load.kv_blocks_total);
+    w.key(admin::key::context_length).number(handle->context_length()).key(admin::key::threads).number(load.threads);
+    w.key(admin::key::tokens_per_second).number(load.tokens_per_second);
     ModelHandle::Footprint f = handle->footprint();
-    w.key("parameters").number(f.parameters).key("dtypes").string(f.dtypes);
+    w.key(admin::key::parameters).number(f.parameters).key(admin::key::dtypes).string(f.dtypes);
     // "cpu:0-14 numa:0:15-29" as [{"device": "cpu", "layers": "0-14"}, ...]
-    w.key("placement").begin_array();
+    w.key(admin::key::placement).begin_array();
     std::string placement = handle->placement();
     for (size_t start = 0; start < placement.size();) {
       size_t space = placement.find(' ', start);
       std::string part = placement.substr(start, space == std::string::npos ? std::string::npos : space - start);
       start = space == std::string::npos ? placement.size() : space + 1;
       size_t colon = part.rfind(':');
-      w.begin_object().key("device").string(part.substr(0, colon)).key("layers").string(part.substr(colon + 1)).end_object();
+      w.begin_object().key(admin::key::device).string(part.substr(0, colon)).key(admin::key::layers).string(part.substr(colon + 1)).end_object();
     }
     w.end_array();
     // Weights as bound (mapped files count where used in place) and the KV pool as reserved, per device.
-    w.key("memory").begin_object();
+    w.key(admin::key::memory).begin_object();
     for (const auto& m : f.memory)
-      w.key(m.device).begin_object().key("weight_bytes").number(m.weight_bytes).key("kv_bytes").number(m.kv_bytes).end_object();
+      w.key(m.device).begin_object().key(admin::key::weight_bytes).number(m.weight_bytes).key(admin::key::kv_bytes).number(m.kv_bytes).end_object();
     w.end_object();
   }
   w.end_object();
 }
 
-http::Response admin_error(int status, const std::string& message, const char* code) {
+http::Response admin_error(int status, const std::string& message, const std::string& code) {
   return http::json_error(status, message, "invalid_request_error", code);
 }
 
-// POST /admin/v1/models {"model": PATH, "name", "threads", "context_length", "max_sequences", "chat_template"}:
-// answers with newline-delimited JSON: {"event":"loading",...} now, then {"event":"loaded",...} or
-// {"event":"error","message":...} when the load (on its own thread) ends.
+// A load body's options, read through the load option table: each key of it, of that option's JSON type
+// and in its range. Returns the error to answer with, or nothing.
+std::optional<http::Response> read_load_options(simdjson::dom::object body, ModelLoadOptions& o) {
+  for (auto [key, value] : body) {
+    if (key == admin::key::model) {
+      std::string_view path;
+      if (value.get(path)) return admin_error(400, "\"model\" is the model's path, a string", "missing_model");
+      o.path = path;
+      continue;
+    }
+    const LoadOption* option = load_option_by_key(key);
+    if (!option || !(option->surfaces & kAdmin)) {
+      std::string known = admin::key::model;
+      for (const LoadOption& k : load_options())
+        if (k.surfaces & kAdmin) known += std::string(", ") + k.key;
+      return admin_error(400, "unknown load option \"" + std::string(key) + "\"; known: " + known, "unknown_option");
+    }
+    std::string why = option->what;
+    std::string_view text;
+    int64_t integer = 0;
+    double number = 0;
+    bool flag = false;
+    if (!value.get(text)) why = option->set(o, text);
+    else if (!value.get(integer)) why = option->set(o, integer);
+    else if (!value.get(number)) why = option->set(o, number);
+    else if (!value.get(flag)) why = option->set(o, flag);
+    if (!why.empty())
+      return admin_error(400, "\"" + std::string(key) + "\" is " + why + ", not " + simdjson::minify(value),
+                         "invalid_" + std::string(key));
+  }
+  if (o.path.empty()) return admin_error(400, "\"model\" (a path) is required", "missing_model");
+  return std::nullopt;
+}
+
+// POST /admin/v1/models {"model": PATH, and any load option by its key}: answers with newline-delimited
+// JSON: {"event":"loading",...} now, then {"event":"loaded",...} or {"event":"error","message":...} when
+// the load (on its own thread) ends.
 void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, EngineBridge& bridge) {
   simdjson::dom::parser parser;
   simdjson::padded_string text(ex->request().body);
-  simdjson::dom::element body;
-  if (parser.parse(text).get(body) || body.type() != simdjson::dom::element_type::OBJECT)
+  simdjson::dom::object body;
+  if (parser.parse(text).get(body))
     return ex->respond(admin_error(400, "the body must be a JSON object with \"model\": PATH", "invalid_json"));
   ModelLoadOptions o;
-  std::string_view sv;
-  if (body["model"].get(sv)) return ex->respond(admin_error(400, "\"model\" (a path) is required", "missing_model"));
-  o.path = sv;
-  if (!body["name"].get(sv)) o.name = sv;
-  if (!body["chat_template"].get(sv)) o.chat_template = sv;
-  if (!body["cache_dir"].get(sv)) o.cache_dir = sv;
-  int64_t n;
-  if (!body["threads"].get(n)) o.threads = int(n);
-  if (!body["context_length"].get(n)) o.context_length = n;
-  if (!body["max_sequences"].get(n)) o.max_sequences = int32_t(n);
-  if (!body["dtype"].get(sv)) o.dtype = sv;
-  if (!body["moe_dtype"].get(sv)) o.moe_dtype = sv;
-  if (!body["dtype_config"].get(sv)) o.dtype_config = sv;
-  if (!body["kernels"].get(sv)) o.kernels = sv;
-  if (!body["device"].get(sv)) o.device = sv;
-  if (!body["moe_device"].get(sv)) o.moe_device = sv;
-  if (!body["moe_experts"].get(n)) o.moe_experts = int(n);
-  bool flag = false;
-  if (!body["cuda_se"].get(flag)) o.cuda_se = flag;
-  double share = 0;
-  if (!body["gpu_memory"].get(share)) {
-    if (!(share > 0 && share <= 1))
-      return ex->respond(admin_error(400, "\"gpu_memory\" is a share of the GPU's free memory in (0, 1]", "invalid_gpu_memory"));
-    o.gpu_memory = share;
-  }
+  if (auto error = read_load_options(body, o)) return ex->respond(*error);
   const std::string name = o.name.empty() ? o.path : o.name;
   if (!o.name.empty() && engine.model(o.name))
     return ex->respond(admin_error(409, "a model named " + o.name + " is already loaded; unload it first or pick another --name", "name_taken"));
 
   ex->begin_stream(200, "application/x-ndjson");
   JsonWriter w;
-  w.begin_object().key("event").string("loading").key("model").string(o.path).key("name").string(name).end_object();
+  w.begin_object().key(admin::key::event).string(admin::event::loading).key(admin::key::model).string(o.path).key(admin::key::name).string(name).end_object();
   ex->send(w.take() + "\n");
   auto status = std::make_shared<Status>();
   auto started = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
@@ -100,8 +112,8 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
     if (phase == last->first && step == last->second) return;
     *last = {phase, step};
     JsonWriter w;
-    w.begin_object().key("event").string("progress").key("phase").string(phase);
-    w.key("bytes_done").number(done).key("bytes_total").number(total).end_object();
+    w.begin_object().key(admin::key::event).string(admin::event::progress).key(admin::key::phase).string(phase);
+    w.key(admin::key::bytes_done).number(done).key(admin::key::bytes_total).number(total).end_object();
     bridge.post([ex, line = w.take()] { ex->send(line + "\n"); });
   };
   bridge.run_in_background([&engine, o, status] { *status = engine.load(o); },
@@ -109,16 +121,16 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
                              JsonWriter done;
                              if (status->ok) {
                                auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - *started);
-                               done.begin_object().key("event").string("loaded").key("name").string(name);
-                               done.key("load_ms").number(int64_t(ms.count()));
+                               done.begin_object().key(admin::key::event).string(admin::event::loaded).key(admin::key::name).string(name);
+                               done.key(admin::key::load_ms).number(int64_t(ms.count()));
                                // What the user asked for but did not get exactly (kept dtypes, numa as cpu).
                                std::string notes;
                                if (auto handle = engine.model(name)) notes = handle->footprint().load_notes;
-                               if (!notes.empty()) done.key("notes").string(notes);
+                               if (!notes.empty()) done.key(admin::key::notes).string(notes);
                                done.end_object();
                                log_info("loaded " + name + " through the admin API" + (notes.empty() ? "" : " (" + notes + ")"));
                              } else {
-                               done.begin_object().key("event").string("error").key("message").string(status->message).end_object();
+                               done.begin_object().key(admin::key::event).string(admin::event::error).key(admin::key::message).string(status->message).end_object();
                                log_warn(status->message);
                              }
                              ex->send(done.take() + "\n");
@@ -131,24 +143,24 @@ http::Response status(const Engine& engine, const DaemonInfo& info) {
   DeviceReport devices = engine.devices();
   JsonWriter w;
   w.begin_object();
-  w.key("version").string(engine_version());
-  w.key("pid").number(int64_t(getpid()));
-  w.key("uptime_seconds").number(uptime);
-  w.key("listen").string(info.listen_address);
-  w.key("admin_socket").string(info.admin_socket);
-  w.key("cuda_built").boolean(engine.cuda_built());
-  w.key("devices").begin_array();
+  w.key(admin::key::version).string(engine_version());
+  w.key(admin::key::pid).number(int64_t(getpid()));
+  w.key(admin::key::uptime_seconds).number(uptime);
+  w.key(admin::key::listen).string(info.listen_address);
+  w.key(admin::key::admin_socket).string(info.admin_socket);
+  w.key(admin::key::cuda_built).boolean(engine.cuda_built());
+  w.key(admin::key::devices).begin_array();
   for (const DeviceInfo& d : devices.devices) {
     w.begin_object();
-    w.key("id").string(d.id).key("name").string(d.name);
-    w.key("total_bytes").number(d.total_bytes).key("free_bytes").number(d.free_bytes);
+    w.key(admin::key::id).string(d.id).key(admin::key::name).string(d.name);
+    w.key(admin::key::total_bytes).number(d.total_bytes).key(admin::key::free_bytes).number(d.free_bytes);
     w.end_object();
   }
   w.end_array();
-  w.key("notes").begin_array();
+  w.key(admin::key::notes).begin_array();
   for (const std::string& n : devices.notes) w.string(n);
   w.end_array();
-  w.key("models").begin_array();
+  w.key(admin::key::models).begin_array();
   for (const ModelInfo& m : engine.models()) model_json(w, engine, m);
   w.end_array();
   w.end_object();
@@ -158,20 +170,20 @@ http::Response status(const Engine& engine, const DaemonInfo& info) {
 }  // namespace
 
 void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& info, EngineBridge& bridge) {
-  router.add("GET", "/admin/v1/status", [&engine, &info](const http::Request&) { return status(engine, info); });
-  router.add("GET", "/admin/v1/models", [&engine](const http::Request&) {
+  router.add("GET", admin::kStatusPath, [&engine, &info](const http::Request&) { return status(engine, info); });
+  router.add("GET", admin::kModelsPath, [&engine](const http::Request&) {
     JsonWriter w;
-    w.begin_object().key("models").begin_array();
+    w.begin_object().key(admin::key::models).begin_array();
     for (const ModelInfo& m : engine.models()) model_json(w, engine, m);
     w.end_array().end_object();
     return http::Response{200, "application/json", {}, w.take()};
   });
-  router.add_async("POST", "/admin/v1/models", [&engine, &bridge](const auto& ex) { load_model(ex, engine, bridge); });
+  router.add_async("POST", admin::kModelsPath, [&engine, &bridge](const auto& ex) { load_model(ex, engine, bridge); });
   // POST /admin/v1/models/NAME/rebalance {"threads": N, "device": "cpu"}: placement changed live.
-  router.add_prefix("POST", "/admin/v1/models/", [&engine](const http::Request& req) {
-    std::string_view rest = req.path().substr(std::string_view("/admin/v1/models/").size());
-    if (!rest.ends_with("/rebalance")) return http::not_found(req);
-    std::string name(rest.substr(0, rest.size() - std::string_view("/rebalance").size()));
+  router.add_prefix("POST", admin::kModelPrefix, [&engine](const http::Request& req) {
+    std::string_view rest = req.path().substr(std::string_view(admin::kModelPrefix).size());
+    if (!rest.ends_with(admin::kRebalanceSuffix)) return http::not_found(req);
+    std::string name(rest.substr(0, rest.size() - std::string_view(admin::kRebalanceSuffix).size()));
     auto handle = engine.model(name);
     if (!handle) return admin_error(404, "no model named " + name + " is loaded", "model_not_found");
     simdjson::dom::parser parser;
@@ -180,23 +192,23 @@ void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& in
     if (parser.parse(text).get(body) || body.type() != simdjson::dom::element_type::OBJECT)
       return admin_error(400, "the body must be a JSON object such as {\"threads\": 4}", "invalid_json");
     int64_t threads = 0;
-    if (!body["threads"].get(threads) && (threads < 1 || threads > 1024))
+    if (!body[admin::key::threads].get(threads) && (threads < 1 || threads > 1024))
       return admin_error(400, "threads must be from 1 to 1024", "invalid_threads");
     std::string_view device;
-    if (!body["device"].get(device))
+    if (!body[admin::key::device].get(device))
       if (Status s = handle->set_placement(std::string(device)); !s.ok) return admin_error(400, s.message, "invalid_device");
     if (threads > 0) handle->set_threads(int(threads));
     log_info("rebalanced " + name + (threads ? " to " + std::to_string(threads) + " threads" : std::string()) +
              (device.empty() ? std::string() : " on " + std::string(device)));
     JsonWriter w;
-    w.begin_object().key("rebalanced").string(name).key("threads").number(threads ? threads : int64_t(handle->load().threads));
-    w.key("device").string(device.empty() ? "unchanged" : std::string(device)).end_object();
+    w.begin_object().key(admin::key::rebalanced).string(name).key(admin::key::threads).number(threads ? threads : int64_t(handle->load().threads));
+    w.key(admin::key::device).string(device.empty() ? "unchanged" : std::string(device)).end_object();
     return http::Response{200, "application/json", {}, w.take()};
   });
   // DELETE /admin/v1/models/NAME[?force=1]: new requests get 404 at once; running ones finish (they keep
   // the model alive until then), or with force end now with an error.
-  router.add_prefix("DELETE", "/admin/v1/models/", [&engine](const http::Request& req) {
-    std::string name(req.path().substr(std::string_view("/admin/v1/models/").size()));
+  router.add_prefix("DELETE", admin::kModelPrefix, [&engine](const http::Request& req) {
+    std::string name(req.path().substr(std::string_view(admin::kModelPrefix).size()));
     bool force = req.target.find("force=1") != std::string::npos || req.target.find("force=true") != std::string::npos;
     auto handle = engine.model(name);
     if (!handle) {
@@ -210,8 +222,8 @@ void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& in
     if (!s.ok) return admin_error(404, s.message, "model_not_found");
     log_info("unloaded " + name + (force ? " (forced)" : ""));
     JsonWriter w;
-    w.begin_object().key("unloaded").string(name).key("forced").boolean(force);
-    w.key("requests_running").number(uint64_t(load.running + load.waiting)).end_object();
+    w.begin_object().key(admin::key::unloaded).string(name).key(admin::key::forced).boolean(force);
+    w.key(admin::key::requests_running).number(uint64_t(load.running + load.waiting)).end_object();
     return http::Response{200, "application/json", {}, w.take()};
   });
 }

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -166,8 +168,42 @@ std::string known_keys(const Section& section) {
   return list;
 }
 
-// [[model]] entries: path (required), name, threads, context_length, max_sequences, chat_template, dtype,
-// moe_dtype, dtype_config, device, moe_device, moe_experts, cuda_se, gpu_memory.
+// The [[model]] keys: path (required), and the load options the table lets the config file set.
+std::string model_keys() {
+  std::vector<std::string> keys{"path"};
+  for (const LoadOption& o : load_options())
+    if (o.surfaces & kConfigFile) keys.push_back(o.key);
+  std::sort(keys.begin(), keys.end());
+  std::string list;
+  for (const std::string& k : keys) list += (list.empty() ? "" : ", ") + k;
+  return list;
+}
+
+// A [[model]] value as its load option's type: why it does not fit, or empty.
+std::string set_model_option(const LoadOption& option, const toml::node& value, ModelLoadOptions& m) {
+  using T = LoadOption::Type;
+  switch (option.type) {
+    case T::String:
+      if (!value.is_string()) return "must be a string";
+      return option.set(m, std::string_view(*value.value<std::string_view>()));
+    case T::Flag:
+      if (!value.is_boolean()) return "must be true or false";
+      return option.set(m, *value.value<bool>());
+    case T::Integer: {
+      const std::string range = option.max >= 9e18 ? "a positive integer"
+                                                   : "an integer from " + std::to_string(int64_t(option.min)) + " to " +
+                                                         std::to_string(int64_t(option.max));
+      if (!value.is_integer() || !option.set(m, *value.value<int64_t>()).empty()) return "must be " + range;
+      return {};
+    }
+    case T::Number:
+      if (!(value.is_floating_point() || value.is_integer()) || !option.set(m, *value.value<double>()).empty())
+        return std::string("must be ") + option.what;
+      return {};
+  }
+  return "has a type this build cannot read";
+}
+
 std::string parse_models(const toml::node& node, Config& cfg, const std::string& source, ConfigError& error) {
   const toml::array* list = node.as_array();
   if (!list || !list->is_array_of_tables()) {
@@ -176,40 +212,21 @@ std::string parse_models(const toml::node& node, Config& cfg, const std::string&
   }
   for (const toml::node& entry : *list) {
     const toml::table& t = *entry.as_table();
-    ModelEntry m;
+    ModelLoadOptions m;
     for (auto&& [key, value] : t) {
       const std::string k(key.str());
-      auto fail = [&](const std::string& why) {
-        error = error_at(source, value.source(), "model." + k + " " + why);
-        return error.reason;
-      };
-      const std::map<std::string, std::string ModelEntry::*> strings = {
-          {"path", &ModelEntry::path},   {"name", &ModelEntry::name},           {"chat_template", &ModelEntry::chat_template},
-          {"dtype", &ModelEntry::dtype}, {"moe_dtype", &ModelEntry::moe_dtype}, {"dtype_config", &ModelEntry::dtype_config},
-          {"device", &ModelEntry::device}, {"moe_device", &ModelEntry::moe_device}};
-      if (auto field = strings.find(k); field != strings.end()) {
-        auto v = value.value<std::string>();
-        if (!value.is_string() || !v) return fail("must be a string");
-        m.*(field->second) = *v;
-      } else if (k == "threads" || k == "context_length" || k == "max_sequences" || k == "moe_experts") {
-        if (!value.is_integer() || *value.value<int64_t>() < 1) return fail("must be a positive integer");
-        int64_t v = *value.value<int64_t>();
-        if (k == "threads") m.threads = int(v);
-        else if (k == "context_length") m.context_length = v;
-        else if (k == "moe_experts") m.moe_experts = int(std::min<int64_t>(v, 1 << 20));
-        else m.max_sequences = int(std::min<int64_t>(v, 1024));
-      } else if (k == "gpu_memory") {
-        auto v = value.value<double>();
-        if (!(value.is_floating_point() || value.is_integer()) || !v || !(*v > 0 && *v <= 1))
-          return fail("must be a share of the GPU's free memory in (0, 1]");
-        m.gpu_memory = *v;
-      } else if (k == "cuda_se") {
-        if (!value.is_boolean()) return fail("must be true or false");
-        m.cuda_se = *value.value<bool>();
+      std::string why;
+      if (k == "path") {
+        if (!value.is_string()) why = "must be a string";
+        else m.path = *value.value<std::string>();
+      } else if (const LoadOption* option = load_option_by_key(k); option && (option->surfaces & kConfigFile)) {
+        why = set_model_option(*option, value, m);
       } else {
-        error = error_at(source, key.source(),
-                         "unknown key \"" + k + "\" in [[model]]; known keys: chat_template, context_length, cuda_se, device, "
-                         "dtype, dtype_config, gpu_memory, max_sequences, moe_device, moe_dtype, moe_experts, name, path, threads");
+        error = error_at(source, key.source(), "unknown key \"" + k + "\" in [[model]]; known keys: " + model_keys());
+        return error.reason;
+      }
+      if (!why.empty()) {
+        error = error_at(source, value.source(), "model." + k + " " + why);
         return error.reason;
       }
     }

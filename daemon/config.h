@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "load_options.h"
+
 namespace ftllm::daemon {
 
 enum class LogLevel { Error, Warn, Info, Debug };
@@ -16,19 +18,6 @@ struct ListenAddress {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   std::string to_string() const;  // "127.0.0.1:8080", "[::1]:8080"
-};
-
-// A model to load at start ([[model]] in the file), with the options `ftllmctl load` takes.
-struct ModelEntry {
-  std::string path, name, chat_template;
-  std::string dtype = "auto", moe_dtype = "auto", dtype_config;
-  std::string device = "cpu", moe_device = "cpu";
-  int moe_experts = 0;   // 0: the model's num_experts_per_tok
-  bool cuda_se = false;
-  double gpu_memory = 0.9;  // share of a GPU's free memory the load may take
-  int threads = 0;
-  int64_t context_length = 0;
-  int max_sequences = 8;
 };
 
 struct Config {
@@ -47,7 +36,7 @@ struct Config {
   uint32_t admin_socket_mode = 0660;
 
   LogLevel log_level = LogLevel::Info;
-  std::vector<ModelEntry> models;
+  std::vector<ModelLoadOptions> models;  // [[model]]: path and the load options this file takes
 };
 
 // Where and why a configuration is wrong. line/column are 1-based; 0 when the error has no position

@@ -14,7 +14,7 @@
 #include "log.h"
 #include "engine_bridge.h"
 #include "openai/routes.h"
-#include "routes.h"
+#include "admin_routes.h"
 
 namespace ftllm::daemon {
 

@@ -10,11 +10,11 @@ int main(int argc, char** argv) {
   using namespace ftllm::daemon;
   OptionsResult parsed = parse_options(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.error.empty()) {
-    std::fprintf(stderr, "ftllmd: %s\n\n%s", parsed.error.c_str(), usage());
+    std::fprintf(stderr, "ftllmd: %s\n\n%s", parsed.error.c_str(), usage().c_str());
     return 2;
   }
   const Options& options = parsed.options;
-  if (options.help) return std::fputs(usage(), stdout), 0;
+  if (options.help) return std::fputs(usage().c_str(), stdout), 0;
   if (options.version) return std::puts("ftllmd " FTLLM_VERSION), 0;
 
   if (options.check_config) {

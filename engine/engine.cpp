@@ -3,8 +3,8 @@
 #include "core/error.h"
 #include "cpu/numa_topology.h"
 #include "ftllm_version.h"
-#include "model_instance.h"
-#include "placement.h"
+#include "runner/model_instance.h"
+#include "runner/placement.h"
 #ifdef FTLLM_WITH_CUDA
 #include "cuda/cuda_devices.h"
 #endif
@@ -16,18 +16,17 @@ const std::string& ModelHandle::source() const { return impl_->options().path; }
 const std::string& ModelHandle::architecture() const { return impl_->config().architecture; }
 int64_t ModelHandle::context_length() const { return impl_->context_length(); }
 std::vector<int32_t> ModelHandle::eos_token_ids() const { return impl_->config().eos_token_ids; }
-bool ModelHandle::has_tokenizer() const { return impl_->tokenizer() != nullptr; }
 
 Status ModelHandle::tokenize(std::string_view text, bool add_special, bool parse_special,
                              std::vector<int32_t>& ids) const {
-  if (!impl_->tokenizer()) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
-  ids = impl_->tokenizer()->encode(text, add_special, parse_special);
+  if (!impl_->text().tokenizer) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
+  ids = impl_->text().tokenizer->encode(text, add_special, parse_special);
   return Status::success();
 }
 
 Status ModelHandle::detokenize(const std::vector<int32_t>& ids, bool skip_special, std::string& text) const {
-  if (!impl_->tokenizer()) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
-  text = impl_->tokenizer()->decode(ids, skip_special);
+  if (!impl_->text().tokenizer) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
+  text = impl_->text().tokenizer->decode(ids, skip_special);
   return Status::success();
 }
 
@@ -44,20 +43,20 @@ class TokenizerTextStream : public TextStream {
 }  // namespace
 
 std::string ModelHandle::token_bytes(int32_t id) const {
-  const tokenizer::Tokenizer* t = impl_->tokenizer();
+  const tokenizer::Tokenizer* t = impl_->text().tokenizer.get();
   return t && id >= 0 && id < t->vocab_size() ? t->token_bytes(id) : std::string();
 }
 
 std::unique_ptr<TextStream> ModelHandle::text_stream(bool skip_special) const {
-  if (!impl_->tokenizer()) return nullptr;
-  return std::make_unique<TokenizerTextStream>(*impl_->tokenizer(), skip_special);
+  if (!impl_->text().tokenizer) return nullptr;
+  return std::make_unique<TokenizerTextStream>(*impl_->text().tokenizer, skip_special);
 }
 
 Status ModelHandle::apply_chat_template(const ChatInput& input, std::string& prompt) const {
-  const tokenizer::ChatTemplate* t = impl_->chat_template();
+  const tokenizer::ChatTemplate* t = impl_->text().chat_template.get();
   if (!t) {
-    if (!impl_->chat_template_error().empty())
-      return Status::error("model " + name() + "'s chat template does not parse: " + impl_->chat_template_error());
+    if (!impl_->text().chat_template_error.empty())
+      return Status::error("model " + name() + "'s chat template does not parse: " + impl_->text().chat_template_error);
     return Status::error("model " + name() + " has no chat template; start it with --chat_template FILE, or use /v1/completions");
   }
   try {
@@ -65,7 +64,7 @@ Status ModelHandle::apply_chat_template(const ChatInput& input, std::string& pro
     r.messages = tokenizer::json_to_value(input.messages_json);
     if (!input.tools_json.empty()) r.tools = tokenizer::json_to_value(input.tools_json);
     r.add_generation_prompt = input.add_generation_prompt;
-    r.kwargs = impl_->special_tokens();
+    r.kwargs = impl_->text().special_tokens;
     if (!input.kwargs_json.empty()) {
       jinja::Value extra = tokenizer::json_to_value(input.kwargs_json);
       if (extra.is_object())
@@ -80,35 +79,35 @@ Status ModelHandle::apply_chat_template(const ChatInput& input, std::string& pro
 
 const std::string& ModelHandle::chat_template_source() const {
   static const std::string none;
-  return impl_->chat_template() ? impl_->chat_template()->source() : none;
+  return impl_->text().chat_template ? impl_->text().chat_template->source() : none;
 }
 
 uint64_t ModelHandle::submit(GenerationRequest request, GenerationCallback callback) const {
-  return impl_->submit(std::move(request), std::move(callback));
+  return impl_->runner().submit(std::move(request), std::move(callback));
 }
 
-void ModelHandle::cancel(uint64_t id) const { impl_->cancel(id); }
-void ModelHandle::fail_all(const std::string& message) const { impl_->fail_all(message); }
-void ModelHandle::set_threads(int threads) const { impl_->set_threads(threads); }
+void ModelHandle::cancel(uint64_t id) const { impl_->runner().cancel(id); }
+void ModelHandle::fail_all(const std::string& message) const { impl_->runner().fail_all(message); }
+void ModelHandle::set_threads(int threads) const { impl_->runner().set_threads(threads); }
 
 Status ModelHandle::set_placement(const std::string& device) const {
   try {
-    impl_->set_placement(resolve_placement(device, impl_->config().num_layers));
+    impl_->runner().set_placement(Placement::parse(device, impl_->config().num_layers));
   } catch (const std::exception& e) {
     return Status::error(e.what());
   }
   return Status::success();
 }
 
-std::string ModelHandle::placement() const { return placement_string(impl_->placement()); }
+std::string ModelHandle::placement() const { return impl_->placement().to_string(); }
 
 ModelHandle::Load ModelHandle::load() const {
-  auto l = impl_->load_now();
+  auto l = impl_->runner().load();
   return {l.running, l.waiting, l.kv_blocks_used, l.kv_blocks_total, l.threads, l.tokens_per_second};
 }
 
 ModelHandle::Footprint ModelHandle::footprint() const {
-  return {impl_->parameter_count(), impl_->weight_bytes(), impl_->kv_bytes(), impl_->dtypes(), impl_->load_notes(),
+  return {impl_->model().parameter_count(), impl_->model().weight_bytes(), impl_->kv_bytes(), impl_->dtypes(), impl_->load_notes(),
           impl_->config().num_layers, impl_->memory_by_device()};
 }
 
@@ -150,23 +149,6 @@ std::vector<ModelInfo> Engine::models() const {
   std::vector<ModelInfo> out;
   for (auto& [name, m] : models_) out.push_back({name, m->options().path, m->config().architecture});
   return out;
-}
-
-Status Engine::generate(const std::string& model, std::vector<GenerationRequest> requests,
-                        std::vector<GenerationResult>& results) {
-  std::shared_ptr<ModelInstance> instance;
-  {
-    std::lock_guard lock(mu_);
-    auto it = models_.find(model);
-    if (it == models_.end()) return Status::error("no model named " + model + " is loaded");
-    instance = it->second;
-  }
-  try {
-    results = instance->generate(std::move(requests));
-  } catch (const std::exception& e) {
-    return Status::error(e.what());
-  }
-  return Status::success();
 }
 
 DeviceReport Engine::devices() const {

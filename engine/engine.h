@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+#include "load_options.h"
 #include "scheduler/request.h"
 
 namespace ftllm {
@@ -23,55 +25,11 @@ struct Status {
   static Status error(std::string msg) { return {false, std::move(msg)}; }
 };
 
-// A place that can hold weights and run kernels.
-struct DeviceInfo {
-  std::string id;    // "numa:0", "cuda:0"; the names placement options use
-  std::string name;  // human-readable: "NUMA node 0", "NVIDIA H200"
-  uint64_t total_bytes = 0;
-  uint64_t free_bytes = 0;
-};
-
-// The devices this machine offers, and why an expected kind is absent (for example the CUDA driver
-// missing), so that status can tell the user rather than show an empty list.
-struct DeviceReport {
-  std::vector<DeviceInfo> devices;
-  std::vector<std::string> notes;
-};
-
 // A model resident in the engine, as listed by /v1/models and the admin status.
 struct ModelInfo {
   std::string name;
   std::string source;
   std::string architecture;
-};
-
-// How far a load has come: phase ("reading", "converting", "binding", "ready") and bytes of the weight
-// files handled out of their total. Called on the loading thread.
-using LoadProgress = std::function<void(const std::string& phase, uint64_t done, uint64_t total)>;
-
-struct ModelLoadOptions {
-  std::string path;            // a Hugging Face directory, a .gguf file, or "org/name" in the Hugging Face cache
-  std::string name;            // defaults to the directory's name
-  int threads = 0;             // 0: one per core
-  int64_t context_length = 0;  // 0: the model's own maximum, capped at 8192
-  int32_t max_sequences = 8;
-  std::string chat_template;   // a file that overrides the model's own template (--chat_template)
-  std::string cache_dir;       // where to find "org/name" models (default $HF_HOME/hub), offline
-  std::string device = "cpu";  // "cpu", "numa", "numa:N", or {'cpu':1,'numa:0':1} to split the layers
-  // Compute dtypes (fastllm's --dtype, --moe_dtype, --dtype_config): "auto" keeps what the files store.
-  std::string dtype = "auto", moe_dtype = "auto";
-  std::string dtype_config;    // a JSON file of {"key": REGEX, "dtype": NAME} rules
-  std::string kernels = "auto";  // "scalar" (the reference kernels), "avx2", or the fastest the CPU runs
-  // Mixture-of-experts models (fastllm's --moe_experts, --moe_device, --cuda_se): routed experts per
-  // token (0: the model's num_experts_per_tok); where the experts run ("cpu", or "numa": their rows split
-  // over the NUMA nodes); whether shared experts stay on the GPU (needs a CUDA device).
-  int moe_experts = 0;
-  std::string moe_device = "cpu";
-  bool cuda_se = false;
-  // The share of a GPU's free memory a load may take for its layers' weights and KV pages; the KV cache
-  // shrinks (fewer sequences at full context) to fit it, down to one sequence.
-  double gpu_memory = 0.9;
-  LoadProgress progress;       // optional
 };
 
 class ModelInstance;
@@ -85,10 +43,6 @@ struct ExportResult {
   std::string notes;      // tensors the dtype options could not convert, and why
 };
 Status export_model(const ModelLoadOptions& source, const std::string& out_dir, ExportResult& result);
-
-// Called on the model's worker thread (or at once, on the caller's, for a request refused outright);
-// must not block.
-using GenerationCallback = std::function<void(const GenerationEvent&)>;
 
 // A chat to render with a model's template: JSON texts as OpenAI requests carry them.
 struct ChatInput {
@@ -117,7 +71,6 @@ class ModelHandle {
   int64_t context_length() const;
   std::vector<int32_t> eos_token_ids() const;
 
-  bool has_tokenizer() const;
   // Throw nothing: a model without a tokenizer gives an error Status.
   Status tokenize(std::string_view text, bool add_special, bool parse_special, std::vector<int32_t>& ids) const;
   Status detokenize(const std::vector<int32_t>& ids, bool skip_special, std::string& text) const;
@@ -142,11 +95,7 @@ class ModelHandle {
     std::string dtypes;  // "bfloat16", "float32", ...
     std::string load_notes;  // tensors --dtype could not convert and why, how --device was taken; empty when none
     int64_t layers = 0;
-    struct OnDevice {
-      std::string device;  // "cpu", "cuda:0"
-      uint64_t weight_bytes = 0, kv_bytes = 0;
-    };
-    std::vector<OnDevice> memory;  // where the bytes above are, the host first
+    std::vector<DeviceMemory> memory;  // where the bytes above are, the host first
   };
   Footprint footprint() const;
   // Changes the model's compute threads live (between two steps); requests in flight carry on.
@@ -171,10 +120,6 @@ class Engine {
 
   // The named resident model, or null.
   std::shared_ptr<ModelHandle> model(const std::string& name) const;
-
-  // Generates for each request with the named model, batched; results in request order.
-  Status generate(const std::string& model, std::vector<GenerationRequest> requests,
-                  std::vector<GenerationResult>& results);
 
   DeviceReport devices() const;
   bool cuda_built() const;

@@ -1,6 +1,6 @@
 #include "response.h"
 
-#include "../json_writer.h"
+#include "core/json_writer.h"
 #include "ftllm_version.h"
 
 namespace ftllm::http {

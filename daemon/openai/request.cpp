@@ -2,7 +2,7 @@
 
 #include <simdjson.h>
 
-#include "../json_writer.h"
+#include "core/json_writer.h"
 
 namespace ftllm::daemon {
 

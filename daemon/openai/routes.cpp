@@ -5,7 +5,7 @@
 #include <chrono>
 #include <random>
 
-#include "../json_writer.h"
+#include "core/json_writer.h"
 #include "../log.h"
 #include "request.h"
 #include "output_parser.h"

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "../core/tensor.h"
-#include "../engine.h"
+#include "../core/device.h"
 
 namespace ftllm::cpu {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "../core/error.h"
-#include "../core/json_text.h"
+#include "../core/json_writer.h"
 
 namespace ftllm::model {
 
@@ -217,8 +217,8 @@ void merge_generation_config(ModelConfig& config, const std::string& json_text, 
 }
 
 std::string model_config_json(const ModelConfig& c) {
-  std::string j = "{\n  \"architectures\": [" + json_string(c.architecture) + "],\n";
-  auto field = [&](const char* k, const std::string& v) { j += "  " + json_string(k) + ": " + v + ",\n"; };
+  std::string j = "{\n  \"architectures\": [" + json_quote(c.architecture) + "],\n";
+  auto field = [&](const char* k, const std::string& v) { j += "  " + json_quote(k) + ": " + v + ",\n"; };
   field("hidden_size", std::to_string(c.hidden_size));
   field("intermediate_size", std::to_string(c.intermediate_size));
   field("num_hidden_layers", std::to_string(c.num_layers));

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "../core/error.h"
-#include "../core/json_text.h"
+#include "../core/json_writer.h"
 #include "../core/tensor.h"
 
 namespace ftllm::model {
@@ -128,7 +128,7 @@ std::map<std::string, StoredTensor> read_safetensors(const std::string& path) {
 uint64_t write_safetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors) {
   std::string header = "{\"__metadata__\": {\"format\": \"ftllm\"";
   for (auto& [name, t] : tensors)
-    if (!is_float(t->dtype)) header += ", " + json_string(name) + ": " + json_string(dtype_name(t->dtype));
+    if (!is_float(t->dtype)) header += ", " + json_quote(name) + ": " + json_quote(dtype_name(t->dtype));
   header += "}";
   uint64_t offset = 0;
   for (auto& [name, t] : tensors) {
@@ -139,7 +139,7 @@ uint64_t write_safetensors(const std::string& path, const std::vector<std::pair<
     } else {
       shape = std::to_string(t->numel() / t->dim(-1)) + ", " + std::to_string(row_bytes(t->dtype, t->dim(-1)));
     }
-    header += ", " + json_string(name) + ": {\"dtype\": \"" + dtype + "\", \"shape\": [" + shape + "], \"data_offsets\": [" +
+    header += ", " + json_quote(name) + ": {\"dtype\": \"" + dtype + "\", \"shape\": [" + shape + "], \"data_offsets\": [" +
               std::to_string(offset) + ", " + std::to_string(offset + t->bytes()) + "]}";
     offset += t->bytes();
   }

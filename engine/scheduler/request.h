@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,5 +53,9 @@ struct GenerationEvent {
   bool finished = false;
   GenerationResult result;      // when finished: all tokens, the reason, the error
 };
+
+// Called on the model's worker thread (or at once, on the caller's, for a request refused outright);
+// must not block.
+using GenerationCallback = std::function<void(const GenerationEvent&)>;
 
 }  // namespace ftllm

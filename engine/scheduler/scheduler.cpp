@@ -6,14 +6,14 @@
 
 namespace ftllm::scheduler {
 
-uint64_t Scheduler::add(GenerationRequest request, std::span<const int32_t> eos_ids) {
-  auto seq = std::make_unique<Sequence>(Sequence{next_id_++, std::move(request), {}, {}, 0, 0, Sampler({})});
+uint64_t Scheduler::add(GenerationRequest request, std::span<const int32_t> eos_ids, uint64_t id) {
+  if (id == 0) id = next_id_++;
+  auto seq = std::make_unique<Sequence>(Sequence{id, std::move(request), {}, {}, 0, 0, Sampler({})});
   seq->sampler = Sampler(seq->request.sampling);
   seq->stop_ids = seq->request.stop_token_ids;
   if (!seq->request.ignore_eos) seq->stop_ids.insert(seq->stop_ids.end(), eos_ids.begin(), eos_ids.end());
   seq->context = seq->request.prompt;
   seq->prompt_size = seq->context.size();
-  uint64_t id = seq->id;
   if (seq->prompt_size == 0) {
     sequences_.emplace(id, std::move(seq));
     fail(id, "the prompt is empty; give at least one token");

@@ -17,7 +17,9 @@
 namespace ftllm::scheduler {
 
 struct SchedulerLimits {
-  int64_t max_batch_tokens = 2048;  // prompt tokens fed in one step, over all sequences
+  // Prompt tokens fed in one step, over all sequences: long prompts go in slices so running streams keep
+  // flowing between them.
+  int64_t max_batch_tokens = 512;
   int32_t max_running = 8;          // sequences decoding at once
 };
 
@@ -43,7 +45,8 @@ class Scheduler {
   explicit Scheduler(SchedulerLimits limits = {}) : limits_(limits) {}
 
   // `eos_ids` are the model's end-of-sequence tokens (ignored when the request says ignore_eos).
-  uint64_t add(GenerationRequest request, std::span<const int32_t> eos_ids);
+  // `id`: the sequence's id (the caller's request id), or 0 for the next free one.
+  uint64_t add(GenerationRequest request, std::span<const int32_t> eos_ids, uint64_t id = 0);
   void cancel(uint64_t seq_id);
   // Ends a sequence with an error (for example when no cache memory is left for it).
   void fail(uint64_t seq_id, std::string message);

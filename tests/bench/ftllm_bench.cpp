@@ -25,7 +25,8 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model_instance.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
 
 using namespace ftllm;
 namespace fs = std::filesystem;
@@ -287,13 +288,13 @@ int main(int argc, char** argv) {
   std::vector<int32_t> tokens(static_cast<size_t>(prompt));
   std::mt19937 rng(3);
   for (auto& t : tokens) t = int32_t(rng() % uint32_t(m->config().vocab_size));
-  m->prompt_logits(tokens, {prompt - 1});
+  test::prompt_logits(*m, tokens, {prompt - 1});
   size_t rss = rss_bytes() - rss_before;
 
   std::vector<double> prefill, decode_rates;
   for (int r = 0; r < repeat; ++r) {
     double a = now();
-    m->prompt_logits(tokens, {prompt - 1});
+    test::prompt_logits(*m, tokens, {prompt - 1});
     prefill.push_back(double(prompt) / (now() - a));
 
     std::vector<GenerationRequest> reqs(static_cast<size_t>(batch));
@@ -304,14 +305,14 @@ int main(int argc, char** argv) {
       q.ignore_eos = true;
     }
     a = now();
-    m->generate(reqs);
+    test::generate(*m, reqs);
     decode_rates.push_back(double(decode * batch) / (now() - a));
   }
   const auto& c = m->config();
   const int nthreads = threads ? threads : int(std::thread::hardware_concurrency());
   // Bytes one decode step reads: every weight, except an untied input embedding (one row is looked up)
   // and, in a mixture of experts, the experts a token does not route to (k of E are read).
-  double step_bytes = double(m->weight_bytes());
+  double step_bytes = double(m->model().weight_bytes());
   for (auto& [name, t] : m->model().named_tensors()) {
     if (name == "model.embed_tokens.weight" && !c.tie_word_embeddings) step_bytes -= double(t->bytes());
     if (name.find(".mlp.experts.") != std::string::npos)
@@ -321,7 +322,7 @@ int main(int argc, char** argv) {
   const double bandwidth = bandwidth_given > 0 ? bandwidth_given : read_bandwidth(nthreads);
   std::printf("model %s (%s, %lld layers, hidden %lld, %s), %zu file bytes, %d threads, %s kernels, on %s\n",
               model.c_str(), c.architecture.c_str(), (long long)c.num_layers, (long long)c.hidden_size, m->dtypes().c_str(),
-              m->weight_file_bytes(), nthreads, m->kernels().name, placement_string(m->placement()).c_str());
+              m->weight_file_bytes(), nthreads, m->kernels().name, m->placement().to_string().c_str());
   std::printf("load %.2f s; RSS after load and one prefill: %.1f MiB = %.2f x the weight file\n", load_s,
               double(rss) / 1048576.0, double(rss) / double(m->weight_file_bytes()));
   std::printf("read bandwidth %.1f GB/s; a decode step reads %.1f MB of weights%s: ceiling %.1f tokens/s\n", bandwidth,

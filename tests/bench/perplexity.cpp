@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "core/mapped_file.h"
-#include "model_instance.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace ftllm;
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return std::fprintf(stderr, "ftllm-perplexity: %s\n", e.what()), 1;
   }
-  const auto* tok = m->tokenizer();
+  const auto* tok = m->text().tokenizer.get();
   if (!tok) return std::fprintf(stderr, "ftllm-perplexity: %s has no tokenizer\n", model.c_str()), 1;
   std::vector<int32_t> tokens = tok->encode(text, true, false);
   std::vector<int32_t> plain = tok->encode(text, false, false);
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
   for (int64_t c = 0; c < chunks; ++c) {
     std::vector<int32_t> chunk(tokens.begin() + c * ctx, tokens.begin() + (c + 1) * ctx);
     if (adds_bos) chunk[0] = bos;
-    auto logits = m->prompt_logits(chunk, wanted);
+    auto logits = test::prompt_logits(*m, chunk, wanted);
     for (size_t i = 0; i < wanted.size(); ++i) {
       double v = negative_log_likelihood(logits[i], chunk[size_t(wanted[i] + 1)]);
       nll += v, nll2 += v * v, ++count;

@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "model_instance.h"
+#include "model_run.h"
+#include "runner/model_instance.h"
 
 namespace ftllm::test {
 
@@ -21,7 +22,7 @@ inline GenerationRequest greedy_request(const std::vector<int32_t>& prompt, int3
 }
 
 inline std::vector<int32_t> greedy(ModelInstance& m, const std::vector<int32_t>& prompt, int32_t n) {
-  return m.generate({greedy_request(prompt, n)})[0].tokens;
+  return test::generate(m, {greedy_request(prompt, n)})[0].tokens;
 }
 
 // n greedy tokens; moves[i] is asked for once 8 * (i + 1) tokens have come. *applied: how many were asked.
@@ -32,11 +33,11 @@ inline std::vector<int32_t> greedy_while_moving(ModelInstance& m, const std::vec
   std::vector<int32_t> got;
   bool done = false;
   size_t next = 0;
-  m.submit(greedy_request(prompt, n), [&](const GenerationEvent& e) {
+  m.runner().submit(greedy_request(prompt, n), [&](const GenerationEvent& e) {
     std::lock_guard lock(mu);
     got.insert(got.end(), e.tokens.begin(), e.tokens.end());
     if (!e.finished && next < moves.size() && got.size() >= 8 * (next + 1))
-      m.set_placement(resolve_placement(moves[next++], m.config().num_layers));
+      m.runner().set_placement(Placement::parse(moves[next++], m.config().num_layers));
     if (e.finished) done = true;
     cv.notify_all();
   });

@@ -1,5 +1,7 @@
 // Config parsing: the shipped default, every kind of error with its line, and the overrides.
 #include <boost/test/unit_test.hpp>
+#include <type_traits>
+#include <variant>
 
 #include "config.h"
 #include "options.h"
@@ -223,6 +225,47 @@ BOOST_AUTO_TEST_CASE(gpu_options_reach_the_load) {
   for (const char* bad : {"0", "1.2", "half", "0.5x"})
     BOOST_TEST(model_load_options(parse_options({"m", "--gpu_memory", bad}).options, config, loads) ==
                std::string("--gpu_memory needs a share of the GPU's free memory in (0, 1], not ") + bad);
+}
+
+// Every load option of the table reaches ModelLoadOptions through each surface it names: the command
+// line by its flag, a [[model]] table by its key (the admin API's JSON is checked by the integration tests).
+BOOST_AUTO_TEST_CASE(every_load_option_reaches_the_load_through_its_surfaces) {
+  using T = ftllm::LoadOption::Type;
+  const Config config;
+  for (const ftllm::LoadOption& option : ftllm::load_options()) {
+    const std::string text = option.type == T::String ? "x" : option.type == T::Integer ? "3" : option.type == T::Number ? "0.5" : "";
+    const std::string toml = option.type == T::String ? "\"x\"" : option.type == T::Flag ? "true" : text;
+    auto holds = [&](const ftllm::ModelLoadOptions& m) {
+      return std::visit(
+          [&](auto field) {
+            using V = std::decay_t<decltype(m.*field)>;
+            if constexpr (std::is_same_v<V, std::string>) return m.*field == "x";
+            else if constexpr (std::is_same_v<V, bool>) return m.*field;
+            else if constexpr (std::is_same_v<V, double>) return m.*field == 0.5;
+            else return m.*field == 3;
+          },
+          option.field);
+    };
+    if (option.surfaces & ftllm::kCommandLine) {
+      std::vector<std::string> args{"m", option.flag};
+      if (option.type != T::Flag) args.push_back(text);
+      OptionsResult o = parse_options(args);
+      BOOST_TEST_REQUIRE(o.error.empty(), option.key << ": " << o.error);
+      std::vector<ftllm::ModelLoadOptions> loads;
+      BOOST_TEST(model_load_options(o.options, config, loads).empty());
+      BOOST_TEST((loads.size() == 1 && holds(loads[0])), option.flag);
+      BOOST_TEST(usage().find(option.synopsis()) != std::string::npos, option.flag);
+    } else {
+      BOOST_TEST(parse_options({"m", option.flag, text}).error == std::string("unknown option ") + option.flag);
+    }
+    ConfigResult r = parse_config("[[model]]\npath = \"p\"\n" + std::string(option.key) + " = " + toml + "\n", "m.conf");
+    if (option.surfaces & ftllm::kConfigFile) {
+      BOOST_TEST_REQUIRE(r.config.has_value(), option.key << ": " << (r.error ? r.error->to_string() : ""));
+      BOOST_TEST(holds(r.config->models.at(0)), option.key);
+    } else {
+      BOOST_TEST((r.error && r.error->reason.find("unknown key") == 0), option.key);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

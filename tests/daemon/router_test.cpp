@@ -3,7 +3,7 @@
 
 #include "ftllm_version.h"
 #include "http/router.h"
-#include "json_writer.h"
+#include "core/json_writer.h"
 
 using namespace ftllm;
 using namespace ftllm::http;

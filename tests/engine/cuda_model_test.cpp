@@ -9,7 +9,8 @@
 #include "../common/greedy_run.h"
 #include "../common/logit_error.h"
 #include "core/error.h"
-#include "model_instance.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
 
 namespace fs = std::filesystem;
 using namespace ftllm;
@@ -46,12 +47,12 @@ BOOST_AUTO_TEST_CASE(fixtures_give_transformers_tokens_and_logits_on_the_gpu) {
     BOOST_TEST_CONTEXT(name) {
       const test::Reference ref = test::read_reference(kModels / name);
       auto gpu = load(name, "cuda");
-      BOOST_TEST(gpu->placement().front().device == "cuda:0");
+      BOOST_TEST(gpu->placement().ranges().front().device.name() == "cuda:0");
       const int64_t last = int64_t(ref.prompt.size()) - 1;
-      const double prefill = test::relative_error(gpu->prompt_logits(ref.prompt, {last})[0], ref.last_logits);
+      const double prefill = test::relative_error(test::prompt_logits(*gpu, ref.prompt, {last})[0], ref.last_logits);
       std::vector<int32_t> all = ref.prompt;
       all.insert(all.end(), ref.greedy.begin(), ref.greedy.end() - 1);
-      const double decode = test::relative_error(gpu->decode_logits(all, ref.prompt.size()), ref.final_logits);
+      const double decode = test::relative_error(test::decode_logits(*gpu, all, ref.prompt.size()), ref.final_logits);
       BOOST_TEST_MESSAGE(name << " on cuda: max |logit error| / range: prefill " << prefill << ", decode " << decode);
       BOOST_TEST(prefill < 1e-4);
       BOOST_TEST(decode < 1e-4);
@@ -67,19 +68,19 @@ BOOST_AUTO_TEST_CASE(a_layer_split_equals_the_all_gpu_model) {
       auto gpu = load(name, "cuda");
       auto split = load(name, "{'cuda:0':1,'cpu':1}");
       auto other_way = load(name, "{'cpu':1,'cuda:0':1}");
-      BOOST_TEST(placement_string(split->placement()).find("cpu") != std::string::npos);
+      BOOST_TEST(split->placement().to_string().find("cpu") != std::string::npos);
       // Both devices hold weights and KV pages, adding up to the model's.
       const auto memory = split->memory_by_device();
       BOOST_REQUIRE_EQUAL(memory.size(), 2u);
       BOOST_TEST(memory[1].device == "cuda:0");
       BOOST_TEST(memory[0].weight_bytes > 0u);
       BOOST_TEST(memory[1].weight_bytes > 0u);
-      BOOST_TEST(memory[0].weight_bytes + memory[1].weight_bytes == split->weight_bytes());
+      BOOST_TEST(memory[0].weight_bytes + memory[1].weight_bytes == split->model().weight_bytes());
       BOOST_TEST(memory[0].kv_bytes + memory[1].kv_bytes == split->kv_bytes());
       const int64_t last = int64_t(ref.prompt.size()) - 1;
-      const std::vector<float> all_gpu = gpu->prompt_logits(ref.prompt, {last})[0];
-      BOOST_TEST(test::relative_error(split->prompt_logits(ref.prompt, {last})[0], all_gpu) < 1e-5);
-      BOOST_TEST(test::relative_error(other_way->prompt_logits(ref.prompt, {last})[0], all_gpu) < 1e-5);
+      const std::vector<float> all_gpu = test::prompt_logits(*gpu, ref.prompt, {last})[0];
+      BOOST_TEST(test::relative_error(test::prompt_logits(*split, ref.prompt, {last})[0], all_gpu) < 1e-5);
+      BOOST_TEST(test::relative_error(test::prompt_logits(*other_way, ref.prompt, {last})[0], all_gpu) < 1e-5);
       BOOST_TEST(greedy(*split, ref.prompt, 24) == greedy(*gpu, ref.prompt, 24), boost::test_tools::per_element());
     }
   }
@@ -95,7 +96,7 @@ BOOST_AUTO_TEST_CASE(rebalance_between_cpu_and_cuda_during_a_stream) {
   size_t applied = 0;
   const std::vector<int32_t> got = test::greedy_while_moving(*m, ref.prompt, 48, moves, &applied);
   BOOST_TEST(applied == moves.size());
-  BOOST_TEST(placement_string(m->placement()) == "cpu:0-" + std::to_string(m->config().num_layers - 1));
+  BOOST_TEST(m->placement().to_string() == "cpu:0-" + std::to_string(m->config().num_layers - 1));
   BOOST_TEST(got == want, boost::test_tools::per_element());
 }
 
@@ -106,10 +107,10 @@ BOOST_AUTO_TEST_CASE(moe_experts_on_the_host_or_the_gpu_equal_all_cpu) {
     BOOST_TEST_CONTEXT(name) {
       const test::Reference ref = test::read_reference(kModels / name);
       const int64_t last = int64_t(ref.prompt.size()) - 1;
-      const std::vector<float> cpu = load(name, "cpu")->prompt_logits(ref.prompt, {last})[0];
+      const std::vector<float> cpu = test::prompt_logits(*load(name, "cpu"), ref.prompt, {last})[0];
       for (auto [moe_device, cuda_se] : {std::pair{"cpu", false}, std::pair{"cpu", true}, std::pair{"cuda", false}}) {
         auto m = load(name, "cuda", moe_device, cuda_se);
-        BOOST_TEST(test::relative_error(m->prompt_logits(ref.prompt, {last})[0], cpu) < 1e-5,
+        BOOST_TEST(test::relative_error(test::prompt_logits(*m, ref.prompt, {last})[0], cpu) < 1e-5,
                    "--moe_device " << moe_device << (cuda_se ? " --cuda_se" : ""));
         BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
       }
@@ -125,9 +126,9 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_shards_on_the_gpu_equal_the_whole_layer) {
       BOOST_TEST_CONTEXT(name << " on " << device) {
         const test::Reference ref = test::read_reference(kModels / name);
         auto m = load(name, device);
-        BOOST_TEST(placement_string(m->placement()).starts_with("multi:cuda:0="));
+        BOOST_TEST(m->placement().to_string().starts_with("multi:cuda:0="));
         const int64_t last = int64_t(ref.prompt.size()) - 1;
-        BOOST_TEST(test::relative_error(m->prompt_logits(ref.prompt, {last})[0], ref.last_logits) < 1e-4);
+        BOOST_TEST(test::relative_error(test::prompt_logits(*m, ref.prompt, {last})[0], ref.last_logits) < 1e-4);
         BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
       }
     }
@@ -141,9 +142,9 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_over_two_gpus_equals_the_whole_layer) {
   }
   const test::Reference ref = test::read_reference(kModels / "qwen3-f32");
   auto m = load("qwen3-f32", "multicuda:0,1");
-  BOOST_TEST(placement_string(m->placement()).starts_with("multi:cuda:0=1,cuda:1=1"));
+  BOOST_TEST(m->placement().to_string().starts_with("multi:cuda:0=1,cuda:1=1"));
   const int64_t last = int64_t(ref.prompt.size()) - 1;
-  BOOST_TEST(test::relative_error(m->prompt_logits(ref.prompt, {last})[0], ref.last_logits) < 1e-4);
+  BOOST_TEST(test::relative_error(test::prompt_logits(*m, ref.prompt, {last})[0], ref.last_logits) < 1e-4);
   BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
 }
 
@@ -183,10 +184,10 @@ BOOST_AUTO_TEST_CASE(deepseek_with_its_experts_apart_equals_all_cpu) {
     BOOST_TEST_CONTEXT(name) {
       const test::Reference ref = test::read_reference(kModels / name);
       const int64_t last = int64_t(ref.prompt.size()) - 1;
-      const std::vector<float> cpu = load(name, "cpu")->prompt_logits(ref.prompt, {last})[0];
+      const std::vector<float> cpu = test::prompt_logits(*load(name, "cpu"), ref.prompt, {last})[0];
       for (auto [device, moe_device] : {std::pair{"cuda", "cpu"}, std::pair{"cpu", "cuda"}}) {
         auto m = load(name, device, moe_device, true);
-        BOOST_TEST(test::relative_error(m->prompt_logits(ref.prompt, {last})[0], cpu) < 1e-5, device << " / " << moe_device);
+        BOOST_TEST(test::relative_error(test::prompt_logits(*m, ref.prompt, {last})[0], cpu) < 1e-5, device << " / " << moe_device);
         BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
       }
     }

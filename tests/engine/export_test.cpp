@@ -5,7 +5,8 @@
 #include <filesystem>
 
 #include "../common/real_model.h"
-#include "model_instance.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
 
 namespace fs = std::filesystem;
 using namespace ftllm;
@@ -31,8 +32,8 @@ ModelLoadOptions options(const std::string& path, const std::string& dtype) {
 std::string render(const ModelInstance& m) {
   tokenizer::ChatRequest r;
   r.messages = tokenizer::json_to_value(R"([{"role": "user", "content": "Why is the sky blue?"}])");
-  r.kwargs = m.special_tokens();
-  return m.chat_template()->render(r);
+  r.kwargs = m.text().special_tokens;
+  return m.text().chat_template->render(r);
 }
 
 }  // namespace
@@ -61,12 +62,12 @@ BOOST_AUTO_TEST_CASE(exported_gguf_loads_as_the_converted_source) {
   BOOST_TEST(exported->load_notes().empty());
 
   const std::string text = "The sky is blue because of Rayleigh scattering. 天空是蓝色的 🌤";
-  BOOST_TEST(exported->tokenizer()->encode(text) == converted->tokenizer()->encode(text));
+  BOOST_TEST(exported->text().tokenizer->encode(text) == converted->text().tokenizer->encode(text));
   const std::string prompt = render(*converted);
   BOOST_TEST(render(*exported) == prompt);
-  std::vector<int32_t> ids = converted->tokenizer()->encode(prompt);
+  std::vector<int32_t> ids = converted->text().tokenizer->encode(prompt);
   const int64_t last = int64_t(ids.size()) - 1;
-  BOOST_TEST(exported->prompt_logits(ids, {last})[0] == converted->prompt_logits(ids, {last})[0]);  // bit for bit
+  BOOST_TEST(test::prompt_logits(*exported, ids, {last})[0] == test::prompt_logits(*converted, ids, {last})[0]);  // bit for bit
 }
 
 BOOST_AUTO_TEST_CASE(exported_safetensors_model_keeps_its_config_and_tokenizer_files) {
@@ -82,7 +83,7 @@ BOOST_AUTO_TEST_CASE(exported_safetensors_model_keeps_its_config_and_tokenizer_f
   BOOST_TEST(exported->config().eos_token_ids == converted->config().eos_token_ids);
   BOOST_TEST(exported->dtypes() == "float32, int8");
   const std::vector<int32_t> ids = {1, 17, 300, 42, 5, 99};
-  BOOST_TEST(exported->prompt_logits(ids, {5})[0] == converted->prompt_logits(ids, {5})[0]);
+  BOOST_TEST(test::prompt_logits(*exported, ids, {5})[0] == test::prompt_logits(*converted, ids, {5})[0]);
 }
 
 // Mixture-of-experts and MLA configs written back (experts, groups, scaling, latent ranks, yarn) read as the
@@ -100,7 +101,7 @@ BOOST_AUTO_TEST_CASE(exported_moe_and_mla_models_compute_as_their_sources) {
     auto exported = ModelInstance::load(options(dir.path.string(), "auto"));
     BOOST_TEST(exported->dtypes() == converted->dtypes(), name);
     const std::vector<int32_t> ids = {1, 17, 300, 42, 5, 99, 7, 8, 200, 31};
-    BOOST_TEST(exported->prompt_logits(ids, {9})[0] == converted->prompt_logits(ids, {9})[0], name);
+    BOOST_TEST(test::prompt_logits(*exported, ids, {9})[0] == test::prompt_logits(*converted, ids, {9})[0], name);
   }
 }
 

@@ -9,7 +9,8 @@
 #include <cmath>
 
 #include "../common/logit_error.h"
-#include "model_instance.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
 
 using namespace ftllm;
 
@@ -40,7 +41,7 @@ BOOST_AUTO_TEST_CASE(gguf_fixtures_compute_what_transformers_computed) {
     o.max_sequences = 1;
     auto model = ModelInstance::load(o);
     BOOST_TEST(model->dtypes() == c.dtypes, c.gguf);
-    BOOST_TEST(!model->tokenizer());  // weights only
+    BOOST_TEST(!model->text().tokenizer);  // weights only
 
     simdjson::dom::parser parser;
     simdjson::dom::element ref = parser.load(std::string(FTLLM_SOURCE_ROOT "/tests/data/models/") + c.fixture + "/reference.json");
@@ -48,7 +49,7 @@ BOOST_AUTO_TEST_CASE(gguf_fixtures_compute_what_transformers_computed) {
     for (int64_t t : ref["prompt"].get_array()) prompt.push_back(int32_t(t));
     std::vector<float> want;
     for (double v : ref["last_logits"].get_array()) want.push_back(float(v));
-    auto got = model->prompt_logits(prompt, {int64_t(prompt.size()) - 1})[0];
+    auto got = test::prompt_logits(*model, prompt, {int64_t(prompt.size()) - 1})[0];
     BOOST_REQUIRE_EQUAL(got.size(), want.size());
     const double error = test::relative_error(got, want);
     BOOST_TEST_MESSAGE(c.gguf << ": max |logit error| / logit range " << error);

@@ -7,6 +7,7 @@
 
 #include "engine.h"
 #include "model/safetensors.h"
+#include "../common/model_run.h"
 
 namespace fs = std::filesystem;
 using namespace ftllm;
@@ -223,8 +224,8 @@ BOOST_AUTO_TEST_CASE(sharded_checkpoint_with_index_loads_and_generates_the_same)
   r.sampling.temperature = 0;
   r.max_tokens = 8;
   std::vector<GenerationResult> a, b;
-  BOOST_REQUIRE(sharded.generate("m", {r}, a).ok);
-  BOOST_REQUIRE(single.generate("m", {r}, b).ok);
+  BOOST_REQUIRE(test::generate(sharded, "m", {r}, a).ok);
+  BOOST_REQUIRE(test::generate(single, "m", {r}, b).ok);
   BOOST_TEST(a[0].tokens == b[0].tokens, boost::test_tools::per_element());
 
   // A shard named in the index but absent fails the load by name.
@@ -290,9 +291,9 @@ BOOST_AUTO_TEST_CASE(a_failed_load_leaves_other_models_serving) {
   r.sampling.temperature = 0;
   r.max_tokens = 4;
   std::vector<GenerationResult> out;
-  BOOST_TEST(engine.generate("good", {r}, out).ok);
+  BOOST_TEST(test::generate(engine, "good", {r}, out).ok);
   BOOST_TEST(out.at(0).tokens.size() == 4u);
-  BOOST_TEST(!engine.generate("bad", {r}, out).ok);
+  BOOST_TEST(!test::generate(engine, "bad", {r}, out).ok);
   BOOST_TEST(engine.unload("good").ok);
   BOOST_TEST(engine.models().empty());
 }

@@ -11,7 +11,8 @@
 
 #include "../common/fixture_reference.h"
 #include "../common/logit_error.h"
-#include "model_instance.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
 
 namespace fs = std::filesystem;
 namespace bdata = boost::unit_test::data;
@@ -50,11 +51,11 @@ BOOST_DATA_TEST_CASE(prefill_and_decode_logits_match, bdata::make(fixture_names(
   auto model = load(name);
   Reference ref = read_reference(kModels / name);
   const int64_t last = int64_t(ref.prompt.size()) - 1;
-  double prefill_err = relative_error(model->prompt_logits(ref.prompt, {last})[0], ref.last_logits);
+  double prefill_err = relative_error(test::prompt_logits(*model, ref.prompt, {last})[0], ref.last_logits);
 
   std::vector<int32_t> all = ref.prompt;
   all.insert(all.end(), ref.greedy.begin(), ref.greedy.end() - 1);
-  double decode_err = relative_error(model->decode_logits(all, ref.prompt.size()), ref.final_logits);
+  double decode_err = relative_error(test::decode_logits(*model, all, ref.prompt.size()), ref.final_logits);
 
   BOOST_TEST_MESSAGE(name << ": max |logit error| / logit range: prefill " << prefill_err << ", decode " << decode_err);
   // bf16 fixtures hold the float32 computation over the same bf16 weights, so one bound serves both.
@@ -69,7 +70,7 @@ BOOST_DATA_TEST_CASE(greedy_tokens_match_exactly, bdata::make(fixture_names()), 
   req.prompt = ref.prompt;
   req.sampling.temperature = 0;
   req.max_tokens = int32_t(ref.greedy.size());
-  std::vector<GenerationResult> out = model->generate({req});
+  std::vector<GenerationResult> out = test::generate(*model, {req});
   BOOST_TEST(out[0].tokens == ref.greedy, boost::test_tools::per_element());
 }
 
@@ -85,10 +86,10 @@ BOOST_DATA_TEST_CASE(batched_sequences_decode_as_if_alone, bdata::make(fixture_n
   };
   std::vector<int32_t> shorter(ref.prompt.begin(), ref.prompt.begin() + 17);
   std::vector<int32_t> other(ref.prompt.rbegin(), ref.prompt.rend());
-  auto alone_short = model->generate({request(shorter, 20)});
-  auto alone_other = model->generate({request(other, 9)});
+  auto alone_short = test::generate(*model, {request(shorter, 20)});
+  auto alone_other = test::generate(*model, {request(other, 9)});
   // Three sequences of different lengths, prefilled together and decoded in one batch per step.
-  auto together = model->generate({request(ref.prompt, int32_t(ref.greedy.size())), request(shorter, 20), request(other, 9)});
+  auto together = test::generate(*model, {request(ref.prompt, int32_t(ref.greedy.size())), request(shorter, 20), request(other, 9)});
   BOOST_REQUIRE_EQUAL(together.size(), 3u);
   BOOST_TEST(together[0].tokens == ref.greedy, boost::test_tools::per_element());
   BOOST_TEST(together[1].tokens == alone_short[0].tokens, boost::test_tools::per_element());
@@ -119,7 +120,7 @@ BOOST_DATA_TEST_CASE(quantized_logits_stay_within_bounds, bdata::make(f32_fixtur
   for (const QuantizedBound& q : kQuantizedBounds) {
     auto model = load(name, q.dtype);
     BOOST_TEST(model->dtypes().find(q.dtype) != std::string::npos, model->dtypes());
-    const double err = relative_error(model->prompt_logits(ref.prompt, {last})[0], ref.last_logits);
+    const double err = relative_error(test::prompt_logits(*model, ref.prompt, {last})[0], ref.last_logits);
     BOOST_TEST_MESSAGE(name << " " << q.dtype << ": max |logit error| / logit range " << err);
     // An MoE layer sums a shared expert and two routed ones, each rounding on its own: int8 measured
     // 0.049 (qwen3-moe) and 0.075 (qwen2-moe), so those fixtures get half as much room again.

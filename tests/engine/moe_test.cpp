@@ -14,8 +14,9 @@
 #include "cpu/thread_pool.h"
 #include "model/safetensors.h"
 #include "../common/logit_error.h"
-#include "model_instance.h"
-#include "placement.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
+#include "runner/placement.h"
 #include "ops/moe.h"
 #include "quant/quant.h"
 
@@ -176,7 +177,7 @@ BOOST_AUTO_TEST_CASE(moe_experts_matches_transformers_with_that_many_experts) {
     ModelLoadOptions o = options_for(name);
     o.moe_experts = int(int64_t(ref["moe_experts"]["k"]));
     auto m = ModelInstance::load(o);
-    const auto logits = m->prompt_logits(prompt, {int64_t(prompt.size()) - 1})[0];
+    const auto logits = test::prompt_logits(*m, prompt, {int64_t(prompt.size()) - 1})[0];
     const double err = relative_error(logits, read_floats(ref["moe_experts"]["last_logits"]));
     BOOST_TEST(err < 1e-4, name << ": " << err);
     // And it did change the output: the default's logits are far from these.
@@ -225,7 +226,7 @@ BOOST_AUTO_TEST_CASE(fused_expert_checkpoint_equals_per_expert) {
   fused_options.path = dir.string();
   auto fused = ModelInstance::load(fused_options);
   const int64_t last = int64_t(prompt.size()) - 1;
-  BOOST_TEST(fused->prompt_logits(prompt, {last})[0] == per_expert->prompt_logits(prompt, {last})[0]);
+  BOOST_TEST(test::prompt_logits(*fused, prompt, {last})[0] == test::prompt_logits(*per_expert, prompt, {last})[0]);
   fs::remove_all(dir);
 }
 

@@ -3,15 +3,15 @@
 
 #include "core/error.h"
 #include "cpu/numa_topology.h"
-#include "model_instance.h"
-#include "placement.h"
+#include "runner/model_instance.h"
+#include "runner/placement.h"
 
 using namespace ftllm;
 
 namespace {
 int cuda_count() {
   try {
-    return int(resolve_placement("cuda", 1).size());
+    return int(Placement::parse("cuda", 1).ranges().size());
   } catch (const EngineError&) {
     return 0;
   }
@@ -19,15 +19,15 @@ int cuda_count() {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(device_specs_resolve_to_layer_ranges) {
-  BOOST_TEST(placement_string(resolve_placement("cpu", 30)) == "cpu:0-29");
-  BOOST_TEST(placement_string(resolve_placement("", 30)) == "cpu:0-29");
-  BOOST_TEST(placement_string(resolve_placement("numa:0", 30)) == "numa:0:0-29");
-  BOOST_TEST(placement_string(resolve_placement("{'cpu':1,'numa:0':1}", 30)) == "cpu:0-14 numa:0:15-29");
-  BOOST_TEST(placement_string(resolve_placement("{\"cpu\": 3, \"numa:0\": 1}", 8)) == "cpu:0-5 numa:0:6-7");
-  BOOST_TEST(placement_string(resolve_placement("{'cpu':1,'numa:0':100}", 4)) == "numa:0:0-3");  // a share under one layer
+  BOOST_TEST(Placement::parse("cpu", 30).to_string() == "cpu:0-29");
+  BOOST_TEST(Placement::parse("", 30).to_string() == "cpu:0-29");
+  BOOST_TEST(Placement::parse("numa:0", 30).to_string() == "numa:0:0-29");
+  BOOST_TEST(Placement::parse("{'cpu':1,'numa:0':1}", 30).to_string() == "cpu:0-14 numa:0:15-29");
+  BOOST_TEST(Placement::parse("{\"cpu\": 3, \"numa:0\": 1}", 8).to_string() == "cpu:0-5 numa:0:6-7");
+  BOOST_TEST(Placement::parse("{'cpu':1,'numa:0':100}", 4).to_string() == "numa:0:0-3");  // a share under one layer
   auto error_of = [](const std::string& spec) {
     try {
-      resolve_placement(spec, 10);
+      Placement::parse(spec, 10);
     } catch (const EngineError& e) {
       return std::string(e.what());
     }
@@ -45,7 +45,7 @@ BOOST_AUTO_TEST_CASE(device_specs_resolve_to_layer_ranges) {
 // fastllm's NUMA mode: every layer over all nodes with rows split; on one node it is plain cpu, said once.
 BOOST_AUTO_TEST_CASE(numa_mode_spans_all_nodes_or_runs_as_cpu) {
   std::string note;
-  const std::string placed = placement_string(resolve_placement("numa", 30, &note));
+  const std::string placed = Placement::parse("numa", 30, &note).to_string();
   if (cpu::numa_nodes_with_cpus().size() > 1) {
     BOOST_TEST(placed == "numa:0-29");
     BOOST_TEST(note.empty());
@@ -59,12 +59,12 @@ BOOST_AUTO_TEST_CASE(numa_mode_spans_all_nodes_or_runs_as_cpu) {
 BOOST_AUTO_TEST_CASE(cuda_devices_resolve_to_layer_ranges) {
   auto placed = [](const std::string& spec, int gpus, int64_t layers = 28) {
     std::string note;
-    std::string s = placement_string(resolve_placement(spec, layers, &note, gpus));
+    std::string s = Placement::parse(spec, layers, &note, gpus).to_string();
     return note.empty() ? s : s + " | " + note;
   };
   auto error_of = [](const std::string& spec, int gpus) {
     try {
-      resolve_placement(spec, 28, nullptr, gpus);
+      Placement::parse(spec, 28, nullptr, gpus);
     } catch (const EngineError& e) {
       return std::string(e.what());
     }
@@ -85,11 +85,11 @@ BOOST_AUTO_TEST_CASE(cuda_devices_resolve_to_layer_ranges) {
   BOOST_TEST(placed("{'multicuda:0,1':3,'cuda:1':1}", 2) == "multi:cuda:0=1,cuda:1=1:0-20 cuda:1:21-27");
   BOOST_TEST(placed("multicuda", 2) == "multi:cuda:0=1,cuda:1=1:0-27");
   BOOST_TEST(placed("multicuda:cpu,cpu", 0) == "multi:cpu=1,cpu=1:0-27");
-  const auto shards = tensor_parallel_shards("multi:cuda:0=4,cuda:1=5,cpu=1");
+  const auto shards = Placement::parse("multicuda:0:4,1:5,cpu:1", 28, nullptr, 2).ranges()[0].device.shards;
   BOOST_REQUIRE_EQUAL(shards.size(), 3u);
-  BOOST_TEST(shards[1].first == "cuda:1");
-  BOOST_TEST(shards[2].second == 1.0);
-  BOOST_TEST(tensor_parallel_shards("cuda:0").empty());
+  BOOST_TEST(shards[1].device.name() == "cuda:1");
+  BOOST_TEST(shards[2].share == 1.0);
+  BOOST_TEST(Placement::parse("cuda:0", 28, nullptr, 2).ranges()[0].device.shards.empty());
   BOOST_TEST(error_of("multicuda:0,2", 2).find("names no CUDA device") != std::string::npos);
   BOOST_TEST(error_of("multicuda:0:x,1", 2).find("needs a positive share") != std::string::npos);
   BOOST_TEST(error_of("cuda:1", 1).find("names no CUDA device of this machine (it has 1: cuda:0..cuda:0)") != std::string::npos);
@@ -97,9 +97,9 @@ BOOST_AUTO_TEST_CASE(cuda_devices_resolve_to_layer_ranges) {
   BOOST_TEST(error_of("cuda", 0).find("is not available") != std::string::npos);
   BOOST_TEST(placed("multicuda:0,cpu", 1) == "multi:cuda:0=1,cpu=1:0-27");
   BOOST_TEST(error_of("multicuda:0,gpu", 1).find("is not a GPU number or cpu") != std::string::npos);
-  BOOST_TEST(cuda_index("cuda:3") == 3);
-  BOOST_TEST(cuda_index("cpu") == -1);
-  BOOST_TEST(cuda_index("numa:0") == -1);
+  BOOST_TEST((Placement::parse("cuda:3", 28, nullptr, 4).ranges()[0].device.compute_device() == Device::cuda(3)));
+  BOOST_TEST(!Placement::parse("cpu", 28, nullptr, 4).ranges()[0].device.compute_device().is_cuda());
+  BOOST_TEST(!Placement::parse("numa:0", 28, nullptr, 4).ranges()[0].device.compute_device().is_cuda());
 }
 
 // Status reports bytes per device; on the CPU alone everything is the host's.
@@ -113,6 +113,6 @@ BOOST_AUTO_TEST_CASE(memory_is_reported_per_device) {
   const auto memory = m->memory_by_device();
   BOOST_REQUIRE_EQUAL(memory.size(), 1u);
   BOOST_TEST(memory[0].device == "cpu");
-  BOOST_TEST(memory[0].weight_bytes == m->weight_bytes());
+  BOOST_TEST(memory[0].weight_bytes == m->model().weight_bytes());
   BOOST_TEST(memory[0].kv_bytes == m->kv_bytes());
 }

@@ -5,7 +5,8 @@
 #include <cmath>
 
 #include "../common/logit_error.h"
-#include "model_instance.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
 
 using namespace ftllm;
 
@@ -41,14 +42,14 @@ BOOST_AUTO_TEST_CASE(fp8_block_scaled_weights_compute_exactly_their_values) {
   BOOST_TEST(fp8->dtypes() == "float32, fp8");
   const int64_t last = int64_t(kPrompt.size()) - 1;
   // e4m3 value times its block's scale is the same float32 product on both sides: bit for bit.
-  BOOST_TEST(fp8->prompt_logits(kPrompt, {last})[0] == ref->prompt_logits(kPrompt, {last})[0]);
+  BOOST_TEST(test::prompt_logits(*fp8, kPrompt, {last})[0] == test::prompt_logits(*ref, kPrompt, {last})[0]);
 }
 
 BOOST_AUTO_TEST_CASE(awq_weights_become_int4g128_within_float16_rounding_of_the_minimum) {
   auto awq = load("awq"), ref = load("awq-ref");
   BOOST_TEST(awq->dtypes() == "float32, int4g128");
   const int64_t last = int64_t(kPrompt.size()) - 1;
-  auto got = awq->prompt_logits(kPrompt, {last})[0], want = ref->prompt_logits(kPrompt, {last})[0];
+  auto got = test::prompt_logits(*awq, kPrompt, {last})[0], want = test::prompt_logits(*ref, kPrompt, {last})[0];
   const double err = max_error(got, want);
   BOOST_TEST_MESSAGE("AWQ: max |logit error| " << err);
   BOOST_TEST(err < 2e-3);  // -zero * scale kept in float16: at most 2^-11 of 15 steps per weight
@@ -59,7 +60,7 @@ BOOST_AUTO_TEST_CASE(prequantized_weights_convert_further_with_dtype) {
   BOOST_TEST(fp8->dtypes() == "float32, int4g128");
   auto ref = load("fp8-ref", "int4g128");
   const int64_t last = int64_t(kPrompt.size()) - 1;
-  BOOST_TEST(fp8->prompt_logits(kPrompt, {last})[0] == ref->prompt_logits(kPrompt, {last})[0]);
+  BOOST_TEST(test::prompt_logits(*fp8, kPrompt, {last})[0] == test::prompt_logits(*ref, kPrompt, {last})[0]);
 }
 
 // DeepSeek V3 as DeepSeek ships it: FP8 linear weights (MLA's kv_b_proj included, widened for the
@@ -68,14 +69,14 @@ BOOST_AUTO_TEST_CASE(deepseek_fp8_loads_and_converts_its_experts_with_moe_dtype)
   const int64_t last = int64_t(kPrompt.size()) - 1;
   auto fp8 = load("deepseek-fp8"), ref = load("deepseek-fp8-ref");
   BOOST_TEST(fp8->dtypes() == "float32, fp8");
-  const std::vector<float> plain = fp8->prompt_logits(kPrompt, {last})[0];
-  BOOST_TEST(plain == ref->prompt_logits(kPrompt, {last})[0]);
+  const std::vector<float> plain = test::prompt_logits(*fp8, kPrompt, {last})[0];
+  BOOST_TEST(plain == test::prompt_logits(*ref, kPrompt, {last})[0]);
   auto mixed = load("deepseek-fp8", "auto", "int4g");
   BOOST_TEST(mixed->dtypes() == "float32, fp8, int4g128");
   for (auto& [name, t] : mixed->model().named_tensors())
     if (name.find(".mlp.experts.") != std::string::npos) BOOST_TEST((t->dtype == DType::I4G128), name);
-  const std::vector<float> converted = mixed->prompt_logits(kPrompt, {last})[0];
-  BOOST_TEST(converted == load("deepseek-fp8-ref", "auto", "int4g")->prompt_logits(kPrompt, {last})[0]);
+  const std::vector<float> converted = test::prompt_logits(*mixed, kPrompt, {last})[0];
+  BOOST_TEST(converted == test::prompt_logits(*load("deepseek-fp8-ref", "auto", "int4g"), kPrompt, {last})[0]);
   BOOST_TEST(max_error(converted, plain) > 0.0);  // the experts did change
 }
 

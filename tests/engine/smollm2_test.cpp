@@ -9,7 +9,8 @@
 
 #include "../common/logit_error.h"
 #include "../common/real_model.h"
-#include "model_instance.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
 
 using namespace ftllm;
 
@@ -43,7 +44,7 @@ Continuation continue_prompt(const std::string& kernels) {
   BOOST_REQUIRE_EQUAL(want.size(), 32u);
 
   // The logits of transformers' top 20 tokens after the prompt.
-  auto logits = model->prompt_logits(req.prompt, {int64_t(req.prompt.size()) - 1})[0];
+  auto logits = test::prompt_logits(*model, req.prompt, {int64_t(req.prompt.size()) - 1})[0];
   auto ids = ref["top_ids"].get_array();
   auto values = ref["top_logits"].get_array();
   double worst = 0;
@@ -53,7 +54,7 @@ Continuation continue_prompt(const std::string& kernels) {
 
   req.sampling.temperature = 0;
   req.max_tokens = 32;
-  std::vector<GenerationResult> out = model->generate({req});
+  std::vector<GenerationResult> out = test::generate(*model, {req});
   return {worst, out[0].tokens, want};
 }
 

@@ -7,7 +7,8 @@
 #include "../common/greedy_run.h"
 #include "../common/logit_error.h"
 #include "core/error.h"
-#include "model_instance.h"
+#include "runner/model_instance.h"
+#include "../common/model_run.h"
 
 namespace fs = std::filesystem;
 using namespace ftllm;
@@ -38,12 +39,12 @@ BOOST_AUTO_TEST_CASE(split_layers_compute_what_whole_ones_do) {
       BOOST_TEST_CONTEXT(name << " on " << device) {
         const test::Reference ref = test::read_reference(kModels / name);
         auto m = load(name, device);
-        BOOST_TEST(placement_string(m->placement()).starts_with("multi:cpu="), placement_string(m->placement()));
+        BOOST_TEST(m->placement().to_string().starts_with("multi:cpu="), m->placement().to_string());
         const int64_t last = int64_t(ref.prompt.size()) - 1;
-        const double err = test::relative_error(m->prompt_logits(ref.prompt, {last})[0], ref.last_logits);
+        const double err = test::relative_error(test::prompt_logits(*m, ref.prompt, {last})[0], ref.last_logits);
         std::vector<int32_t> all = ref.prompt;
         all.insert(all.end(), ref.greedy.begin(), ref.greedy.end() - 1);
-        const double decode = test::relative_error(m->decode_logits(all, ref.prompt.size()), ref.final_logits);
+        const double decode = test::relative_error(test::decode_logits(*m, all, ref.prompt.size()), ref.final_logits);
         BOOST_TEST(err < 1e-4);
         BOOST_TEST(decode < 1e-4);
         BOOST_TEST(greedy(*m, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());

@@ -5,6 +5,7 @@
 
 #include <boost/test/unit_test.hpp>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -82,6 +83,56 @@ BOOST_AUTO_TEST_CASE(moe_model_loads_with_its_options_and_serves) {
   CommandResult share = run_command(ctl(d, "load " + model + " --name g --gpu_memory 1.5"));
   BOOST_TEST(share.exit_code == 1);
   BOOST_TEST(share.err.find("\"gpu_memory\" is a share of the GPU's free memory in (0, 1]") != std::string::npos, share.err);
+}
+
+// ftllmctl export hands over to ftllm-export (ftllmctl links no engine), whose directory the daemon loads.
+BOOST_AUTO_TEST_CASE(export_through_ftllmctl_runs_ftllm_export) {
+  TempDir dir;
+  const std::string model = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/models/qwen3-f32";
+  const std::string export_dir = std::filesystem::path(env_or_fail("FTLLM_EXPORT")).parent_path().string();
+  const std::string path = "PATH=" + export_dir + ":$PATH ";
+  CommandResult usage = run_command(path + env_or_fail("FTLLMCTL") + " export " + model);
+  BOOST_TEST(usage.exit_code == 2);
+  BOOST_TEST(usage.err.find("usage: ftllm-export MODEL -o DIR") == 0u, usage.err);
+  CommandResult bad = run_command(path + env_or_fail("FTLLMCTL") + " export " + model + " -o " + dir.file("x") + " -t 0");
+  BOOST_TEST(bad.exit_code == 2);
+  BOOST_TEST(bad.err == "ftllm-export: -t/--threads needs a positive number, not 0\n");
+  CommandResult done = run_command(path + env_or_fail("FTLLMCTL") + " export " + model + " -o " + dir.file("q8") + " --dtype int8");
+  BOOST_TEST(done.exit_code == 0, done.err);
+  BOOST_TEST(done.out.find("exported " + model + " to " + dir.file("q8")) == 0u, done.out);
+  DaemonProcess d(dir);
+  CommandResult load = run_command(ctl(d, "load " + dir.file("q8") + " --name q8"));
+  BOOST_TEST(load.exit_code == 0, load.err);
+  CommandResult status = run_command(ctl(d, "status q8"));
+  BOOST_TEST(status.out.find("float32, int8") != std::string::npos, status.out);
+}
+
+// A load body is read through the load option table: unknown keys and values of the wrong type or range
+// are refused with the key named, and nothing is loaded.
+BOOST_AUTO_TEST_CASE(load_options_are_checked_by_the_table) {
+  TempDir dir;
+  DaemonProcess d(dir);
+  const std::string model = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/models/qwen3-f32";
+  // The error message of a refused load, or the whole reply.
+  auto post = [&](const std::string& body) {
+    const std::string reply =
+        run_command("curl -s --unix-socket " + d.socket_path() + " -d '" + body + "' http://ftllmd/admin/v1/models").out;
+    simdjson::dom::parser p;
+    std::string_view message;
+    return p.parse(reply)["error"]["message"].get(message) ? reply : std::string(message) + " " + reply;
+  };
+  std::string r = post(R"({"model": ")" + model + R"(", "threds": 2})");
+  BOOST_TEST(r.find("unknown load option \"threds\"") != std::string::npos, r);
+  r = post(R"({"model": ")" + model + R"(", "threads": "two"})");
+  BOOST_TEST(r.find("\"threads\" is a positive number, not \"two\"") != std::string::npos, r);
+  BOOST_TEST(r.find("invalid_threads") != std::string::npos, r);
+  r = post(R"({"model": ")" + model + R"(", "max_sequences": 5000})");
+  BOOST_TEST(r.find("\"max_sequences\" is a number from 1 to 1024, not 5000") != std::string::npos, r);
+  r = post(R"({"model": ")" + model + R"(", "cuda_se": "yes"})");
+  BOOST_TEST(r.find("\"cuda_se\" is true or false") != std::string::npos, r);
+  BOOST_TEST(run_command(ctl(d, "list")).out == "no models loaded (load one with: ftllmctl load MODEL)\n");
+  r = post(R"({"model": ")" + model + R"(", "name": "ok", "threads": 1, "context_length": 64, "gpu_memory": 1})");
+  BOOST_TEST(r.find("\"event\":\"loaded\"") != std::string::npos, r);
 }
 
 BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {

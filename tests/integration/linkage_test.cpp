@@ -35,4 +35,7 @@ BOOST_AUTO_TEST_CASE(ftllmctl_links_its_libraries) {
   BOOST_TEST(links(c, "libsimdjson.so"));
   BOOST_TEST(has_symbol(c, "llhttp_execute"));
   BOOST_TEST(!links(c, "libuv.so"));  // the client stays small and blocking
+  BOOST_TEST(!links(c, "libnuma.so"));  // and links no engine: export is ftllm-export's
+  BOOST_TEST(!has_symbol(c, "export_model"));
+  BOOST_TEST(has_symbol(env_or_fail("FTLLM_EXPORT"), "export_model"));
 }

@@ -1,5 +1,7 @@
 #include "value.h"
 
+#include "../../core/json_writer.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -101,28 +103,6 @@ std::string python_quote(const std::string& s) {
     } else out += char(c);
   }
   return out + q;
-}
-
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          out += b;
-        } else out += char(c);
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace

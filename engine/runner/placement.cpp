@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/error.h"
-#include "cpu/numa_topology.h"
+#include "../core/error.h"
+#include "../cpu/numa_topology.h"
 #if defined(FTLLM_WITH_CUDA)
-#include "cuda/cuda_devices.h"
+#include "../cuda/cuda_devices.h"
 #endif
 
 namespace ftllm {
@@ -32,7 +32,7 @@ int parse_index(const std::string& s) {
   return -1;
 }
 
-std::string cuda_device(int index, int cuda_devices, const std::string& spec) {
+PlacedDevice cuda_device(int index, int cuda_devices, const std::string& spec) {
   if (cuda_devices == 0) {
 #if defined(FTLLM_WITH_CUDA)
     throw EngineError("device " + spec + " is not available: no usable CUDA device on this machine (ftllmctl status "
@@ -45,7 +45,7 @@ std::string cuda_device(int index, int cuda_devices, const std::string& spec) {
   if (index < 0 || index >= cuda_devices)
     throw EngineError("device " + spec + " names no CUDA device of this machine (it has " + std::to_string(cuda_devices) +
                       ": cuda:0..cuda:" + std::to_string(cuda_devices - 1) + ")");
-  return "cuda:" + std::to_string(index);
+  return {PlacedDevice::Kind::Cuda, index, {}};
 }
 
 // Splits on commas that are not inside quotes ('multicuda:0,1' is one key).
@@ -66,12 +66,14 @@ std::vector<std::string> split_items(const std::string& body) {
   return items;
 }
 
-std::string canonical_device(const std::string& d, int cuda_devices, std::string* note) {
-  if (d == "cpu" || d == "numa") return d;
+PlacedDevice parse_device(const std::string& d, int cuda_devices, std::string* note) {
+  using K = PlacedDevice::Kind;
+  if (d == "cpu") return {K::Cpu, 0, {}};
+  if (d == "numa") return {K::Numa, 0, {}};
   int nodes = numa_available() < 0 ? 1 : numa_max_node() + 1;
   if (d.starts_with("numa:")) {
     int node = parse_index(d.substr(5));
-    if (node >= 0 && node < nodes) return d;
+    if (node >= 0 && node < nodes) return {K::NumaNode, node, {}};
     throw EngineError("device " + d + " names no NUMA node of this machine (it has " + std::to_string(nodes) + ": numa:0.." +
                       "numa:" + std::to_string(nodes - 1) + ")");
   }
@@ -84,9 +86,10 @@ std::string canonical_device(const std::string& d, int cuda_devices, std::string
   if (d.starts_with("multicuda")) {
     // fastllm's tensor parallelism: multicuda:0,1 (equal shares), multicuda:0:4,1:5,cpu:1 (shares), or
     // multicuda alone (every GPU). Over one device that is that device.
-    std::vector<std::pair<std::string, double>> shards;
+    PlacedDevice group{K::TensorParallel, 0, {}};
     if (d == "multicuda") {
-      for (int i = 0; i < std::max(cuda_devices, 1); ++i) shards.emplace_back(cuda_device(i, cuda_devices, d), 1.0);
+      for (int i = 0; i < std::max(cuda_devices, 1); ++i)
+        group.shards.push_back({cuda_device(i, cuda_devices, d).compute_device(), 1.0});
     } else {
       for (const std::string& item : split_items(d.substr(d.find(':') + 1))) {
         const size_t colon = item.find(':');
@@ -101,23 +104,18 @@ std::string canonical_device(const std::string& d, int cuda_devices, std::string
           if (!(share > 0)) throw EngineError("device " + d + ": " + item + " needs a positive share after the colon");
         }
         if (who == "cpu") {
-          shards.emplace_back("cpu", share);
+          group.shards.push_back({Device::cpu(), share});
           continue;
         }
         const int i = parse_index(who);
         if (i < 0) throw EngineError("device " + d + ": " + item + " is not a GPU number or cpu (as multicuda:0,1 or multicuda:0:4,cpu:1)");
-        shards.emplace_back(cuda_device(i, cuda_devices, d), share);
+        group.shards.push_back({cuda_device(i, cuda_devices, d).compute_device(), share});
       }
     }
-    if (shards.size() == 1) {
-      if (note) *note = "--device " + d + ": tensor parallelism over one device is " + shards[0].first;
-      return shards[0].first;
-    }
-    std::string group = "multi:";
-    for (size_t i = 0; i < shards.size(); ++i) {
-      char share[32];
-      std::snprintf(share, sizeof share, "%g", shards[i].second);
-      group += (i ? "," : "") + shards[i].first + "=" + share;
+    if (group.shards.size() == 1) {
+      const Device only = group.shards[0].device;
+      if (note) *note = "--device " + d + ": tensor parallelism over one device is " + only.name();
+      return only.is_cuda() ? PlacedDevice{K::Cuda, only.index, {}} : PlacedDevice{K::Cpu, 0, {}};
     }
     return group;
   }
@@ -149,19 +147,32 @@ std::string expand_cudapp(const std::string& s) {
 
 }  // namespace
 
-int cuda_index(const std::string& device) { return device.starts_with("cuda:") ? parse_index(device.substr(5)) : -1; }
-
-std::vector<std::pair<std::string, double>> tensor_parallel_shards(const std::string& device) {
-  std::vector<std::pair<std::string, double>> out;
-  if (!device.starts_with("multi:")) return out;
-  for (const std::string& item : split_items(device.substr(6))) {
-    const size_t eq = item.rfind('=');
-    out.emplace_back(item.substr(0, eq), std::stod(item.substr(eq + 1)));
-  }
-  return out;
+Device PlacedDevice::compute_device() const {
+  if (kind == Kind::Cuda) return Device::cuda(index);
+  if (kind == Kind::TensorParallel && !shards.empty()) return shards[0].device;
+  return Device::cpu();
 }
 
-std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layers, std::string* note, int cuda_devices) {
+std::string PlacedDevice::name() const {
+  switch (kind) {
+    case Kind::Cpu: return "cpu";
+    case Kind::Numa: return "numa";
+    case Kind::NumaNode: return "numa:" + std::to_string(index);
+    case Kind::Cuda: return "cuda:" + std::to_string(index);
+    case Kind::TensorParallel: {
+      std::string group = "multi:";
+      for (size_t i = 0; i < shards.size(); ++i) {
+        char share[32];
+        std::snprintf(share, sizeof share, "%g", shards[i].share);
+        group += (i ? "," : "") + shards[i].device.name() + "=" + share;
+      }
+      return group;
+    }
+  }
+  return "cpu";
+}
+
+Placement Placement::parse(const std::string& spec, int64_t layers, std::string* note, int cuda_devices) {
   if (cuda_devices < 0) {
 #if defined(FTLLM_WITH_CUDA)
     cuda_devices = cuda::device_count();
@@ -172,12 +183,14 @@ std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layer
   std::string s = trim(spec);
   if (s.empty()) s = "cpu";
   if (s.starts_with("cudapp=")) s = expand_cudapp(s);
+  Placement placement;
   if (s == "numa") {
-    if (cpu::numa_nodes_with_cpus().size() > 1) return {{"numa", 0, layers}};
-    if (note) *note = "--device numa: this machine has one NUMA node, so the model runs as --device cpu";
-    return {{"cpu", 0, layers}};
+    const bool nodes = cpu::numa_nodes_with_cpus().size() > 1;
+    if (!nodes && note) *note = "--device numa: this machine has one NUMA node, so the model runs as --device cpu";
+    placement.ranges_ = {{{nodes ? PlacedDevice::Kind::Numa : PlacedDevice::Kind::Cpu, 0, {}}, 0, layers}};
+    return placement;
   }
-  std::vector<std::pair<std::string, double>> parts;
+  std::vector<std::pair<PlacedDevice, double>> parts;
   if (s.front() == '{') {
     if (s.back() != '}') throw EngineError("device map " + spec + " is missing its closing }");
     for (const std::string& item : split_items(s.substr(1, s.size() - 2))) {
@@ -192,18 +205,18 @@ std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layer
         throw EngineError("device map entry " + trim(item) + " has no numeric weight");
       }
       if (weight <= 0) throw EngineError("device map entry " + trim(item) + " needs a positive weight");
-      parts.emplace_back(canonical_device(trim(item.substr(0, colon)), cuda_devices, note), weight);
-      if (parts.back().first == "numa")
+      parts.emplace_back(parse_device(trim(item.substr(0, colon)), cuda_devices, note), weight);
+      if (parts.back().first.kind == PlacedDevice::Kind::Numa)
         throw EngineError("device map " + spec + ": numa spreads every layer over all nodes and cannot share the "
                           "model; place layers on one node with numa:N");
     }
     if (parts.empty()) throw EngineError("device map " + spec + " is empty");
   } else {
-    parts.emplace_back(canonical_device(s, cuda_devices, note), 1.0);
+    parts.emplace_back(parse_device(s, cuda_devices, note), 1.0);
   }
   double total = 0;
   for (auto& [d, w] : parts) total += w;
-  std::vector<LayerRange> out;
+  std::vector<LayerRange>& out = placement.ranges_;
   int64_t first = 0;
   double acc = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -212,13 +225,25 @@ std::vector<LayerRange> resolve_placement(const std::string& spec, int64_t layer
     if (end > first) out.push_back({parts[i].first, first, end - first});
     first = std::max(first, end);
   }
-  return out;
+  return placement;
 }
 
-std::string placement_string(const std::vector<LayerRange>& ranges) {
+std::vector<PlacedDevice> Placement::per_layer() const {
+  std::vector<PlacedDevice> layers;
+  for (const LayerRange& r : ranges_) layers.insert(layers.end(), size_t(r.count), r.device);
+  return layers;
+}
+
+bool Placement::all_on_host() const {
+  for (const LayerRange& r : ranges_)
+    if (!r.device.on_host()) return false;
+  return true;
+}
+
+std::string Placement::to_string() const {
   std::string s;
-  for (const LayerRange& r : ranges)
-    s += (s.empty() ? "" : " ") + r.device + ":" + std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1);
+  for (const LayerRange& r : ranges_)
+    s += (s.empty() ? "" : " ") + r.device.name() + ":" + std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1);
   return s;
 }
 

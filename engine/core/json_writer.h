@@ -1,4 +1,6 @@
-// Builds compact JSON text (simdjson parses; this writes). Commas are placed automatically.
+// The one JSON writer: compact JSON text (simdjson parses; this writes) for the daemon's replies, ftllmctl's
+// requests, the files the engine writes (config.json, safetensors headers) and templates' tojson.
+// Header-only and std-only.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +10,45 @@
 #include <vector>
 
 namespace ftllm {
+
+// Appends `s` as a JSON string literal: UTF-8 passes through; quotes, backslashes and control characters
+// are escaped (as Python's json.dumps with ensure_ascii=False writes them).
+inline void append_json_quoted(std::string& out, std::string_view s) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += char(c);
+        }
+    }
+  }
+  out += '"';
+}
+
+inline std::string json_quote(std::string_view s) {
+  std::string out;
+  append_json_quoted(out, s);
+  return out;
+}
+
+// A double printed so that it reads back as the same double.
+inline std::string json_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
 
 class JsonWriter {
  public:
@@ -29,9 +70,7 @@ class JsonWriter {
   JsonWriter& number(int v) { return number(int64_t(v)); }
   JsonWriter& number(double v) {
     value_begin();
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    out_ += buf;
+    out_ += json_number(v);
     return *this;
   }
   JsonWriter& boolean(bool v) { return value_begin(), out_ += v ? "true" : "false", *this; }
@@ -67,27 +106,7 @@ class JsonWriter {
     }
     separate();
   }
-  void quote(std::string_view s) {
-    out_ += '"';
-    for (unsigned char c : s) {
-      switch (c) {
-        case '"': out_ += "\\\""; break;
-        case '\\': out_ += "\\\\"; break;
-        case '\n': out_ += "\\n"; break;
-        case '\r': out_ += "\\r"; break;
-        case '\t': out_ += "\\t"; break;
-        default:
-          if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out_ += buf;
-          } else {
-            out_ += char(c);
-          }
-      }
-    }
-    out_ += '"';
-  }
+  void quote(std::string_view s) { append_json_quoted(out_, s); }
 
   std::string out_;
   std::vector<bool> first_;

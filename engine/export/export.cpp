@@ -1,16 +1,16 @@
-// ftllmctl export: a model loaded (and converted as --dtype says) written back as a directory that
+// ftllm-export: a model loaded (and converted as --dtype says) written back as a directory that
 // loads as it is. Quantized tensors are stored as U8 rows with their dtype named in the safetensors
 // metadata ("format": "ftllm"), so loading maps them and computes on them without requantizing.
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
-#include "engine.h"
-#include "model/gguf.h"
-#include "model/model_config.h"
-#include "model/safetensors.h"
-#include "model_instance.h"
+#include "../core/error.h"
+#include "../engine.h"
+#include "../model/gguf.h"
+#include "../model/model_config.h"
+#include "../model/safetensors.h"
+#include "../runner/loader.h"
 
 namespace ftllm {
 
@@ -29,12 +29,12 @@ void write_file(const fs::path& path, const std::string& text) {
 Status export_model(const ModelLoadOptions& source, const std::string& out_dir, ExportResult& result) {
   try {
     auto t0 = std::chrono::steady_clock::now();
-    std::unique_ptr<ModelInstance> m = ModelInstance::load(source);
+    const LoadedModel m = load_model(source);  // weights and text only: no KV cache, no worker
     auto t1 = std::chrono::steady_clock::now();
-    const fs::path dir(out_dir), from(m->options().path);
+    const fs::path dir(out_dir), from(m.options.path);
     fs::create_directories(dir);
-    result.bytes = model::write_safetensors((dir / "model.safetensors").string(), m->model().named_tensors());
-    write_file(dir / "config.json", model::model_config_json(m->config()));
+    result.bytes = model::write_safetensors((dir / "model.safetensors").string(), m.model->named_tensors());
+    write_file(dir / "config.json", model::model_config_json(m.model->config()));
     if (fs::is_directory(from)) {
       for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                             "generation_config.json", "tokenizer.gguf"})
@@ -50,8 +50,8 @@ Status export_model(const ModelLoadOptions& source, const std::string& out_dir, 
     if (!source.chat_template.empty()) fs::copy_file(source.chat_template, dir / "chat_template.jinja", fs::copy_options::overwrite_existing);
     result.load_seconds = std::chrono::duration<double>(t1 - t0).count();
     result.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    result.dtypes = m->dtypes();
-    result.notes = m->load_notes();
+    result.dtypes = m.model->dtypes();
+    result.notes = m.notes;
     return Status::success();
   } catch (const std::exception& e) {
     return Status::error(e.what());

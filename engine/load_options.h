@@ -1,0 +1,179 @@
+// How a model is loaded, and the one description of every load option. ftllmd's command line, its
+// [[model]] tables, the admin API's JSON, `ftllmctl load`, `ftllm-export` and their usage texts all read
+// load_options(): adding an option is a field of ModelLoadOptions and a row of that table.
+// Header-only and std-only, so ftllmctl reads the table without linking the engine.
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace ftllm {
+
+// How far a load has come: phase ("reading", "converting", "binding", "ready") and bytes of the weight
+// files handled out of their total. Called on the loading thread.
+using LoadProgress = std::function<void(const std::string& phase, uint64_t done, uint64_t total)>;
+
+struct ModelLoadOptions {
+  std::string path;            // a Hugging Face directory, a .gguf file, or "org/name" in the Hugging Face cache
+  std::string name;            // defaults to the directory's name
+  int threads = 0;             // 0: one per core
+  int64_t context_length = 0;  // 0: the model's own maximum, capped at kDefaultContextCap
+  int32_t max_sequences = 8;
+  std::string chat_template;   // a file that overrides the model's own template (--chat_template)
+  std::string cache_dir;       // where to find "org/name" models (default $HF_HOME/hub), offline
+  std::string device = "cpu";  // fastllm's device syntax (runner/placement.h)
+  // Compute dtypes (fastllm's --dtype, --moe_dtype, --dtype_config): "auto" keeps what the files store.
+  std::string dtype = "auto", moe_dtype = "auto";
+  std::string dtype_config;    // a JSON file of {"key": REGEX, "dtype": NAME} rules
+  std::string kernels = "auto";  // "scalar" (the reference kernels), "avx2", or the fastest the CPU runs
+  // Mixture-of-experts models (fastllm's --moe_experts, --moe_device, --cuda_se): routed experts per
+  // token (0: the model's num_experts_per_tok); where the experts run ("cpu", "numa": their rows split
+  // over the NUMA nodes, or "cuda"); whether shared experts stay on the GPU (needs a CUDA device).
+  int moe_experts = 0;
+  std::string moe_device = "cpu";
+  bool cuda_se = false;
+  // The share of a GPU's free memory a load may take for its layers' weights and KV pages; the KV cache
+  // shrinks (fewer sequences at full context) to fit it, down to one sequence.
+  double gpu_memory = 0.9;
+  LoadProgress progress;       // optional
+
+  // A model's own context is capped here unless --ctx asks for more: the KV cache is sized for it.
+  static constexpr int64_t kDefaultContextCap = 8192;
+};
+
+// Where an option may be given.
+enum LoadSurface : unsigned {
+  kCommandLine = 1,  // ftllmd MODEL --flag
+  kConfigFile = 2,   // [[model]] key = value
+  kAdmin = 4,        // POST /admin/v1/models {"key": value}, and so ftllmctl load --flag
+  kExport = 8,       // ftllm-export --flag
+  kServing = kCommandLine | kConfigFile | kAdmin,
+};
+
+struct LoadOption {
+  enum class Type { String, Integer, Number, Flag };
+  using Field = std::variant<std::string ModelLoadOptions::*, int ModelLoadOptions::*, int64_t ModelLoadOptions::*,
+                             double ModelLoadOptions::*, bool ModelLoadOptions::*>;
+  const char* key;         // the JSON and TOML key
+  const char* flag;        // the command-line flag
+  const char* short_flag;  // "-t", or "" for none
+  Type type;
+  const char* value_name;  // in the usage synopsis: --ctx TOKENS
+  const char* what;        // what a value must be, for errors: "a positive number of tokens"
+  double min = 0, max = 0; // the range of an Integer, [min, max], or of a Number, (min, max]
+  unsigned surfaces = kServing;
+  Field field;
+
+  std::string flags() const { return *short_flag ? std::string(short_flag) + "/" + flag : std::string(flag); }
+  std::string synopsis() const {  // "[-t N]", "[--cuda_se]"
+    const std::string f = *short_flag ? short_flag : flag;
+    return "[" + f + (type == Type::Flag ? std::string() : std::string(" ") + value_name) + "]";
+  }
+
+  // Each setter stores a value of the option's type and returns what is wrong with it (empty when taken).
+  std::string set(ModelLoadOptions& o, std::string_view text) const {
+    if (type != Type::String) return what;
+    o.*std::get<std::string ModelLoadOptions::*>(field) = std::string(text);
+    return {};
+  }
+  std::string set(ModelLoadOptions& o, int64_t v) const {
+    if (type == Type::Number) return set(o, double(v));
+    if (type != Type::Integer || double(v) < min || double(v) > max) return what;
+    if (auto* f = std::get_if<int ModelLoadOptions::*>(&field)) o.**f = int(v);
+    else o.*std::get<int64_t ModelLoadOptions::*>(field) = v;
+    return {};
+  }
+  std::string set(ModelLoadOptions& o, double v) const {
+    if (type != Type::Number || !(v > min && v <= max)) return what;
+    o.*std::get<double ModelLoadOptions::*>(field) = v;
+    return {};
+  }
+  std::string set(ModelLoadOptions& o, bool v) const {
+    if (type != Type::Flag) return what;
+    o.*std::get<bool ModelLoadOptions::*>(field) = v;
+    return {};
+  }
+  // A value as typed on a command line ("4", "0.75", "int4g"); a flag takes "true" or "false".
+  std::string set_text(ModelLoadOptions& o, const std::string& text) const {
+    switch (type) {
+      case Type::String: return set(o, std::string_view(text));
+      case Type::Flag: return text == "true" || text == "false" ? set(o, text == "true") : what;
+      case Type::Integer: {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end || errno || text.find_first_not_of("-0123456789") != std::string::npos) return what;
+        return set(o, int64_t(v));
+      }
+      case Type::Number: {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end == text.c_str() || *end) return what;
+        return set(o, v);
+      }
+    }
+    return what;
+  }
+};
+
+// Every load option, in the order usage texts list them.
+inline const std::vector<LoadOption>& load_options() {
+  using T = LoadOption::Type;
+  using O = ModelLoadOptions;
+  constexpr double kMax = 9.2e18;
+  static const std::vector<LoadOption> table = {
+      {"name", "--name", "", T::String, "NAME", "a name", 0, 0, kServing, &O::name},
+      {"threads", "--threads", "-t", T::Integer, "N", "a positive number", 1, kMax, kServing | kExport, &O::threads},
+      {"context_length", "--ctx", "", T::Integer, "TOKENS", "a positive number of tokens", 1, kMax, kServing, &O::context_length},
+      {"max_sequences", "--max_sequences", "", T::Integer, "N", "a number from 1 to 1024", 1, 1024, kServing, &O::max_sequences},
+      {"chat_template", "--chat_template", "", T::String, "FILE", "a file", 0, 0, kServing | kExport, &O::chat_template},
+      {"cache_dir", "--cache_dir", "", T::String, "DIR", "a directory", 0, 0, kCommandLine | kAdmin | kExport, &O::cache_dir},
+      {"dtype", "--dtype", "", T::String, "DTYPE", "a dtype", 0, 0, kServing | kExport, &O::dtype},
+      {"moe_dtype", "--moe_dtype", "", T::String, "DTYPE", "a dtype", 0, 0, kServing | kExport, &O::moe_dtype},
+      {"dtype_config", "--dtype_config", "", T::String, "FILE", "a file", 0, 0, kServing | kExport, &O::dtype_config},
+      {"device", "--device", "", T::String, "SPEC", "a device", 0, 0, kServing, &O::device},
+      {"gpu_memory", "--gpu_memory", "", T::Number, "F", "a share of the GPU's free memory in (0, 1]", 0, 1, kServing,
+       &O::gpu_memory},
+      {"kernels", "--kernels", "", T::String, "auto|avx512vnni|avx2|scalar", "a kernel set", 0, 0, kCommandLine | kAdmin,
+       &O::kernels},
+      {"moe_device", "--moe_device", "", T::String, "cpu|numa|cuda", "a device", 0, 0, kServing, &O::moe_device},
+      {"moe_experts", "--moe_experts", "", T::Integer, "N", "a positive number of experts", 1, kMax, kServing,
+       &O::moe_experts},
+      {"cuda_se", "--cuda_se", "", T::Flag, "", "true or false", 0, 0, kServing, &O::cuda_se},
+  };
+  return table;
+}
+
+// The option a key names (nullptr when none does).
+inline const LoadOption* load_option_by_key(std::string_view key) {
+  for (const LoadOption& o : load_options())
+    if (key == o.key) return &o;
+  return nullptr;
+}
+
+// The option a command-line argument names, by its flag or short flag (nullptr when none does).
+inline const LoadOption* load_option_by_flag(std::string_view flag, unsigned surface) {
+  for (const LoadOption& o : load_options())
+    if ((o.surfaces & surface) && (flag == o.flag || (*o.short_flag && flag == o.short_flag))) return &o;
+  return nullptr;
+}
+
+// "[--name NAME] [-t N] ..." for the options a surface takes, wrapped to `width` with `indent`.
+inline std::string load_options_synopsis(unsigned surface, size_t indent, size_t width = 110) {
+  std::string out, line(indent, ' ');
+  for (const LoadOption& o : load_options()) {
+    if (!(o.surfaces & surface)) continue;
+    const std::string s = o.synopsis();
+    if (line.size() + 1 + s.size() > width && line.size() > indent) out += line + "\n", line.assign(indent, ' ');
+    line += (line.size() > indent ? " " : "") + s;
+  }
+  return out + line;
+}
+
+}  // namespace ftllm

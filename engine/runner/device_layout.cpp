@@ -1,0 +1,259 @@
+#include "device_layout.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "../core/error.h"
+#include "../cpu/numa_topology.h"
+#include "loader.h"
+
+namespace ftllm {
+
+void LoadNotes::add(const std::string& note) {
+  std::lock_guard lock(mu_);
+  if (!note.empty()) text_ += (text_.empty() ? "" : "; ") + note;
+}
+
+std::string LoadNotes::text() const {
+  std::lock_guard lock(mu_);
+  return text_;
+}
+
+namespace {
+
+std::string gib(uint64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f GiB", double(bytes) / double(uint64_t(1) << 30));
+  return s;
+}
+
+std::string share_text(double share) { return std::to_string(share).substr(0, 4); }
+
+}  // namespace
+
+DeviceLayout::DeviceLayout(model::DecoderModel& model, kvcache::KvPool& kv, const ModelLoadOptions& options, int64_t context,
+                           LoadNotes& notes)
+    : model_(model),
+      kv_(kv),
+      options_(options),
+      context_(context),
+      notes_(notes),
+      kernels_(cpu::kernels_named(options.kernels)),
+      pool_(std::make_unique<cpu::ThreadPool>(options.threads)) {
+  if (options.moe_device == "numa" && model.config().moe.num_experts > 0) {
+    if (cpu::numa_nodes_with_cpus().size() > 1) experts_on_nodes_ = true;
+    else notes_.add("--moe_device numa: this machine has one NUMA node, so the experts run as --moe_device cpu");
+  }
+}
+
+std::optional<int32_t> DeviceLayout::apply(const Placement& placement, int threads) {
+  if (threads <= 0) threads = pool_->size();
+  // NUMA mode: one pool whose threads are grouped by node, over weights whose rows are split the same way.
+  // --moe_device numa alone: only the experts' rows are split, but the pool is grouped the same way.
+  const bool numa_mode = placement.numa_mode();
+  if (numa_mode || experts_on_nodes_) place_weights_on_nodes(!numa_mode);
+  const std::optional<int32_t> sequences = move_to_devices(placement);
+  const bool grouped = numa_mode || experts_on_nodes_;
+  if (threads != pool_->size() || grouped != (pool_->groups() > 1))
+    pool_ = grouped ? std::make_unique<cpu::ThreadPool>(threads, split_nodes_) : std::make_unique<cpu::ThreadPool>(threads);
+  device_contexts_.clear();
+  device_pools_.clear();
+  layer_ctx_.clear();
+  if (!placement.all_on_host()) {
+    layer_ctx_.assign(size_t(model_.config().num_layers), nullptr);
+    main_ctx_ = std::make_unique<ops::Context>(ops::Context{*pool_, kernels_});
+    for (const LayerRange& r : placement.ranges()) {
+      ops::Context* ctx = main_ctx_.get();
+      if (r.device.kind != PlacedDevice::Kind::Cpu) {
+        const std::string key = r.device.name();
+        const bool numa_node = r.device.kind == PlacedDevice::Kind::NumaNode;
+        // A GPU's layers keep the model's pool for what runs on the host beside them (experts).
+        if (numa_node && !device_pools_.count(key))
+          device_pools_[key] = std::make_unique<cpu::ThreadPool>(threads, r.device.index);
+        if (!device_contexts_.count(key))
+          device_contexts_[key] = std::make_unique<ops::Context>(
+              ops::Context{numa_node ? *device_pools_[key] : *pool_, kernels_, r.device.compute_device()});
+        ctx = device_contexts_[key].get();
+      }
+      for (int64_t l = r.first; l < r.first + r.count; ++l) layer_ctx_[size_t(l)] = ctx;
+    }
+  }
+  placement_ = placement;
+  return sequences;
+}
+
+std::optional<int32_t> DeviceLayout::move_to_devices(const Placement& placement) {
+  using D = model::DecoderModel;
+  const model::ModelConfig& c = model_.config();
+  const bool first_placement = !placed_;
+  if (first_placement) layer_place_.assign(size_t(c.num_layers), PlacedDevice{});
+  // Each layer's device, and its weights' own: a tensor-parallel layer keeps its own on the host (its
+  // shards hold the slices it computes with).
+  const std::vector<PlacedDevice> spec = placement.per_layer();
+  std::vector<Device> target(size_t(c.num_layers)), own(size_t(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    target[size_t(l)] = spec[size_t(l)].compute_device();
+    own[size_t(l)] = spec[size_t(l)].kind == PlacedDevice::Kind::TensorParallel ? Device::cpu() : target[size_t(l)];
+  }
+  // The routed experts stay where --moe_device says whatever the layer's device; shared experts follow
+  // the layer onto a GPU with --cuda_se, else stay with the routed ones.
+  const Device experts = options_.moe_device.starts_with("cuda")
+                             ? Placement::parse(options_.moe_device, 1).ranges()[0].device.compute_device()
+                             : Device::cpu();
+  auto unchanged = [&](int64_t l) { return !first_placement && spec[size_t(l)] == layer_place_[size_t(l)]; };
+  struct Move {
+    int64_t layer;
+    Device to;
+    unsigned parts;
+  };
+  std::vector<Move> moves;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (unchanged(l)) continue;  // the first placement also places the experts
+    const Device d = target[size_t(l)];
+    moves.push_back({l, own[size_t(l)], D::kAttentionAndDense});
+    moves.push_back({l, experts, D::kRoutedExperts});
+    moves.push_back({l, options_.cuda_se && d.is_cuda() ? d : experts, D::kSharedExperts});
+  }
+  const Device head = target.empty() ? Device::cpu() : target.back();  // the LM head runs where the last layer does
+
+  // Before anything moves: what each GPU must take (bytes not there yet) against its share of free memory.
+  std::map<int, uint64_t> weights;
+  std::map<int, int64_t> kv_layers;
+  for (const Move& m : moves)
+    if (m.to.is_cuda())
+      model_.move_layer(m.layer, [&](Tensor& t) { if (!(t.device == m.to)) weights[m.to.index] += t.bytes(); }, m.parts);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (own[size_t(l)].is_cuda() && !(kv_.layer_storage(l).device == own[size_t(l)])) ++kv_layers[own[size_t(l)].index];
+  if (head.is_cuda() && !(model_.head_device() == head))
+    model_.move_head([&](Tensor& t) { if (!(t.device == head)) weights[head.index] += t.bytes(); });
+  const int64_t per_sequence = (context_ + kKvBlockTokens - 1) / kKvBlockTokens;
+  int64_t blocks = kv_.num_blocks();
+  for (auto& [gpu, bytes] : weights) kv_layers[gpu];
+  for (auto& [gpu, layers] : kv_layers) {
+    const uint64_t free_now = ops::device_available_bytes(Device::cuda(gpu));
+    const uint64_t budget = uint64_t(options_.gpu_memory * double(free_now));
+    const uint64_t block_bytes = uint64_t(layers) * (kv_.layer_bytes() / uint64_t(kv_.num_blocks()));
+    const uint64_t w = weights[gpu];
+    if (w + block_bytes * uint64_t(blocks) <= budget) continue;
+    // At load the KV cache shrinks to what fits there: whole sequences at the full context, at least one.
+    const int64_t fit = block_bytes && w < budget ? int64_t((budget - w) / block_bytes) / per_sequence * per_sequence : 0;
+    if (first_placement && layers > 0 && fit >= per_sequence) {
+      blocks = std::min(blocks, fit);
+      continue;
+    }
+    throw EngineError("the layers placed on cuda:" + std::to_string(gpu) + " need " + gib(w) + " of weights and " +
+                      gib(block_bytes * uint64_t(blocks)) + " of KV cache, but --gpu_memory " + share_text(options_.gpu_memory) +
+                      " of its " + gib(free_now) + " free is " + gib(budget) + "; place fewer layers there (as {'cuda:" +
+                      std::to_string(gpu) + "':3,'cpu':1}), lower --ctx or --max_sequences, use a smaller --dtype, or raise --gpu_memory");
+  }
+  std::optional<int32_t> sequences;
+  if (blocks < kv_.num_blocks()) {
+    sequences = int32_t(std::min<int64_t>(blocks / per_sequence, options_.max_sequences));
+    kv_ = kvcache::KvPool(c.num_layers, 1, c.kv_row_floats(), kKvBlockTokens, blocks, c.kv_keys_only());
+    notes_.add("the KV cache holds " + std::to_string(blocks / per_sequence) + " sequences of " + std::to_string(context_) +
+               " tokens (not " + std::to_string(options_.max_sequences) + "): that is what --gpu_memory " +
+               share_text(options_.gpu_memory) + " of the GPU's free memory holds");
+  }
+
+  auto move_to = [](Device d) { return [d](Tensor& t) { t = ops::to_device(t, d); }; };
+  for (const Move& m : moves) model_.move_layer(m.layer, move_to(m.to), m.parts);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (unchanged(l)) continue;
+    // The layer's cached keys and values go with it, so running sequences carry on: a split layer's
+    // pages are cut by KV heads to its shards' devices, and put together again when it is whole.
+    if (model_.is_split(l)) {
+      kv_.replace_layer(l, join_kv_shards(l));
+      model_.join_layer(l);
+    }
+    const PlacedDevice& to = spec[size_t(l)];
+    if (to.kind != PlacedDevice::Kind::TensorParallel) {
+      kv_.replace_layer(l, ops::to_device(kv_.layer_storage(l), target[size_t(l)]));
+    } else {
+      std::vector<std::pair<Device, double>> devices;
+      for (const PlacedDevice::Shard& s : to.shards) devices.emplace_back(s.device, s.share);
+      split_kv(l, model_.split_layer(l, devices));
+    }
+    layer_place_[size_t(l)] = to;
+  }
+  placed_ = true;
+  if (!(model_.head_device() == head)) model_.move_head(move_to(head));
+  measure_memory();
+  return sequences;
+}
+
+// What sits where now, for status (read on other threads: computed here, between steps).
+void DeviceLayout::measure_memory() {
+  std::map<std::string, DeviceMemory> by;
+  by["cpu"].device = "cpu";
+  std::vector<const Tensor*> weights_now = model_.shard_tensors();
+  for (auto& [name, t] : model_.named_tensors()) weights_now.push_back(t);
+  for (const Tensor* t : weights_now) {
+    auto& m = by[t->device.name()];
+    m.device = t->device.name();
+    m.weight_bytes += t->bytes();
+  }
+  for (int64_t l = 0; l < model_.config().num_layers; ++l) {
+    std::vector<const Tensor*> pages;
+    for (const Tensor& t : kv_.shards(l)) pages.push_back(&t);
+    if (pages.empty()) pages.push_back(&kv_.layer_storage(l));
+    for (const Tensor* t : pages) {
+      auto& m = by[t->device.name()];
+      m.device = t->device.name();
+      m.kv_bytes += t->bytes();
+    }
+  }
+  std::vector<DeviceMemory> memory{by["cpu"]};
+  for (auto& [name, m] : by)
+    if (name != "cpu") memory.push_back(m);
+  std::lock_guard lock(memory_mu_);
+  memory_ = std::move(memory);
+}
+
+std::vector<DeviceMemory> DeviceLayout::memory() const {
+  std::lock_guard lock(memory_mu_);
+  return memory_;
+}
+
+void DeviceLayout::split_kv(int64_t l, const std::vector<model::DecoderModel::ShardSpan>& spans) {
+  // [kinds, blocks, slots, row] seen as rows of `row` floats; shard s takes its heads' columns.
+  const Tensor whole = ops::to_device(kv_.layer_storage(l), Device::cpu());
+  const std::vector<int64_t> shape = kv_.layer_shape();
+  const int64_t d = model_.config().head_dim, rows = shape[0] * shape[1] * shape[2];
+  Tensor flat = whole;
+  flat.shape = {rows, shape[3]};
+  std::vector<Tensor> shards;
+  for (const auto& span : spans) {
+    Tensor part = slice_columns(flat, span.kv_head0 * d, (span.kv_head0 + span.kv_heads) * d);
+    part.shape = {shape[0], shape[1], shape[2], span.kv_heads * d};
+    shards.push_back(ops::to_device(part, span.device));
+  }
+  kv_.set_shards(l, std::move(shards));
+  kv_.replace_layer(l, Tensor::zeros_f32({0, 0, 0, shape[3]}));  // the whole pages are in the shards now
+}
+
+Tensor DeviceLayout::join_kv_shards(int64_t l) {
+  const std::vector<int64_t> shape = kv_.layer_shape();
+  Tensor whole = kvcache::KvPool::host_storage(shape);
+  const int64_t rows = shape[0] * shape[1] * shape[2];
+  int64_t col = 0;
+  for (const Tensor& s : kv_.shards(l)) {
+    const Tensor part = ops::to_device(s, Device::cpu());
+    const int64_t w = part.dim(3);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(whole.as<float>() + r * shape[3] + col, part.as<float>() + r * w, size_t(w) * 4);
+    col += w;
+  }
+  kv_.set_shards(l, {});
+  return whole;
+}
+
+void DeviceLayout::place_weights_on_nodes(bool experts_only) {
+  const int done = experts_only ? 1 : 2;
+  if (nodes_placed_ >= done) return;  // once: the rows stay where they are for later placements
+  split_nodes_ = cpu::numa_nodes_with_cpus();
+  // Experts placed before (--moe_device numa) move again with the rest: a copy each, the old one freed.
+  model_.move_matrices([&](Tensor& w) { cpu::place_rows_on_nodes(w, split_nodes_); }, experts_only);
+  nodes_placed_ = done;
+}
+
+}  // namespace ftllm

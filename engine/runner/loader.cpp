@@ -1,0 +1,226 @@
+#include "loader.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "../core/error.h"
+#include "../core/mapped_file.h"
+#include "../cpu/kernels.h"
+#include "../model/architecture.h"
+#include "../model/gguf.h"
+#include "../model/gguf_model.h"
+#include "placement.h"
+
+namespace ftllm {
+
+namespace fs = std::filesystem;
+
+int64_t served_context(const ModelLoadOptions& o, const model::ModelConfig& c) {
+  return o.context_length > 0 ? o.context_length : std::min<int64_t>(c.max_position_embeddings, ModelLoadOptions::kDefaultContextCap);
+}
+
+int64_t kv_blocks_for(const ModelLoadOptions& o, const model::ModelConfig& c) {
+  return o.max_sequences * ((served_context(o, c) + kKvBlockTokens - 1) / kKvBlockTokens);
+}
+
+namespace {
+
+// Parses a template, or keeps the reason it failed for the first chat request to report: a model with a
+// broken template still serves completions.
+void parse_chat_template(const std::string& source, ModelText& text) {
+  if (source.empty()) return;
+  try {
+    text.chat_template = std::make_unique<tokenizer::ChatTemplate>(source);
+  } catch (const std::exception& e) {
+    text.chat_template_error = e.what();
+  }
+}
+
+// A GGUF file's vocabulary, and its bos/eos tokens for the template.
+void read_gguf_tokenizer(const model::GgufFile& file, ModelText& text) {
+  if (!file.get_strings("tokenizer.ggml.tokens")) return;  // weights only: served by token ids
+  text.tokenizer = tokenizer::Tokenizer::from_gguf(file);
+  for (auto [key, meta] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"}})
+    if (auto id = file.get_int(meta); id && *id >= 0 && *id < text.tokenizer->vocab_size())
+      text.special_tokens.emplace_back(key, jinja::Value::string(text.tokenizer->token(int32_t(*id))));
+}
+
+// "org/name" in the Hugging Face cache ($HF_HOME/hub, ~/.cache/huggingface/hub, or cache_dir), offline:
+// the snapshot refs/main points at. Empty when it is not there.
+std::string resolve_hf_cache(const std::string& repo, const std::string& cache_dir) {
+  static const std::regex repo_id(R"([A-Za-z0-9][\w.-]*/[\w.-]+)");
+  if (!std::regex_match(repo, repo_id)) return {};
+  std::vector<fs::path> roots;
+  if (!cache_dir.empty()) roots.push_back(cache_dir);
+  if (const char* hub = std::getenv("HF_HUB_CACHE")) roots.push_back(hub);
+  if (const char* home = std::getenv("HF_HOME")) roots.push_back(fs::path(home) / "hub");
+  if (const char* home = std::getenv("HOME")) roots.push_back(fs::path(home) / ".cache" / "huggingface" / "hub");
+  std::string folder = "models--" + repo.substr(0, repo.find('/')) + "--" + repo.substr(repo.find('/') + 1);
+  for (const fs::path& root : roots) {
+    fs::path base = root / folder;
+    std::ifstream ref(base / "refs" / "main");
+    std::string revision;
+    if (ref >> revision && fs::is_directory(base / "snapshots" / revision)) return (base / "snapshots" / revision).string();
+    std::error_code ec;  // no refs/main: the only snapshot, if there is one
+    std::vector<fs::path> snapshots;
+    for (auto& e : fs::directory_iterator(base / "snapshots", ec)) snapshots.push_back(e.path());
+    if (snapshots.size() == 1) return snapshots[0].string();
+  }
+  return {};
+}
+
+uint64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return UINT64_MAX;
+}
+
+// Refuses a KV cache that cannot fit in the memory available now, with what to change.
+void check_kv_fits(const ModelLoadOptions& o, const model::ModelConfig& c) {
+  const uint64_t bytes = uint64_t(c.num_layers) * (c.kv_keys_only() ? 1 : 2) * uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens *
+                         uint64_t(c.kv_row_floats()) * 4;
+  const uint64_t available = available_memory();
+  if (bytes > available) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg,
+                  "the KV cache for %d sequences of %lld tokens needs %.1f GiB but only %.1f GiB of memory is available; "
+                  "lower the context (--ctx) or the sequences (--max_sequences)",
+                  o.max_sequences, (long long)served_context(o, c), double(bytes) / (1 << 30), double(available) / (1 << 30));
+    throw EngineError(msg);
+  }
+}
+
+// --moe_experts, --moe_device and --cuda_se checked against the model and this build.
+void apply_moe_options(const ModelLoadOptions& o, model::ModelConfig& c) {
+  const bool moe = c.moe.num_experts > 0;
+  if (o.moe_experts != 0) {
+    if (!moe) throw EngineError("--moe_experts applies to mixture-of-experts models; " + c.architecture + " has no experts");
+    if (o.moe_experts < 1 || o.moe_experts > c.moe.num_experts)
+      throw EngineError("--moe_experts " + std::to_string(o.moe_experts) + " is outside 1.." + std::to_string(c.moe.num_experts) +
+                        " (the experts this model has)");
+    c.moe.experts_per_token = o.moe_experts;
+  }
+  const bool cuda_experts = o.moe_device == "cuda" || o.moe_device.starts_with("cuda:");
+  if (o.moe_device != "cpu" && o.moe_device != "numa" && !o.moe_device.empty() && !cuda_experts)
+    throw EngineError("--moe_device " + o.moe_device + " is unknown; use cpu, numa or cuda");
+  if ((o.moe_device == "numa" || cuda_experts) && !moe)
+    throw EngineError("--moe_device " + o.moe_device + " applies to mixture-of-experts models; " + c.architecture +
+                      " has no experts");
+  auto no_gpu = [](const std::string& device) {  // why `device` cannot be used, or empty
+    try {
+      Placement::parse(device, 1);
+    } catch (const EngineError& e) {
+      std::string why = e.what();
+      const size_t colon = why.find(": ");  // after "device cuda:1 is not available"
+      return colon == std::string::npos ? why : why.substr(colon + 2);
+    }
+    return std::string();
+  };
+  if (cuda_experts)
+    if (std::string why = no_gpu(o.moe_device); !why.empty())
+      throw EngineError("--moe_device " + o.moe_device + " is not available: " + why);
+  if (o.cuda_se)
+    if (std::string why = no_gpu("cuda"); !why.empty())
+      throw EngineError("--cuda_se keeps shared experts on a CUDA device, and " + why + "; load without it");
+}
+
+void add_note(std::string& notes, const std::string& note) {
+  if (!note.empty()) notes += (notes.empty() ? "" : "; ") + note;
+}
+
+// A .gguf file: weights, config, vocabulary and template all inside.
+void load_gguf(LoadedModel& m, const model::DTypeRules& rules, int threads) {
+  const ModelLoadOptions& o = m.options;
+  const fs::path file_path(o.path);
+  const uint64_t file_bytes = fs::file_size(file_path);
+  if (o.progress) o.progress("reading", 0, file_bytes);
+  model::GgufModel g = model::load_gguf_model(o.path, [&](uint64_t done, uint64_t total) {
+    if (o.progress) o.progress("converting", done, total);
+  });
+  if (o.progress) o.progress("binding", file_bytes, file_bytes);
+  g.weights.set_dtype_rules(rules, threads);
+  apply_moe_options(o, g.config);
+  const model::Architecture& arch = model::find_architecture(g.config.architecture);
+  check_kv_fits(o, g.config);
+  m.model = std::make_unique<model::DecoderModel>(g.config, arch.spec(g.config), g.weights);
+  m.weight_file_bytes = file_bytes;
+  if (m.options.name.empty()) m.options.name = file_path.stem().string();
+  add_note(m.notes, g.weights.conversion_notes());
+  model::GgufFile file = model::GgufFile::open(o.path);
+  read_gguf_tokenizer(file, m.text);
+  parse_chat_template(o.chat_template.empty() ? file.get_string("tokenizer.chat_template").value_or("")
+                                              : read_text_file(o.chat_template),
+                      m.text);
+}
+
+// A Hugging Face directory (or one ftllm-export wrote): config.json, *.safetensors, tokenizer files.
+void load_directory(LoadedModel& m, const model::DTypeRules& rules, int threads) {
+  const ModelLoadOptions& o = m.options;
+  const fs::path dir(o.path);
+  if (!fs::is_directory(dir))
+    throw EngineError(o.path + " is not a model directory (expected config.json and *.safetensors) or a .gguf file");
+  if (!fs::exists(dir / "config.json")) throw EngineError(o.path + " has no config.json");
+  model::ModelConfig config = model::parse_model_config(read_text_file(dir / "config.json"), (dir / "config.json").string());
+  if (fs::exists(dir / "generation_config.json"))
+    model::merge_generation_config(config, read_text_file(dir / "generation_config.json"),
+                                   (dir / "generation_config.json").string());
+  apply_moe_options(o, config);
+  const model::Architecture& arch = model::find_architecture(config.architecture);
+  model::DecoderSpec spec = arch.spec(config);
+  if (o.progress) o.progress("reading", 0, 0);
+  model::WeightStore weights = model::WeightStore::open_directory(o.path);
+  if (o.progress) o.progress("binding", weights.file_bytes(), weights.file_bytes());
+  weights.set_dtype_rules(rules, threads);
+  check_kv_fits(o, config);
+  m.model = std::make_unique<model::DecoderModel>(config, spec, weights);
+  m.weight_file_bytes = weights.file_bytes();
+  if (m.options.name.empty()) m.options.name = fs::absolute(dir).lexically_normal().filename().string();
+  if (m.options.name.empty()) m.options.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+  add_note(m.notes, weights.conversion_notes());
+  if (fs::exists(dir / "tokenizer.json")) {
+    m.text.tokenizer = tokenizer::Tokenizer::from_json(read_text_file(dir / "tokenizer.json"), (dir / "tokenizer.json").string());
+    m.text.special_tokens = tokenizer::special_tokens_of(o.path);
+  } else if (fs::exists(dir / "tokenizer.gguf")) {  // exported from a GGUF model
+    read_gguf_tokenizer(model::GgufFile::open((dir / "tokenizer.gguf").string()), m.text);
+  }
+  parse_chat_template(o.chat_template.empty() ? tokenizer::find_chat_template(o.path) : read_text_file(o.chat_template), m.text);
+}
+
+}  // namespace
+
+LoadedModel load_model(const ModelLoadOptions& requested) {
+  LoadedModel m;
+  m.options = requested;
+  ModelLoadOptions& o = m.options;
+  cpu::kernels_named(o.kernels);  // an unknown or unrunnable kernel set fails the load, not a request
+  const model::DTypeRules rules = model::DTypeRules::parse(o.dtype, o.moe_dtype, o.dtype_config);
+  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  if (!fs::exists(o.path)) {
+    std::string cached = resolve_hf_cache(o.path, o.cache_dir);
+    if (cached.empty() && o.path.find('/') != std::string::npos && o.path[0] != '/' && o.path[0] != '.')
+      throw EngineError(o.path + " is neither a path nor a model in the Hugging Face cache (" +
+                        (o.cache_dir.empty() ? std::string("$HF_HOME/hub") : o.cache_dir) +
+                        "); download it there first, or give a directory or .gguf file");
+    if (!cached.empty()) {
+      if (o.name.empty()) o.name = o.path.substr(o.path.find('/') + 1);
+      o.path = cached;
+    }
+  }
+  const fs::path path(o.path);
+  if (path.extension() == ".gguf" && fs::is_regular_file(path)) load_gguf(m, rules, threads);
+  else load_directory(m, rules, threads);
+  if (o.progress) o.progress("ready", m.weight_file_bytes, m.weight_file_bytes);
+  return m;
+}
+
+}  // namespace ftllm

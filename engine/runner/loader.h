@@ -1,0 +1,36 @@
+// A model's files turned into what serves it: the path resolved (a directory, a .gguf file, or
+// "org/name" in the Hugging Face cache), its config, weights bound and converted as the dtype options
+// say, its tokenizer and chat template; and the checks that refuse a load before memory runs out.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "../load_options.h"
+#include "../model/decoder.h"
+#include "model_text.h"
+
+namespace ftllm {
+
+// Tokens per KV page.
+constexpr int64_t kKvBlockTokens = 16;
+
+struct LoadedModel {
+  ModelLoadOptions options;  // as resolved: the name given or derived, the path found in the cache
+  std::unique_ptr<model::DecoderModel> model;
+  size_t weight_file_bytes = 0;
+  std::string notes;  // what the dtype options could not convert, and why
+  ModelText text;
+};
+
+// Throws EngineError with a reason a person can act on.
+LoadedModel load_model(const ModelLoadOptions& options);
+
+// The context a model is served with: --ctx, else its own maximum up to ModelLoadOptions::kDefaultContextCap.
+int64_t served_context(const ModelLoadOptions& options, const model::ModelConfig& config);
+
+// KV pages for max_sequences sequences at the served context.
+int64_t kv_blocks_for(const ModelLoadOptions& options, const model::ModelConfig& config);
+
+}  // namespace ftllm

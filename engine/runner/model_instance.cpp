@@ -1,0 +1,24 @@
+#include "model_instance.h"
+
+namespace ftllm {
+
+std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& options) {
+  return std::unique_ptr<ModelInstance>(new ModelInstance(load_model(options)));
+}
+
+ModelInstance::ModelInstance(LoadedModel loaded)
+    : loaded_(std::move(loaded)),
+      context_(served_context(loaded_.options, config())),
+      kv_(config().num_layers, 1, config().kv_row_floats(), kKvBlockTokens, kv_blocks_for(loaded_.options, config()),
+          config().kv_keys_only()),
+      layout_(*loaded_.model, kv_, loaded_.options, context_, notes_) {
+  std::string note;
+  const std::optional<int32_t> sequences = layout_.apply(Placement::parse(options().device, config().num_layers, &note), 0);
+  notes_.add(note);
+  notes_.add(loaded_.notes);
+  runner_ = std::make_unique<Runner>(*loaded_.model, kv_, layout_, notes_, context_, sequences.value_or(options().max_sequences));
+}
+
+ModelInstance::~ModelInstance() { runner_.reset(); }
+
+}  // namespace ftllm

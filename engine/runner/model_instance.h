@@ -1,0 +1,49 @@
+// One resident model, put together from its parts: what the loader read (weights, config, tokenizer and
+// template), its KV pool, the layout of its parts over devices and threads, and the runner whose worker
+// thread serves its requests. Nothing here is shared between models, so one can be unloaded while
+// another serves.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "../kvcache/kv_cache.h"
+#include "device_layout.h"
+#include "loader.h"
+#include "runner.h"
+
+namespace ftllm {
+
+class ModelInstance {
+ public:
+  // Throws EngineError with a reason a person can act on.
+  static std::unique_ptr<ModelInstance> load(const ModelLoadOptions& options);
+  ~ModelInstance();  // the runner first: it cancels what is running and stops the worker
+
+  const ModelLoadOptions& options() const { return loaded_.options; }
+  const model::DecoderModel& model() const { return *loaded_.model; }
+  const model::ModelConfig& config() const { return loaded_.model->config(); }
+  const ModelText& text() const { return loaded_.text; }
+  size_t weight_file_bytes() const { return loaded_.weight_file_bytes; }
+  int64_t context_length() const { return context_; }
+  const std::string& dtypes() const { return loaded_.model->dtypes(); }
+  uint64_t kv_bytes() const { return kv_.bytes(); }
+  std::string load_notes() const { return notes_.text(); }  // what --dtype could not convert, placement notes
+  std::vector<DeviceMemory> memory_by_device() const { return layout_.memory(); }
+  const cpu::Kernels& kernels() const { return cpu::kernels_named(options().kernels); }
+  Placement placement() const { return runner_->placement(); }
+
+  Runner& runner() { return *runner_; }
+
+ private:
+  explicit ModelInstance(LoadedModel loaded);
+
+  LoadedModel loaded_;
+  const int64_t context_;
+  LoadNotes notes_;
+  kvcache::KvPool kv_;
+  DeviceLayout layout_;
+  std::unique_ptr<Runner> runner_;  // last: its worker uses everything above
+};
+
+}  // namespace ftllm

@@ -1,0 +1,107 @@
+// The worker of one model: a thread that runs continuous batching over the model's KV pool, and the one
+// table of the requests it serves. Requests, cancels, thread and placement changes arrive from other
+// threads and are applied between two steps, so running generations go on with the same results.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../kvcache/kv_cache.h"
+#include "../model/decoder.h"
+#include "../scheduler/request.h"
+#include "../scheduler/scheduler.h"
+#include "device_layout.h"
+#include "placement.h"
+
+namespace ftllm {
+
+// A forward pass with the model to itself, between two steps of the worker: for tests and tools that
+// want logits rather than tokens (Runner::exclusive).
+struct ForwardPass {
+  const model::DecoderModel& model;
+  kvcache::KvPool& kv;
+  const DeviceLayout& layout;
+  // Logits (on the host) of batch.logit_rows, for sequences whose pages `seqs` reserve.
+  Tensor forward(const model::Batch& batch, const std::vector<kvcache::SequenceKv*>& seqs) const;
+};
+
+class Runner {
+ public:
+  struct Load {
+    size_t running = 0, waiting = 0;
+    int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+    int threads = 0;
+    double tokens_per_second = 0;  // generated over the last 10 seconds
+  };
+
+  // Starts the worker. `max_running`: sequences decoded at once (the KV pool holds that many at `context`).
+  Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayout& layout, LoadNotes& notes, int64_t context,
+         int32_t max_running);
+  ~Runner();  // cancels what is running (each gets its Cancelled event) and stops the worker
+
+  // Queues a generation; it joins the running batch at the next step. Returns its id for cancel().
+  uint64_t submit(GenerationRequest request, GenerationCallback callback);
+  // Ends a generation at the next step (its callback gets FinishReason::Cancelled); unknown ids are ignored.
+  void cancel(uint64_t id);
+  // Ends every generation at the next step with FinishReason::Error and this message.
+  void fail_all(const std::string& message);
+  // Changes the compute threads, or the placement, between two steps (every output element is computed
+  // by one thread whatever their number, and moved layers take their KV pages along).
+  void set_threads(int threads);
+  void set_placement(Placement placement);
+  Placement placement() const;  // as last applied
+  Load load() const;
+
+  // Runs `fn` between two steps with the model to itself.
+  void exclusive(const std::function<void(const ForwardPass&)>& fn);
+
+ private:
+  void worker_loop();
+  void take_arrivals();
+  void apply_changes(std::optional<Placement> placement, int threads);
+  void step();  // one plan / forward / commit
+  void report_finished();
+  void fail_all_running(const std::string& message);
+  GenerationCallback* callback_of(uint64_t id);
+
+  const model::DecoderModel& model_;
+  kvcache::KvPool& kv_;
+  DeviceLayout& layout_;
+  LoadNotes& notes_;
+  const int64_t context_;
+
+  std::mutex compute_mu_;  // the KV pool and the layout: the worker's steps, and exclusive()
+  scheduler::Scheduler scheduler_;                  // worker thread only
+  std::map<uint64_t, kvcache::SequenceKv> caches_;  // by request id; worker thread only
+
+  mutable std::mutex mu_;  // everything below
+  std::condition_variable wake_;
+  // The request table, by id (the scheduler's sequence ids are the same ids).
+  struct Request {
+    GenerationCallback callback;
+    std::optional<GenerationRequest> queued;  // until the worker hands it to the scheduler
+  };
+  std::map<uint64_t, Request> requests_;
+  std::deque<uint64_t> arrivals_;
+  std::vector<uint64_t> cancels_;
+  std::string fail_all_message_;  // set by fail_all, applied by the worker
+  int pending_threads_ = 0;       // set by set_threads, applied by the worker
+  std::optional<Placement> pending_placement_;
+  Placement placement_;  // the layout's, copied for other threads
+  uint64_t next_id_ = 1;
+  size_t running_ = 0, waiting_ = 0;
+  int current_threads_ = 0;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, size_t>> recent_tokens_;  // for tokens/s
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace ftllm
