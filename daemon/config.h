@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "http/limits.h"
 #include "load_options.h"
 
 namespace ftllm::daemon {
@@ -23,8 +24,8 @@ struct ListenAddress {
 struct Config {
   ListenAddress listen;
   std::string api_key;
-  size_t max_header_bytes = 64 * 1024;
-  size_t max_body_bytes = 16 * 1024 * 1024;
+  size_t max_header_bytes = http::kDefaultMaxHeaderBytes;
+  size_t max_body_bytes = http::kDefaultMaxBodyBytes;
   size_t max_connections = 1024;
   size_t max_waiting = 256;  // requests queued per model before new ones get 503
   size_t idle_timeout_seconds = 75;     // a keep-alive connection with nothing to do is closed

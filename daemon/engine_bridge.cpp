@@ -47,11 +47,10 @@ void EngineBridge::close() {
   jobs_.clear();
 }
 
-GenerationCallback EngineBridge::make_callback(std::function<void(const GenerationEvent&)> deliver) {
-  auto target = std::make_shared<std::function<void(const GenerationEvent&)>>(std::move(deliver));
+std::function<void(std::function<void()>)> EngineBridge::weak_poster() const {
   std::weak_ptr<State> weak = state_;
-  return [weak, target](const GenerationEvent& e) {
-    if (auto s = weak.lock()) s->post([target, e] { (*target)(e); });
+  return [weak](std::function<void()> task) {
+    if (auto s = weak.lock()) s->post(std::move(task));
   };
 }
 

@@ -23,9 +23,15 @@ class EngineBridge {
   EngineBridge& operator=(const EngineBridge&) = delete;
 
   // A callback for the engine: each event it receives reaches `deliver` on the loop thread, in order.
-  GenerationCallback make_callback(std::function<void(const GenerationEvent&)> deliver);
+  template <typename Event>
+  std::function<void(const Event&)> make_callback(std::function<void(const Event&)> deliver) {
+    auto target = std::make_shared<std::function<void(const Event&)>>(std::move(deliver));
+    return [bridge = weak_poster(), target](const Event& e) { bridge([target, e] { (*target)(e); }); };
+  }
   // Runs `task` on the loop thread, from any thread (dropped after close()).
   void post(std::function<void()> task);
+  // post() for other threads to keep: it does nothing once the bridge is gone.
+  std::function<void(std::function<void()>)> weak_poster() const;
   // Runs `work` on a thread of its own, then `then` on the loop thread (not at all after close()).
   void run_in_background(std::function<void()> work, std::function<void()> then);
   // Stops delivering (what is in flight is dropped), waits for background jobs, releases the loop handle.

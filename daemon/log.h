@@ -14,6 +14,5 @@ void log(LogLevel level, std::string_view message);
 inline void log_error(std::string_view m) { log(LogLevel::Error, m); }
 inline void log_warn(std::string_view m) { log(LogLevel::Warn, m); }
 inline void log_info(std::string_view m) { log(LogLevel::Info, m); }
-inline void log_debug(std::string_view m) { log(LogLevel::Debug, m); }
 
 }  // namespace ftllm::daemon

@@ -5,6 +5,8 @@
 #include "ftllm_version.h"
 #include "runner/model_instance.h"
 #include "runner/placement.h"
+#include "runner/text_generation.h"
+#include "text/prompt.h"
 #ifdef FTLLM_WITH_CUDA
 #include "cuda/cuda_devices.h"
 #endif
@@ -15,7 +17,6 @@ const std::string& ModelHandle::name() const { return impl_->options().name; }
 const std::string& ModelHandle::source() const { return impl_->options().path; }
 const std::string& ModelHandle::architecture() const { return impl_->config().architecture; }
 int64_t ModelHandle::context_length() const { return impl_->context_length(); }
-std::vector<int32_t> ModelHandle::eos_token_ids() const { return impl_->config().eos_token_ids; }
 
 Status ModelHandle::tokenize(std::string_view text, bool add_special, bool parse_special,
                              std::vector<int32_t>& ids) const {
@@ -30,63 +31,11 @@ Status ModelHandle::detokenize(const std::vector<int32_t>& ids, bool skip_specia
   return Status::success();
 }
 
-namespace {
-class TokenizerTextStream : public TextStream {
- public:
-  TokenizerTextStream(const tokenizer::Tokenizer& t, bool skip_special) : stream_(t, skip_special) {}
-  std::string feed(int32_t token) override { return stream_.feed(token); }
-  std::string finish() override { return stream_.finish(); }
-
- private:
-  tokenizer::Tokenizer::Stream stream_;
-};
-}  // namespace
-
-std::string ModelHandle::token_bytes(int32_t id) const {
-  const tokenizer::Tokenizer* t = impl_->text().tokenizer.get();
-  return t && id >= 0 && id < t->vocab_size() ? t->token_bytes(id) : std::string();
-}
-
-std::unique_ptr<TextStream> ModelHandle::text_stream(bool skip_special) const {
-  if (!impl_->text().tokenizer) return nullptr;
-  return std::make_unique<TokenizerTextStream>(*impl_->text().tokenizer, skip_special);
-}
-
 Status ModelHandle::apply_chat_template(const ChatInput& input, std::string& prompt) const {
-  const tokenizer::ChatTemplate* t = impl_->text().chat_template.get();
-  if (!t) {
-    if (!impl_->text().chat_template_error.empty())
-      return Status::error("model " + name() + "'s chat template does not parse: " + impl_->text().chat_template_error);
-    return Status::error("model " + name() + " has no chat template; start it with --chat_template FILE, or use /v1/completions");
-  }
-  try {
-    tokenizer::ChatRequest r;
-    r.messages = tokenizer::json_to_value(input.messages_json);
-    if (!input.tools_json.empty()) r.tools = tokenizer::json_to_value(input.tools_json);
-    r.add_generation_prompt = input.add_generation_prompt;
-    r.kwargs = impl_->text().special_tokens;
-    if (!input.kwargs_json.empty()) {
-      jinja::Value extra = tokenizer::json_to_value(input.kwargs_json);
-      if (extra.is_object())
-        for (auto& [k, v] : *extra.object) r.kwargs.emplace_back(k, v);
-    }
-    prompt = t->render(r);
-  } catch (const std::exception& e) {
-    return Status::error(e.what());
-  }
-  return Status::success();
+  return text::render_chat(impl_->text(), name(), input, prompt);
 }
 
-const std::string& ModelHandle::chat_template_source() const {
-  static const std::string none;
-  return impl_->text().chat_template ? impl_->text().chat_template->source() : none;
-}
-
-uint64_t ModelHandle::submit(GenerationRequest request, GenerationCallback callback) const {
-  return impl_->runner().submit(std::move(request), std::move(callback));
-}
-
-void ModelHandle::cancel(uint64_t id) const { impl_->runner().cancel(id); }
+void ModelHandle::cancel(uint64_t choice_id) const { impl_->runner().cancel(choice_id); }
 void ModelHandle::fail_all(const std::string& message) const { impl_->runner().fail_all(message); }
 void ModelHandle::set_threads(int threads) const { impl_->runner().set_threads(threads); }
 
@@ -101,10 +50,7 @@ Status ModelHandle::set_placement(const std::string& device) const {
 
 std::string ModelHandle::placement() const { return impl_->placement().to_string(); }
 
-ModelHandle::Load ModelHandle::load() const {
-  auto l = impl_->runner().load();
-  return {l.running, l.waiting, l.kv_blocks_used, l.kv_blocks_total, l.threads, l.tokens_per_second};
-}
+ModelHandle::Load ModelHandle::load() const { return impl_->runner().load(); }
 
 ModelHandle::Footprint ModelHandle::footprint() const {
   return {impl_->model().parameter_count(), impl_->model().weight_bytes(), impl_->kv_bytes(), impl_->dtypes(), impl_->load_notes(),
@@ -148,6 +94,36 @@ std::vector<ModelInfo> Engine::models() const {
   std::lock_guard lock(mu_);
   std::vector<ModelInfo> out;
   for (auto& [name, m] : models_) out.push_back({name, m->options().path, m->config().architecture});
+  return out;
+}
+
+TextSubmission Engine::submit(const TextRequest& request, TextCallback callback) {
+  TextSubmission out;
+  std::shared_ptr<ModelInstance> instance;
+  std::string loaded;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = models_.find(request.model); it != models_.end()) instance = it->second;
+    for (auto& [name, m] : models_) loaded += (loaded.empty() ? "" : ", ") + name;
+  }
+  if (!instance) {
+    out.refusal = Refusal::ModelNotFound;
+    out.error = "model \"" + request.model + "\" is not loaded; loaded models: " + (loaded.empty() ? "none" : loaded);
+    out.param = "model";
+    return out;
+  }
+  if (const size_t waiting = instance->runner().load().waiting; request.max_waiting && waiting >= request.max_waiting) {
+    out.refusal = Refusal::Busy;
+    out.error = "model " + request.model + " has " + std::to_string(waiting) + " requests waiting, its limit; retry in a moment";
+    return out;
+  }
+  StartedText started = start_text_generation(*instance, request, std::move(callback));
+  out.refusal = started.refusal;
+  out.error = std::move(started.error);
+  out.param = std::move(started.param);
+  out.choice_ids = std::move(started.choice_ids);
+  out.prompt_tokens = started.prompt_tokens;
+  out.model = std::make_shared<ModelHandle>(std::move(instance));
   return out;
 }
 

@@ -12,18 +12,12 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/status.h"
 #include "load_options.h"
 #include "scheduler/request.h"
+#include "text/text_request.h"
 
 namespace ftllm {
-
-// What a call into the engine produced: ok, or a message a person can act on.
-struct Status {
-  bool ok = true;
-  std::string message;
-  static Status success() { return {}; }
-  static Status error(std::string msg) { return {false, std::move(msg)}; }
-};
 
 // A model resident in the engine, as listed by /v1/models and the admin status.
 struct ModelInfo {
@@ -44,23 +38,6 @@ struct ExportResult {
 };
 Status export_model(const ModelLoadOptions& source, const std::string& out_dir, ExportResult& result);
 
-// A chat to render with a model's template: JSON texts as OpenAI requests carry them.
-struct ChatInput {
-  std::string messages_json = "[]";  // [{"role": ..., "content": ...}, ...]
-  std::string tools_json;            // empty: no tools
-  bool add_generation_prompt = true;
-  std::string kwargs_json;           // chat_template_kwargs object ({"enable_thinking": false}); empty for none
-};
-
-// Incremental detokenisation for streaming: never splits a UTF-8 character; the pieces add up to the
-// full decode.
-class TextStream {
- public:
-  virtual ~TextStream() = default;
-  virtual std::string feed(int32_t token) = 0;
-  virtual std::string finish() = 0;
-};
-
 // A resident model as callers use it. Holding the handle keeps the model alive through an unload.
 class ModelHandle {
  public:
@@ -69,26 +46,16 @@ class ModelHandle {
   const std::string& source() const;
   const std::string& architecture() const;
   int64_t context_length() const;
-  std::vector<int32_t> eos_token_ids() const;
 
   // Throw nothing: a model without a tokenizer gives an error Status.
   Status tokenize(std::string_view text, bool add_special, bool parse_special, std::vector<int32_t>& ids) const;
   Status detokenize(const std::vector<int32_t>& ids, bool skip_special, std::string& text) const;
-  std::unique_ptr<TextStream> text_stream(bool skip_special) const;  // null without a tokenizer
-  // The bytes one token stands for (possibly part of a UTF-8 character); empty without a tokenizer.
-  std::string token_bytes(int32_t id) const;
+  // The chat rendered with the model's template, as a generation's prompt would be.
   Status apply_chat_template(const ChatInput& input, std::string& prompt) const;
-  const std::string& chat_template_source() const;  // empty without a template
 
-  uint64_t submit(GenerationRequest request, GenerationCallback callback) const;
-  void cancel(uint64_t id) const;
+  void cancel(uint64_t choice_id) const;  // ends a choice at the next step (its text event finishes it)
   void fail_all(const std::string& message) const;  // every running and queued request ends with it
-  struct Load {
-    size_t running = 0, waiting = 0;
-    int64_t kv_blocks_used = 0, kv_blocks_total = 0;
-    int threads = 0;
-    double tokens_per_second = 0;  // generated over the last 10 seconds
-  };
+  using Load = ServingLoad;
   Load load() const;
   struct Footprint {
     uint64_t parameters = 0, weight_bytes = 0, kv_bytes = 0;
@@ -108,6 +75,15 @@ class ModelHandle {
   std::shared_ptr<ModelInstance> impl_;
 };
 
+// A request the engine took, or refused before it started.
+struct TextSubmission {
+  Refusal refusal = Refusal::None;
+  std::string error, param;            // when refused: what to tell the client, and the request field at fault
+  std::shared_ptr<ModelHandle> model;  // the model serving it, kept alive through an unload until it ends
+  std::vector<uint64_t> choice_ids;    // one per choice, for ModelHandle::cancel
+  size_t prompt_tokens = 0;
+};
+
 // Owns the resident models. Thread-safe: the daemon's loop thread and load threads may call it at once.
 class Engine {
  public:
@@ -120,6 +96,10 @@ class Engine {
 
   // The named resident model, or null.
   std::shared_ptr<ModelHandle> model(const std::string& name) const;
+
+  // The one call of a generation: the request as the API layer has it; each choice's text comes to
+  // `callback` (on the model's worker thread) until its finished event.
+  TextSubmission submit(const TextRequest& request, TextCallback callback);
 
   DeviceReport devices() const;
   bool cuda_built() const;

@@ -8,13 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "limits.h"
 #include "request.h"
 
 namespace ftllm::http {
 
 struct ParseLimits {
-  size_t max_header_bytes = 64 * 1024;  // request line plus all headers
-  size_t max_body_bytes = 16 * 1024 * 1024;
+  size_t max_header_bytes = kDefaultMaxHeaderBytes;  // request line plus all headers
+  size_t max_body_bytes = kDefaultMaxBodyBytes;
 };
 
 // Why parsing stopped: the HTTP status to answer with and a message for the client.

@@ -40,7 +40,6 @@ class Server {
 
   // "127.0.0.1:8080" (the real port when 0 was asked for) or the socket path.
   const std::string& address() const { return address_; }
-  size_t connection_count() const { return connections_.size(); }
   // Called with every request's status once its response starts (for metrics).
   void on_response(std::function<void(const Request&, int)> f) { on_response_ = std::move(f); }
 

@@ -81,7 +81,9 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
 
   std::string_view model;
   if (root["model"].get(model)) return bad("model", "is required and must be a string");
-  out.model = model;
+  TextRequest& r = out.request;
+  r.model = model;
+  r.input = chat ? TextRequest::Input::Chat : TextRequest::Input::Text;
   out.chat = chat;
 
   if (chat) {
@@ -95,30 +97,30 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
       if (auto e = message_json(m, i, one)) return e;
       joined += (i++ ? "," : "") + one;
     }
-    out.chat_input.messages_json = joined + "]";
+    r.chat.messages_json = joined + "]";
     element tools;
     if (!root["tools"].get(tools) && !tools.is_null()) {
       if (tools.type() != element_type::ARRAY) return bad("tools", "must be an array");
-      out.chat_input.tools_json = simdjson::to_string(tools);
+      r.chat.tools_json = simdjson::to_string(tools);
     }
     element kwargs;
     if (!root["chat_template_kwargs"].get(kwargs) && !kwargs.is_null()) {
       if (kwargs.type() != element_type::OBJECT) return bad("chat_template_kwargs", "must be an object");
-      out.chat_input.kwargs_json = simdjson::to_string(kwargs);
+      r.chat.kwargs_json = simdjson::to_string(kwargs);
     }
   } else {
     element prompt;
     if (root["prompt"].get(prompt)) return bad("prompt", "is required");
     std::string_view p;
     if (!prompt.get(p)) {
-      out.prompt = p;
+      r.prompt = p;
     } else if (prompt.type() == element_type::ARRAY) {
       simdjson::dom::array list = prompt.get_array();
       if (list.size() == 0) return bad("prompt", "must not be empty");
       element first = list.at(0);
       if (first.type() == element_type::STRING) {
         if (list.size() > 1) return bad("prompt", "with several prompts is not supported; send one request per prompt");
-        out.prompt = std::string_view(first);
+        r.prompt = std::string_view(first);
       } else {
         element ids = first.type() == element_type::ARRAY ? first : prompt;
         if (first.type() == element_type::ARRAY && list.size() > 1)
@@ -126,16 +128,16 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
         for (element id : ids.get_array()) {
           int64_t v;
           if (id.get(v) || v < 0 || v > INT32_MAX) return bad("prompt", "token ids must be non-negative integers");
-          out.prompt_ids.push_back(int32_t(v));
+          r.prompt_ids.push_back(int32_t(v));
         }
-        out.prompt_is_ids = true;
+        r.input = TextRequest::Input::Tokens;
       }
     } else {
       return bad("prompt", "must be a string, an array of strings, or an array of token ids");
     }
   }
 
-  SamplingParams& s = out.generation.sampling;
+  SamplingParams& s = r.generation.sampling;
   if (auto e = number(root, "temperature", 0, 2, s.temperature)) return e;
   if (auto e = number(root, "top_p", 0, 1, s.top_p)) return e;
   if (auto e = number(root, "min_p", 0, 1, s.min_p)) return e;
@@ -149,9 +151,9 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
   if (seed) s.seed = uint64_t(*seed);
   if (auto e = integer(root, "max_tokens", 1, 1 << 24, max_tokens)) return e;
   if (auto e = integer(root, "max_completion_tokens", 1, 1 << 24, max_completion_tokens)) return e;
-  out.generation.max_tokens = int32_t(max_completion_tokens.value_or(max_tokens.value_or(0)));
+  r.generation.max_tokens = int32_t(max_completion_tokens.value_or(max_tokens.value_or(0)));
   if (auto e = integer(root, "n", 1, 16, n)) return e;
-  out.n = int(n.value_or(1));
+  r.n = int(n.value_or(1));
 
   element flag;
   if (!root["stream"].get(flag) && !flag.is_null()) {
@@ -162,7 +164,7 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
     element usage;
     if (!flag["include_usage"].get(usage) && usage.get(out.include_usage)) return bad("stream_options.include_usage", "must be true or false");
   }
-  if (!root["ignore_eos"].get(flag) && !flag.is_null() && flag.get(out.generation.ignore_eos)) return bad("ignore_eos", "must be true or false");
+  if (!root["ignore_eos"].get(flag) && !flag.is_null() && flag.get(r.generation.ignore_eos)) return bad("ignore_eos", "must be true or false");
   // Chat: "logprobs": true with "top_logprobs": 0..20. Completions: "logprobs": 0..5 (the alternatives).
   std::optional<int64_t> top;
   if (chat) {
@@ -174,7 +176,7 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
     out.logprobs = top.has_value();
   }
   out.top_logprobs = int(top.value_or(0));
-  out.generation.logprobs = out.logprobs ? out.top_logprobs : -1;
+  r.generation.logprobs = out.logprobs ? out.top_logprobs : -1;
 
   element bias;
   if (!root["logit_bias"].get(bias) && !bias.is_null()) {
@@ -198,13 +200,13 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
   if (!root["stop"].get(stop) && !stop.is_null()) {
     std::string_view one;
     if (!stop.get(one)) {
-      out.stop.emplace_back(one);
+      r.stop.emplace_back(one);
     } else if (stop.type() == element_type::ARRAY) {
       for (element x : stop.get_array()) {
         if (x.get(one)) return bad("stop", "must be a string or an array of strings");
-        out.stop.emplace_back(one);
+        r.stop.emplace_back(one);
       }
-      if (out.stop.size() > 16) return bad("stop", "may hold at most 16 strings");
+      if (r.stop.size() > 16) return bad("stop", "may hold at most 16 strings");
     } else {
       return bad("stop", "must be a string or an array of strings");
     }

@@ -23,17 +23,11 @@ struct ApiError {
       : status(s), message(std::move(m)), param(std::move(p)), type(std::move(t)), code(std::move(c)) {}
 };
 
+// A generation body: the engine's request, and how the answer is to be written.
 struct GenerationBody {
-  std::string model;
+  TextRequest request;  // model, messages or prompt, sampling, max_tokens (0: up to the context), stop, n
   bool chat = true;
-  ChatInput chat_input;              // chat: messages, tools, chat_template_kwargs
-  std::string prompt;                // completions: text prompt
-  std::vector<int32_t> prompt_ids;   // completions: a prompt given as token ids
-  bool prompt_is_ids = false;
-  GenerationRequest generation;      // sampling, max_tokens (0: up to the context), ignore_eos
-  std::vector<std::string> stop;
   bool stream = false, include_usage = false;
-  int n = 1;              // choices, each its own sequence
   bool logprobs = false;  // chat: logprobs true; completions: logprobs N
   int top_logprobs = 0;
 };

@@ -8,8 +8,6 @@
 #include "core/json_writer.h"
 #include "../log.h"
 #include "request.h"
-#include "output_parser.h"
-#include "stop_text.h"
 
 namespace ftllm::daemon {
 
@@ -92,93 +90,76 @@ const char* finish_name(FinishReason r) {
   return "stop";
 }
 
-// What the choices of one request share: the exchange, the ids, the usage, and the choices done so far.
+// What the choices of one request share: the exchange, the ids, the usage, the choices done so far.
 struct Reply {
   std::shared_ptr<http::Exchange> ex;
   std::string id;
   int64_t created = 0;
   size_t prompt_tokens = 0, completion_tokens = 0, remaining = 0;
   std::vector<std::string> choices;  // finished choices' JSON (whole responses)
-  std::vector<std::function<void()>> cancels;
+  // The model, for cancelling: weak, as the reply lives as long as its exchange; the choices hold it
+  // (an unloaded model stays until its running choices end).
+  std::weak_ptr<ModelHandle> model;
+  std::vector<uint64_t> choice_ids;  // the engine's, to cancel by
   bool failed = false, client_gone = false;
   void cancel_all() {
-    for (auto& c : cancels) c();
+    if (auto m = model.lock())
+      for (uint64_t id : choice_ids) m->cancel(id);
   }
 };
 
-// One choice being generated: lives on the loop thread from submit to its last byte.
 }  // namespace
 
+// One choice's answer as JSON: lives on the loop thread from submit to its last byte. The engine sends
+// it text (content, reasoning, tool calls); this writes OpenAI's chunks or its whole response.
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
-  Generation(ApiContext& api, Metrics& metrics, std::shared_ptr<Reply> reply, size_t index, std::shared_ptr<ModelHandle> model,
-             GenerationBody body, OutputParser parser)
-      : api_(api), metrics_(metrics), reply_(std::move(reply)), ex_(reply_->ex), index_(index), model_(std::move(model)),
-        body_(std::move(body)), prompt_tokens_(reply_->prompt_tokens), stream_(model_->text_stream(true)),
-        stop_(body_.stop), parser_(parser), id_(reply_->id), created_(reply_->created), started_(Clock::now()) {}
+  Generation(ApiContext& api, std::shared_ptr<Reply> reply, size_t index, std::shared_ptr<const GenerationBody> request)
+      : api_(api), reply_(std::move(reply)), ex_(reply_->ex), index_(index), request_(std::move(request)), body_(*request_), id_(reply_->id),
+        created_(reply_->created), started_(Clock::now()) {}
 
-  void start(EngineBridge& bridge) {
-    auto self = shared_from_this();
+  // The model is known once the engine has taken the request.
+  void started(std::shared_ptr<ModelHandle> model) {
+    model_ = std::move(model);
+    model_name_ = model_->name();
+    prompt_tokens_ = reply_->prompt_tokens;
     if (body_.stream && body_.chat)
       send_chunk([](JsonWriter& w) { w.key("role").string("assistant").key("content").string(""); }, nullptr);
-    api_.generations.insert(self);
-    std::weak_ptr<Generation> weak = self;
-    engine_id_ = model_->submit(body_.generation, bridge.make_callback([weak](const GenerationEvent& e) {
-      if (auto g = weak.lock()) g->on_event(e);
-    }));
-    // The reply must not keep its choices alive either.
-    reply_->cancels.push_back([weak] {
-      if (auto g = weak.lock()) g->model_->cancel(g->engine_id_);
-    });
   }
 
- private:
-  void on_event(const GenerationEvent& e) {
+  void on_event(const TextEvent& e) {
     if (finished_) return;
     const auto now = Clock::now();
     if (!e.tokens.empty()) {
       if (first_token_at_ == Clock::time_point{}) {
         first_token_at_ = now;
-        metrics_.first_token(model_->name(), std::chrono::duration<double>(now - started_).count());
+        api_.metrics.first_token(model_name_, std::chrono::duration<double>(now - started_).count());
       } else {
-        metrics_.inter_token(model_->name(), std::chrono::duration<double>(now - last_token_at_).count() / double(e.tokens.size()));
+        api_.metrics.inter_token(model_name_, std::chrono::duration<double>(now - last_token_at_).count() / double(e.tokens.size()));
       }
       last_token_at_ = now;
     }
-    for (size_t i = 0; i < e.tokens.size() && body_.logprobs; ++i)
-      if (i < e.logprobs.size()) logprobs_.push_back({e.tokens[i], e.logprobs[i]});
-    for (int32_t t : e.tokens) {
-      ++completion_tokens_;
-      emit(stop_.push(stream_ ? stream_->feed(t) : std::string()));
-    }
-    if (stop_.stopped() && !stop_requested_) {
-      stop_requested_ = true;
-      model_->cancel(engine_id_);  // a stop string ends generation at once
-    }
+    completion_tokens_ += e.tokens.size();
+    if (body_.logprobs) logprobs_.insert(logprobs_.end(), e.logprobs.begin(), e.logprobs.end());
+    deliver(e);
     if (e.finished) {
       auto self = shared_from_this();  // alive until this call returns
-      finish(e.result);
+      finish(e);
       api_.generations.erase(self);
     }
   }
 
-  void emit(const std::string& text) {
-    if (text.empty()) return;
-    if (!body_.chat) {
-      text_ += text;
-      if (body_.stream) send_chunk([&](JsonWriter& w) { w.key("text").string(text); }, nullptr, true);
-      return;
-    }
-    deliver(parser_.push(text));
-  }
-
-  // Chat output after reasoning and tool-call parsing.
-  void deliver(const ParsedDelta& d) {
-    if (d.empty()) return;
+ private:
+  // New text: kept for the whole response, or sent now as chunks.
+  void deliver(const TextEvent& d) {
     reasoning_ += d.reasoning;
     text_ += d.content;
     for (const ToolCall& call : d.tool_calls) calls_.push_back({call, random_id("call_")});
     if (!body_.stream) return;
+    if (!body_.chat) {
+      if (!d.content.empty()) send_chunk([&](JsonWriter& w) { w.key("text").string(d.content); }, nullptr, true);
+      return;
+    }
     if (!d.reasoning.empty()) send_chunk([&](JsonWriter& w) { w.key("reasoning_content").string(d.reasoning); }, nullptr);
     if (!d.content.empty()) send_chunk([&](JsonWriter& w) { w.key("content").string(d.content); }, nullptr);
     for (size_t i = calls_.size() - d.tool_calls.size(); i < calls_.size(); ++i)
@@ -202,7 +183,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     JsonWriter w;
     w.begin_object();
     w.key("id").string(id_).key("object").string(body_.chat ? "chat.completion.chunk" : "text_completion");
-    w.key("created").number(created_).key("model").string(model_->name());
+    w.key("created").number(created_).key("model").string(model_name_);
     w.key("choices").begin_array().begin_object().key("index").number(int64_t(index_));
     if (body_.chat) {
       w.key("delta").begin_object();
@@ -227,7 +208,6 @@ class Generation : public std::enable_shared_from_this<Generation> {
       w.key("logprobs").null();
       return;
     }
-    auto token_text = [&](int32_t id) { return model_->token_bytes(id); };
     auto bytes = [&](const std::string& b) {
       w.key("bytes").begin_array();
       for (unsigned char c : b) w.number(int(c));
@@ -251,15 +231,13 @@ class Generation : public std::enable_shared_from_this<Generation> {
     w.key("logprobs").begin_object();
     if (body_.chat) {
       w.key("content").begin_array();
-      for (auto& [id, lp] : logprobs_) {
-        std::string b = token_text(id);
-        w.begin_object().key("token").string(valid(b)).key("logprob").number(double(lp.logprob));
-        bytes(b);
+      for (const TokenText& t : logprobs_) {
+        w.begin_object().key("token").string(valid(t.bytes)).key("logprob").number(double(t.logprob));
+        bytes(t.bytes);
         w.key("top_logprobs").begin_array();
-        for (auto& [alt, alt_lp] : lp.top) {
-          std::string ab = token_text(alt);
-          w.begin_object().key("token").string(valid(ab)).key("logprob").number(double(alt_lp));
-          bytes(ab);
+        for (auto& [alt, alt_lp] : t.top) {
+          w.begin_object().key("token").string(valid(alt)).key("logprob").number(double(alt_lp));
+          bytes(alt);
           w.end_object();
         }
         w.end_array().end_object();
@@ -267,20 +245,20 @@ class Generation : public std::enable_shared_from_this<Generation> {
       w.end_array();
     } else {
       w.key("tokens").begin_array();
-      for (auto& [id, lp] : logprobs_) w.string(valid(token_text(id)));
+      for (const TokenText& t : logprobs_) w.string(valid(t.bytes));
       w.end_array().key("token_logprobs").begin_array();
-      for (auto& [id, lp] : logprobs_) w.number(double(lp.logprob));
+      for (const TokenText& t : logprobs_) w.number(double(t.logprob));
       w.end_array().key("top_logprobs").begin_array();
-      for (auto& [id, lp] : logprobs_) {
+      for (const TokenText& t : logprobs_) {
         w.begin_object();
-        for (auto& [alt, alt_lp] : lp.top) w.key(valid(token_text(alt))).number(double(alt_lp));
+        for (auto& [alt, alt_lp] : t.top) w.key(valid(alt)).number(double(alt_lp));
         w.end_object();
       }
       w.end_array().key("text_offset").begin_array();
       int64_t offset = int64_t(logprob_offset_);
-      for (auto& [id, lp] : logprobs_) {
+      for (const TokenText& t : logprobs_) {
         w.number(offset);
-        offset += int64_t(token_text(id).size());
+        offset += int64_t(t.bytes.size());
       }
       logprob_offset_ = size_t(offset);
       w.end_array();
@@ -297,14 +275,11 @@ class Generation : public std::enable_shared_from_this<Generation> {
     w.end_object();
   }
 
-  void finish(const GenerationResult& r) {
+  void finish(const TextEvent& r) {
     finished_ = true;
-    metrics_.tokens(model_->name(), index_ == 0 ? prompt_tokens_ : 0, completion_tokens_);
-    if (stream_) emit(stop_.push(stream_->finish()));
-    emit(stop_.flush());
-    if (body_.chat) deliver(parser_.finish());
+    api_.metrics.tokens(model_name_, index_ == 0 ? prompt_tokens_ : 0, completion_tokens_);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
-    log_info(std::string(body_.chat ? "chat" : "completion") + " model=" + model_->name() + " choice=" + std::to_string(index_) +
+    log_info(std::string(body_.chat ? "chat" : "completion") + " model=" + model_name_ + " choice=" + std::to_string(index_) +
              " prompt_tokens=" + std::to_string(prompt_tokens_) + " completion_tokens=" + std::to_string(completion_tokens_) +
              " finish=" + (reply_->client_gone ? "client closed" : finish_name(r.finish)) + " time_ms=" + std::to_string(int64_t(ms)));
     if (reply_->client_gone || reply_->failed || ex_->closed()) return;
@@ -320,7 +295,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     }
     reply_->completion_tokens += completion_tokens_;
     const char* reason = !calls_.empty() && r.finish != FinishReason::Length ? "tool_calls"
-                         : stop_.stopped()                                  ? "stop"
+                         : r.stopped                                        ? "stop"
                                                                             : finish_name(r.finish);
     if (body_.stream) {
       if (body_.chat) send_chunk([](JsonWriter&) {}, reason);
@@ -353,7 +328,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
         JsonWriter w;
         w.begin_object();
         w.key("id").string(id_).key("object").string(body_.chat ? "chat.completion.chunk" : "text_completion");
-        w.key("created").number(created_).key("model").string(model_->name());
+        w.key("created").number(created_).key("model").string(model_name_);
         w.key("choices").begin_array().end_array();
         usage(w);
         w.end_object();
@@ -365,7 +340,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     JsonWriter w;
     w.begin_object();
     w.key("id").string(id_).key("object").string(body_.chat ? "chat.completion" : "text_completion");
-    w.key("created").number(created_).key("model").string(model_->name());
+    w.key("created").number(created_).key("model").string(model_name_);
     w.key("choices").begin_array();
     for (const std::string& c : reply_->choices) w.raw(c);
     w.end_array();
@@ -375,83 +350,72 @@ class Generation : public std::enable_shared_from_this<Generation> {
   }
 
   ApiContext& api_;
-  Metrics& metrics_;
   std::shared_ptr<Reply> reply_;
   std::shared_ptr<http::Exchange> ex_;
   size_t index_;
-  std::shared_ptr<ModelHandle> model_;
-  GenerationBody body_;
-  size_t prompt_tokens_, completion_tokens_ = 0;
-  std::unique_ptr<TextStream> stream_;
-  StopText stop_;
-  OutputParser parser_;
+  std::shared_ptr<const GenerationBody> request_;  // shared by the request's choices
+  const GenerationBody& body_;
+  std::shared_ptr<ModelHandle> model_;  // alive until this choice ends
+  std::string model_name_;
+  size_t prompt_tokens_ = 0, completion_tokens_ = 0;
   std::vector<std::pair<ToolCall, std::string>> calls_;  // with their ids
-  std::vector<std::pair<int32_t, TokenLogprob>> logprobs_;  // not yet written (streaming) or all
+  std::vector<TokenText> logprobs_;  // not yet written (streaming) or all
   size_t logprob_offset_ = 0;
   std::string id_, text_, reasoning_;
   int64_t created_;
   Clock::time_point started_, first_token_at_{}, last_token_at_{};
-  uint64_t engine_id_ = 0;
-  bool finished_ = false, stop_requested_ = false;
+  bool finished_ = false;
 };
 
 namespace {
 
+// How an engine refusal reads to an OpenAI client.
+http::Response refusal_response(const TextSubmission& s, bool chat) {
+  switch (s.refusal) {
+    case Refusal::ModelNotFound: return api_error({404, s.error, "model", "invalid_request_error", "model_not_found"});
+    case Refusal::Busy: {
+      http::Response busy = api_error({503, s.error, "", "server_error", "queue_full"});
+      busy.headers.emplace_back("Retry-After", "1");
+      return busy;
+    }
+    case Refusal::ChatTemplate: return api_error({400, s.error, s.param, "invalid_request_error", "chat_template_error"});
+    case Refusal::ContextExceeded:
+      return api_error({400, s.error, chat ? "messages" : "prompt", "invalid_request_error", "context_length_exceeded"});
+    case Refusal::InvalidPrompt:
+    case Refusal::None: break;
+  }
+  return api_error({400, s.error, s.param});
+}
+
 void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex, bool chat) {
   const http::Request& req = ex->request();
   if (auto denied = check_key(api.config, req)) return ex->respond(*denied);
-  GenerationBody body;
-  if (auto e = parse_generation_body(req.body, chat, body)) return ex->respond(api_error(*e));
-  auto model = api.engine.model(body.model);
-  if (!model) return ex->respond(api_error(unknown_model(api.engine, body.model)));
-  if (size_t waiting = model->load().waiting; waiting >= api.config.max_waiting) {
-    http::Response busy = api_error({503, "model " + model->name() + " has " + std::to_string(waiting) +
-                                              " requests waiting, its limit; retry in a moment",
-                                     "", "server_error", "queue_full"});
-    busy.headers.emplace_back("Retry-After", "1");
-    return ex->respond(busy);
-  }
-
-  std::vector<int32_t> prompt;
-  OutputParser parser(false, false, false);
-  if (chat) {
-    std::string text;
-    if (Status s = model->apply_chat_template(body.chat_input, text); !s.ok)
-      return ex->respond(api_error({400, s.message, "messages", "invalid_request_error", "chat_template_error"}));
-    if (Status s = model->tokenize(text, false, true, prompt); !s.ok) return ex->respond(api_error({400, s.message}));
-    // Templates that think in <think> tags get reasoning_content; those that write <tool_call> get tool_calls.
-    const std::string& source = model->chat_template_source();
-    std::string tail = text;
-    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
-    parser = OutputParser(source.find("<think>") != std::string::npos, tail.ends_with("<think>"),
-                          !body.chat_input.tools_json.empty() && source.find("<tool_call>") != std::string::npos);
-  } else if (body.prompt_is_ids) {
-    prompt = body.prompt_ids;
-  } else if (Status s = model->tokenize(body.prompt, true, true, prompt); !s.ok) {
-    return ex->respond(api_error({400, s.message, "prompt"}));
-  }
-  if (prompt.empty()) return ex->respond(api_error({400, "the prompt is empty", chat ? "messages" : "prompt"}));
-  const int64_t context = model->context_length();
-  if (int64_t(prompt.size()) >= context)
-    return ex->respond(api_error({400,
-                                  "the prompt has " + std::to_string(prompt.size()) + " tokens, but model " + model->name() +
-                                      " is loaded with a context of " + std::to_string(context) + " tokens",
-                                  chat ? "messages" : "prompt", "invalid_request_error", "context_length_exceeded"}));
-  if (body.generation.max_tokens <= 0) body.generation.max_tokens = int32_t(context - int64_t(prompt.size()));
-  body.generation.prompt = std::move(prompt);
+  auto body = std::make_shared<GenerationBody>();
+  if (auto e = parse_generation_body(req.body, chat, *body)) return ex->respond(api_error(*e));
+  body->request.max_waiting = api.config.max_waiting;
   auto reply = std::make_shared<Reply>();
   reply->ex = ex;
   reply->id = random_id(chat ? "chatcmpl-" : "cmpl-");
   reply->created = unix_now();
-  reply->prompt_tokens = body.generation.prompt.size();
-  reply->remaining = size_t(body.n);
-  reply->choices.resize(size_t(body.n));
-  if (body.stream) ex->begin_stream(200, "text/event-stream");
-  for (int i = 0; i < body.n; ++i) {
-    GenerationBody choice = body;
-    // Each choice samples on its own: seed + index keeps a seeded request reproducible.
-    if (choice.generation.sampling.seed) *choice.generation.sampling.seed += uint64_t(i);
-    std::make_shared<Generation>(api, api.metrics, reply, size_t(i), model, std::move(choice), parser)->start(api.bridge);
+  reply->remaining = size_t(body->request.n);
+  reply->choices.resize(size_t(body->request.n));
+  std::vector<std::shared_ptr<Generation>> choices;
+  for (int i = 0; i < body->request.n; ++i) choices.push_back(std::make_shared<Generation>(api, reply, size_t(i), body));
+  // The engine's events reach the choices on the loop thread. Engine threads hold only weak references,
+  // so a choice (and the model it keeps alive after an unload) is always destroyed on the loop thread.
+  std::vector<std::weak_ptr<Generation>> targets(choices.begin(), choices.end());
+  TextSubmission submitted = api.engine.submit(body->request, api.bridge.make_callback<TextEvent>([targets](const TextEvent& e) {
+    if (e.choice < targets.size())
+      if (auto g = targets[e.choice].lock()) g->on_event(e);
+  }));
+  if (submitted.refusal != Refusal::None) return ex->respond(refusal_response(submitted, chat));
+  reply->model = submitted.model;
+  reply->choice_ids = submitted.choice_ids;
+  reply->prompt_tokens = submitted.prompt_tokens;
+  if (body->stream) ex->begin_stream(200, "text/event-stream");
+  for (auto& g : choices) {
+    g->started(submitted.model);
+    api.generations.insert(g);
   }
   ex->on_close([reply] {
     reply->client_gone = true;
@@ -559,9 +523,9 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
     if (auto e = parse_generation_body(with_model, true, parsed)) return api_error(*e);
     bool add_generation_prompt = true;
     if (body["add_generation_prompt"].get(add_generation_prompt)) add_generation_prompt = true;
-    parsed.chat_input.add_generation_prompt = add_generation_prompt;
+    parsed.request.chat.add_generation_prompt = add_generation_prompt;
     std::string prompt;
-    if (Status s = model.apply_chat_template(parsed.chat_input, prompt); !s.ok)
+    if (Status s = model.apply_chat_template(parsed.request.chat, prompt); !s.ok)
       return api_error({400, s.message, "messages", "invalid_request_error", "chat_template_error"});
     JsonWriter w;
     w.begin_object().key("prompt").string(prompt).end_object();

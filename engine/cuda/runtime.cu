@@ -127,12 +127,6 @@ void copy_to_host(const Tensor& t, void* dst) {
   check(cudaStreamSynchronize(s.stream), "copy to the host", s.index);
 }
 
-void copy_from_host(const void* src, Tensor& t) {
-  DeviceState& s = state(t.device);
-  check(cudaMemcpyAsync(t.data, src, t.bytes(), cudaMemcpyHostToDevice, s.stream), "copy to the device", s.index);
-  check(cudaStreamSynchronize(s.stream), "copy to the device", s.index);
-}
-
 void synchronize(Device device) {
   DeviceState& s = state(device);
   check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize", s.index);

@@ -19,8 +19,6 @@ Tensor zeros(Device device, DType dtype, std::vector<int64_t> shape);
 Tensor to_device(const Tensor& t, Device to);
 // t's bytes (a device tensor) into host memory at dst, waiting for them.
 void copy_to_host(const Tensor& t, void* dst);
-// Host bytes into the device tensor t, in stream order.
-void copy_from_host(const void* src, Tensor& t);
 
 void synchronize(Device device);  // waits for everything queued on the device
 

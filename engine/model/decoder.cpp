@@ -5,7 +5,7 @@
 #include <map>
 
 #include "../core/error.h"
-#include "../cpu/kernels.h"
+#include "../quant/quant.h"
 #include "../cpu/thread_pool.h"
 #include "rope.h"
 
@@ -73,8 +73,8 @@ void DecoderModel::bind_mla(const WeightStore& w, const std::string& p, LayerWei
   L.kv_b = Tensor::zeros_f32(kv_b.shape);
   const size_t row = row_bytes(kv_b.dtype, a.kv_lora_rank);
   for (int64_t r = 0; r < kv_b.dim(0); ++r)
-    cpu::best_kernels().to_f32(kv_b.dtype, static_cast<const char*>(kv_b.data) + size_t(r) * row,
-                               L.kv_b.as<float>() + r * a.kv_lora_rank, a.kv_lora_rank);
+    quant::dequantize_row(kv_b.dtype, static_cast<const char*>(kv_b.data) + size_t(r) * row,
+                          L.kv_b.as<float>() + r * a.kv_lora_rank, a.kv_lora_rank);
   L.o = w.matrix(p + "o_proj.weight", {H, heads * a.v_dim});
 }
 

@@ -9,7 +9,6 @@
 #include <set>
 
 #include "../core/mapped_file.h"
-#include "../cpu/kernels.h"
 #include "../core/error.h"
 #include "../quant/quant.h"
 
@@ -235,7 +234,7 @@ Tensor WeightStore::converted(Tensor t, const std::string& rule_name) const {
 Tensor WeightStore::vector_f32(const std::string& name, int64_t n) const {
   const StoredTensor& s = get(name, {n});
   Tensor t = Tensor::zeros_f32({n});
-  cpu::best_kernels().to_f32(*s.dtype, s.data, t.as<float>(), n);
+  quant::dequantize_row(*s.dtype, s.data, t.as<float>(), n);  // once, at load: the reference conversion
   return t;
 }
 

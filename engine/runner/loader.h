@@ -9,7 +9,7 @@
 
 #include "../load_options.h"
 #include "../model/decoder.h"
-#include "model_text.h"
+#include "../text/model_text.h"
 
 namespace ftllm {
 

@@ -101,9 +101,9 @@ Placement Runner::placement() const {
   return placement_;
 }
 
-Runner::Load Runner::load() const {
+ServingLoad Runner::load() const {
   std::lock_guard lock(mu_);
-  Load l;
+  ServingLoad l;
   l.running = running_;
   l.waiting = waiting_;
   l.kv_blocks_total = kv_.num_blocks();

@@ -35,13 +35,6 @@ struct ForwardPass {
 
 class Runner {
  public:
-  struct Load {
-    size_t running = 0, waiting = 0;
-    int64_t kv_blocks_used = 0, kv_blocks_total = 0;
-    int threads = 0;
-    double tokens_per_second = 0;  // generated over the last 10 seconds
-  };
-
   // Starts the worker. `max_running`: sequences decoded at once (the KV pool holds that many at `context`).
   Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayout& layout, LoadNotes& notes, int64_t context,
          int32_t max_running);
@@ -58,7 +51,7 @@ class Runner {
   void set_threads(int threads);
   void set_placement(Placement placement);
   Placement placement() const;  // as last applied
-  Load load() const;
+  ServingLoad load() const;
 
   // Runs `fn` between two steps with the model to itself.
   void exclusive(const std::function<void(const ForwardPass&)>& fn);

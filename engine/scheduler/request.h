@@ -20,6 +20,20 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   std::optional<uint64_t> seed;     // same seed, same request: same tokens
   std::vector<std::pair<int32_t, float>> logit_bias;  // OpenAI's: added to a token's logit first
+
+  bool operator==(const SamplingParams&) const = default;
+  // Whether sampling is a plain argmax of the logits: temperature 0 and nothing else that changes them.
+  // The truncations and the seed matter only when sampling, so they are set aside; every other field
+  // must be at its default, so a field added later keeps its requests off the plain path until this
+  // says otherwise.
+  bool plain_argmax() const {
+    if (temperature > 0) return false;
+    SamplingParams p = *this;
+    p.temperature = 0, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.seed.reset();
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    return p == greedy;
+  }
 };
 
 struct GenerationRequest {
@@ -52,6 +66,14 @@ struct GenerationEvent {
   std::vector<TokenLogprob> logprobs;  // one per token, when the request asked for them
   bool finished = false;
   GenerationResult result;      // when finished: all tokens, the reason, the error
+};
+
+// How busy a model is, for status and admission.
+struct ServingLoad {
+  size_t running = 0, waiting = 0;
+  int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  int threads = 0;
+  double tokens_per_second = 0;  // generated over the last 10 seconds
 };
 
 // Called on the model's worker thread (or at once, on the caller's, for a request refused outright);

@@ -139,10 +139,7 @@ bool Scheduler::plain_greedy(const StepPlan& plan) const {
     auto it = sequences_.find(item.seq_id);
     if (it == sequences_.end()) continue;
     const GenerationRequest& r = it->second->request;
-    const SamplingParams& p = r.sampling;
-    if (p.temperature > 0 || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
-        !p.logit_bias.empty() || r.logprobs >= 0)
-      return false;
+    if (!r.sampling.plain_argmax() || r.logprobs >= 0) return false;
   }
   return true;
 }

@@ -89,22 +89,30 @@ inline std::vector<GenerationResult> generate(ModelInstance& m, std::vector<Gene
 
 namespace ftllm::test {
 
-// The same through the engine's face: the named model's results, or an error when it is not loaded.
+// The same through the engine's one call (token ids in, one choice each): the named model's results, or
+// the refusal's message.
 inline Status generate(Engine& engine, const std::string& name, std::vector<GenerationRequest> requests,
                        std::vector<GenerationResult>& results) {
-  auto model = engine.model(name);
-  if (!model) return Status::error("no model named " + name + " is loaded");
   std::mutex done_mu;
   std::condition_variable done_cv;
   results.assign(requests.size(), {});
   size_t remaining = requests.size();
-  for (size_t i = 0; i < requests.size(); ++i)
-    model->submit(std::move(requests[i]), [&, i](const GenerationEvent& e) {
-      if (!e.finished) return;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    TextRequest r;
+    r.model = name;
+    r.input = TextRequest::Input::Tokens;
+    r.prompt_ids = requests[i].prompt;
+    r.generation = requests[i];
+    TextSubmission s = engine.submit(r, [&, i](const TextEvent& e) {
       std::lock_guard lock(done_mu);
-      results[i] = e.result;
+      results[i].tokens.insert(results[i].tokens.end(), e.tokens.begin(), e.tokens.end());
+      if (!e.finished) return;
+      results[i].finish = e.finish;
+      results[i].error = e.error;
       if (--remaining == 0) done_cv.notify_all();
     });
+    if (s.refusal != Refusal::None) return Status::error(s.error);
+  }
   std::unique_lock lock(done_mu);
   done_cv.wait(lock, [&] { return remaining == 0; });
   return Status::success();

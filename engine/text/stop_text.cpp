@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-namespace ftllm::daemon {
+namespace ftllm::text {
 
 std::string StopText::push(const std::string& text) {
   if (stopped_) return {};
@@ -35,4 +35,4 @@ std::string StopText::flush() {
   return std::exchange(pending_, {});
 }
 
-}  // namespace ftllm::daemon
+}  // namespace ftllm::text

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace ftllm::daemon {
+namespace ftllm::text {
 
 class StopText {
  public:
@@ -24,4 +24,4 @@ class StopText {
   bool stopped_ = false;
 };
 
-}  // namespace ftllm::daemon
+}  // namespace ftllm::text

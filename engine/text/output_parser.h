@@ -7,12 +7,9 @@
 #include <string>
 #include <vector>
 
-namespace ftllm::daemon {
+#include "text_request.h"
 
-struct ToolCall {
-  std::string name;
-  std::string arguments_json;  // the arguments object, serialised
-};
+namespace ftllm::text {
 
 struct ParsedDelta {
   std::string reasoning, content;
@@ -41,4 +38,4 @@ class OutputParser {
   int tool_count_ = 0;
 };
 
-}  // namespace ftllm::daemon
+}  // namespace ftllm::text

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace ftllm::daemon {
+namespace ftllm::text {
 
 namespace {
 
@@ -113,4 +113,4 @@ ParsedDelta OutputParser::finish() {
   return out;
 }
 
-}  // namespace ftllm::daemon
+}  // namespace ftllm::text

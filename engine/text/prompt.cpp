@@ -1,0 +1,74 @@
+#include "prompt.h"
+
+namespace ftllm::text {
+
+Status render_chat(const ModelText& text, const std::string& model_name, const ChatInput& input, std::string& prompt) {
+  const tokenizer::ChatTemplate* t = text.chat_template.get();
+  if (!t) {
+    if (!text.chat_template_error.empty())
+      return Status::error("model " + model_name + "'s chat template does not parse: " + text.chat_template_error);
+    return Status::error("model " + model_name + " has no chat template; start it with --chat_template FILE, or use /v1/completions");
+  }
+  try {
+    tokenizer::ChatRequest r;
+    r.messages = tokenizer::json_to_value(input.messages_json);
+    if (!input.tools_json.empty()) r.tools = tokenizer::json_to_value(input.tools_json);
+    r.add_generation_prompt = input.add_generation_prompt;
+    r.kwargs = text.special_tokens;
+    if (!input.kwargs_json.empty()) {
+      jinja::Value extra = tokenizer::json_to_value(input.kwargs_json);
+      if (extra.is_object())
+        for (auto& [k, v] : *extra.object) r.kwargs.emplace_back(k, v);
+    }
+    prompt = t->render(r);
+  } catch (const std::exception& e) {
+    return Status::error(e.what());
+  }
+  return Status::success();
+}
+
+namespace {
+
+std::string no_tokenizer(const std::string& model_name) {
+  return "model " + model_name + " has no tokenizer (tokenizer.json or GGUF vocabulary)";
+}
+
+}  // namespace
+
+Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_t context, const TextRequest& request) {
+  Prompt p;
+  const bool chat = request.input == TextRequest::Input::Chat;
+  const std::string field = chat ? "messages" : "prompt";
+  auto refuse = [&](Refusal why, std::string message, std::string param) {
+    p.refusal = why;
+    p.error = std::move(message);
+    p.param = std::move(param);
+    return p;
+  };
+  if (chat) {
+    std::string rendered;
+    if (Status s = render_chat(text, model_name, request.chat, rendered); !s.ok) return refuse(Refusal::ChatTemplate, s.message, field);
+    if (!text.tokenizer) return refuse(Refusal::InvalidPrompt, no_tokenizer(model_name), "");
+    p.ids = text.tokenizer->encode(rendered, false, true);
+    // Templates that think in <think> tags get reasoning; those that write <tool_call> get tool calls.
+    const std::string& source = text.chat_template->source();
+    std::string tail = rendered;
+    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+    p.format = {true, source.find("<think>") != std::string::npos, tail.ends_with("<think>"),
+                !request.chat.tools_json.empty() && source.find("<tool_call>") != std::string::npos};
+  } else if (request.input == TextRequest::Input::Tokens) {
+    p.ids = request.prompt_ids;
+  } else {
+    if (!text.tokenizer) return refuse(Refusal::InvalidPrompt, no_tokenizer(model_name), "prompt");
+    p.ids = text.tokenizer->encode(request.prompt, true, true);
+  }
+  if (p.ids.empty()) return refuse(Refusal::InvalidPrompt, "the prompt is empty", field);
+  if (int64_t(p.ids.size()) >= context)
+    return refuse(Refusal::ContextExceeded,
+                  "the prompt has " + std::to_string(p.ids.size()) + " tokens, but model " + model_name +
+                      " is loaded with a context of " + std::to_string(context) + " tokens",
+                  field);
+  return p;
+}
+
+}  // namespace ftllm::text

@@ -1,0 +1,72 @@
+// A generation as the API layer understands it, and what it reports back: text, not tokens. The engine
+// renders the chat with the model's template, tokenizes, decodes, applies stop strings, and splits
+// reasoning and tool calls out of the text in the model's own format; the caller speaks HTTP and JSON.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../scheduler/request.h"
+
+namespace ftllm {
+
+// A chat to render with a model's template: JSON texts as OpenAI requests carry them.
+struct ChatInput {
+  std::string messages_json = "[]";  // [{"role": ..., "content": ...}, ...]
+  std::string tools_json;            // empty: no tools
+  bool add_generation_prompt = true;
+  std::string kwargs_json;           // chat_template_kwargs object ({"enable_thinking": false}); empty for none
+};
+
+struct TextRequest {
+  std::string model;
+  enum class Input { Chat, Text, Tokens } input = Input::Chat;
+  ChatInput chat;                   // Input::Chat
+  std::string prompt;               // Input::Text: tokenized with the model's special tokens
+  std::vector<int32_t> prompt_ids;  // Input::Tokens
+  // Sampling (a seed is the first choice's; choice i samples with seed + i), max_tokens (0: up to the
+  // context), ignore_eos, logprobs.
+  GenerationRequest generation;
+  std::vector<std::string> stop;  // generation ends before the first of these; they never reach the text
+  int n = 1;                      // choices, each its own sequence
+  size_t max_waiting = 0;         // refused as Busy when the model has this many requests waiting (0: none)
+};
+
+// A function call the model wrote in its tool-call format.
+struct ToolCall {
+  std::string name;
+  std::string arguments_json;  // the arguments object, serialised
+  bool operator==(const ToolCall&) const = default;
+};
+
+// One generated token for logprobs: its bytes (possibly part of a UTF-8 character), its log-probability,
+// and the most likely alternatives.
+struct TokenText {
+  std::string bytes;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// A choice's progress, in order: new text as it becomes final, then once its end.
+struct TextEvent {
+  size_t choice = 0;
+  std::string reasoning, content;   // new text: reasoning (the model's thinking) and the rest
+  std::vector<ToolCall> tool_calls; // calls completed since the last event
+  std::vector<int32_t> tokens;      // token ids generated since the last event
+  std::vector<TokenText> logprobs;  // one per token, when the request asked for them
+  bool finished = false;
+  FinishReason finish = FinishReason::Length;  // when finished
+  bool stopped = false;             // a stop string ended it
+  std::string error;                // when finish == Error
+};
+
+// Called on the model's worker thread; must not block.
+using TextCallback = std::function<void(const TextEvent&)>;
+
+// Why a request was refused before it started.
+enum class Refusal { None, ModelNotFound, Busy, InvalidPrompt, ChatTemplate, ContextExceeded };
+
+}  // namespace ftllm

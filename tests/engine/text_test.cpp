@@ -1,0 +1,180 @@
+// A generation's text: stop strings and the reasoning / tool-call parser fed at every split of the text,
+// and a choice's tokens turned into text events.
+#include <boost/test/unit_test.hpp>
+
+#include "core/mapped_file.h"
+#include "text/choice_text.h"
+#include "text/output_parser.h"
+#include "text/prompt.h"
+#include "text/stop_text.h"
+
+using namespace ftllm;
+using namespace ftllm::text;
+
+BOOST_AUTO_TEST_SUITE(generated_text)
+
+BOOST_AUTO_TEST_CASE(stop_strings_never_leak_at_any_split) {
+  const std::string text = "Hello, world! More text.";
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    StopText s({"world", "nope"});
+    std::string out = s.push(text.substr(0, cut));
+    out += s.push(text.substr(cut));
+    out += s.flush();
+    BOOST_TEST(out == "Hello, ", "split " << cut);
+    BOOST_TEST(s.stopped());
+  }
+  StopText none({"zzz"});
+  std::string out = none.push("abc zz");
+  BOOST_TEST(out == "abc ");  // "zz" might begin "zzz": held back
+  out += none.push("y");
+  out += none.flush();
+  BOOST_TEST(out == "abc zzy");
+  BOOST_TEST(!none.stopped());
+}
+
+BOOST_AUTO_TEST_CASE(reasoning_and_content_split_at_any_offset) {
+  const std::string text = "<think>\nThe user greets me.\n</think>\n\nHello! How can I help?";
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    OutputParser p(true, false, false);
+    ParsedDelta a = p.push(text.substr(0, cut)), b = p.push(text.substr(cut)), c = p.finish();
+    BOOST_TEST(a.reasoning + b.reasoning + c.reasoning == "\nThe user greets me.\n", "split " << cut);
+    BOOST_TEST(a.content + b.content + c.content == "Hello! How can I help?", "split " << cut);
+  }
+  // DeepSeek-R1: the prompt already opened <think>.
+  OutputParser r1(true, true, false);
+  ParsedDelta d = r1.push("thinking...</think>answer");
+  BOOST_TEST(d.reasoning == "thinking...");
+  BOOST_TEST(d.content == "answer");
+  // Without a reasoning template the tags are plain text.
+  OutputParser plain(false, false, false);
+  BOOST_TEST(plain.push("<think>x</think>").content == "<think>x</think>");
+}
+
+BOOST_AUTO_TEST_CASE(tool_calls_are_parsed_at_any_offset) {
+  const std::string text =
+      "Let me check.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+      "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    OutputParser p(false, false, true);
+    std::vector<ToolCall> calls;
+    std::string content;
+    for (const ParsedDelta& d : {p.push(text.substr(0, cut)), p.push(text.substr(cut)), p.finish()}) {
+      calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+      content += d.content;
+    }
+    BOOST_REQUIRE_EQUAL(calls.size(), 2u);
+    BOOST_TEST(calls[0].name == "get_weather");
+    BOOST_TEST(calls[0].arguments_json == R"({"city":"Paris"})");
+    BOOST_TEST(calls[1].name == "get_time");
+    BOOST_TEST(content == "Let me check.");
+    BOOST_TEST(p.saw_tool_call());
+  }
+  OutputParser broken(false, false, true);
+  ParsedDelta d = broken.push("<tool_call>not json</tool_call>");
+  BOOST_TEST(d.tool_calls.empty());
+  BOOST_TEST(d.content == "<tool_call>not json</tool_call>");
+}
+
+namespace {
+
+const std::string kData = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/";
+
+// Qwen3's tokenizer with a template from the fixtures.
+ModelText qwen3_text(const std::string& template_file) {
+  ModelText t;
+  t.tokenizer = tokenizer::Tokenizer::from_json(read_text_file(kData + "tokenizers/qwen3/tokenizer.json"), "qwen3");
+  if (!template_file.empty())
+    t.chat_template = std::make_unique<tokenizer::ChatTemplate>(read_text_file(kData + "chat-templates/" + template_file));
+  return t;
+}
+
+TextRequest chat(const std::string& tools_json = "") {
+  TextRequest r;
+  r.chat.messages_json = R"([{"role": "user", "content": "Hi"}])";
+  r.chat.tools_json = tools_json;
+  return r;
+}
+
+}  // namespace
+
+// The answer's format is read off the model's template: <think> reasoning, a prompt that already opened
+// it, <tool_call> blocks only when tools were offered.
+BOOST_AUTO_TEST_CASE(prompts_carry_the_format_their_template_answers_in) {
+  const ModelText qwen3 = qwen3_text("Qwen-Qwen3-0.6B.jinja");
+  Prompt p = build_prompt(qwen3, "q", 4096, chat());
+  BOOST_REQUIRE((p.refusal == Refusal::None));
+  BOOST_TEST(p.format.chat);
+  BOOST_TEST(p.format.reasoning);
+  BOOST_TEST(!p.format.starts_in_reasoning);
+  BOOST_TEST(!p.format.tools);
+  std::string rendered;
+  BOOST_REQUIRE(render_chat(qwen3, "q", chat().chat, rendered).ok);
+  BOOST_TEST(p.ids == qwen3.tokenizer->encode(rendered, false, true));
+  const std::string tool = R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+  BOOST_TEST(build_prompt(qwen3, "q", 4096, chat(tool)).format.tools);
+  BOOST_TEST(build_prompt(qwen3_text("llama-cpp-deepseek-r1.jinja"), "r1", 4096, chat()).format.starts_in_reasoning);
+  BOOST_TEST(!build_prompt(qwen3_text("Qwen-Qwen2.5-7B-Instruct.jinja"), "q25", 4096, chat()).format.reasoning);
+
+  TextRequest text;
+  text.input = TextRequest::Input::Text;
+  text.prompt = "Hello";
+  Prompt t = build_prompt(qwen3, "q", 4096, text);
+  BOOST_TEST(!t.format.chat);
+  BOOST_TEST(t.ids == qwen3.tokenizer->encode("Hello", true, true));
+}
+
+BOOST_AUTO_TEST_CASE(prompts_are_refused_with_the_field_at_fault) {
+  const Prompt none = build_prompt(qwen3_text(""), "q", 4096, chat());
+  BOOST_TEST((none.refusal == Refusal::ChatTemplate));
+  BOOST_TEST(none.error == "model q has no chat template; start it with --chat_template FILE, or use /v1/completions");
+  BOOST_TEST(none.param == "messages");
+  const Prompt tight = build_prompt(qwen3_text("Qwen-Qwen3-0.6B.jinja"), "q", 5, chat());
+  BOOST_TEST((tight.refusal == Refusal::ContextExceeded));
+  BOOST_TEST(tight.error.find("is loaded with a context of 5 tokens") != std::string::npos, tight.error);
+  TextRequest ids;
+  ids.input = TextRequest::Input::Tokens;
+  BOOST_TEST((build_prompt(ModelText{}, "w", 4096, ids).refusal == Refusal::InvalidPrompt));
+  ids.prompt_ids = {1, 2, 3};
+  BOOST_TEST((build_prompt(ModelText{}, "w", 4096, ids).refusal == Refusal::None));  // weights only: ids still serve
+  TextRequest text;
+  text.input = TextRequest::Input::Text;
+  text.prompt = "x";
+  const Prompt no_tokenizer = build_prompt(ModelText{}, "w", 4096, text);
+  BOOST_TEST((no_tokenizer.refusal == Refusal::InvalidPrompt));
+  BOOST_TEST(no_tokenizer.param == "prompt");
+}
+
+// A choice's tokens, one step at a time, become the text a client sees: reasoning apart, nothing of a
+// stop string or after it, and the stop said at the end; every token is still reported.
+BOOST_AUTO_TEST_CASE(choice_tokens_become_text_cut_at_stop_strings) {
+  const ModelText qwen3 = qwen3_text("Qwen-Qwen3-0.6B.jinja");
+  const std::vector<int32_t> ids = qwen3.tokenizer->encode("<think>\nhm\n</think>\n\nHello there END of it", false, true);
+  ChoiceText choice(qwen3.tokenizer.get(), 2, {true, true, false, false}, {" END"}, false);
+  std::string reasoning, content;
+  size_t tokens = 0;
+  bool stopped_early = false;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    GenerationEvent e;
+    e.tokens = {ids[i]};
+    TextEvent t = choice.on(e);
+    BOOST_TEST(t.choice == 2u);
+    reasoning += t.reasoning;
+    content += t.content;
+    tokens += t.tokens.size();
+    stopped_early = stopped_early || (choice.stopped() && i + 1 < ids.size());
+  }
+  GenerationEvent end;
+  end.finished = true;
+  end.result.finish = FinishReason::Cancelled;
+  TextEvent last = choice.on(end);
+  reasoning += last.reasoning;
+  content += last.content;
+  BOOST_TEST(stopped_early);  // the caller can cancel before the rest is generated
+  BOOST_TEST(reasoning == "\nhm\n");
+  BOOST_TEST(content == "Hello there");
+  BOOST_TEST(tokens == ids.size());
+  BOOST_TEST(last.finished);
+  BOOST_TEST(last.stopped);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
