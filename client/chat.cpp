@@ -191,4 +191,9 @@ int cmd_chat(const CommandContext& ctx, const std::vector<std::string>& args) {
   return 0;
 }
 
+const RegisteredCommand chat_command({60, "chat", [] {
+  return std::string("  chat NAME [--system TEXT] [--max_tokens N] [--temperature T] [--hide_reasoning]\n"
+         "                                an interactive streaming chat (/reset, /exit)\n");
+}, &cmd_chat});
+
 }  // namespace ftllm::client

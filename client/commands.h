@@ -13,13 +13,20 @@ struct CommandContext {
   bool json = false;  // print the daemon's raw JSON instead of a table
 };
 
-int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args);
-int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args);
-int cmd_unload(const CommandContext& ctx, const std::vector<std::string>& args);
-int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args);
-int cmd_rebalance(const CommandContext& ctx, const std::vector<std::string>& args);
-int cmd_chat(const CommandContext& ctx, const std::vector<std::string>& args);
-int cmd_export(const CommandContext& ctx, const std::vector<std::string>& args);  // local: no daemon
+// A subcommand: its name, its lines in `ftllmctl --help`, its place among them, and what runs it.
+struct Command {
+  int order;
+  const char* name;
+  std::string (*usage)();
+  int (*run)(const CommandContext& ctx, const std::vector<std::string>& args);
+};
+
+// Each subcommand's file registers itself with one static RegisteredCommand; main() and the usage text
+// read the registry, so a new subcommand is one new file (the library is linked whole for that).
+struct RegisteredCommand {
+  explicit RegisteredCommand(Command command);
+};
+const std::vector<Command>& registered_commands();  // in their order
 
 // Exit codes: 0 done, 1 the daemon refused (its reason printed), 2 usage error, 3 daemon not running,
 // 4 the socket could not be used (permission denied, ...).

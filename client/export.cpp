@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "load_options.h"
 
 namespace ftllm::client {
 
@@ -31,5 +32,11 @@ int cmd_export(const CommandContext&, const std::vector<std::string>& args) {
                std::strerror(errno));
   return 4;
 }
+
+const RegisteredCommand export_command({70, "export", [] {
+  return std::string("  export MODEL -o DIR\n" + load_options_synopsis(kExport, 7) +
+         "\n                                convert a model once into a directory that loads without converting\n"
+         "                                (runs ftllm-export, which links the engine; ftllmctl does not)\n");
+}, &cmd_export});
 
 }  // namespace ftllm::client

@@ -1,4 +1,5 @@
 // ftllmctl: controls a running ftllmd through its admin socket.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -8,34 +9,16 @@
 
 #include "commands.h"
 #include "config.h"
-#include "load_options.h"
 #include "ftllm_version.h"
 
 namespace {
 
 std::string usage() {
-  return "usage: ftllmctl [--socket PATH] [--config FILE] [--json] COMMAND [ARGS]\n"
-         "\n"
-         "commands:\n"
-         "  status [NAME]                 the daemon, its devices and resident models\n"
-         "  list                          resident models with their load\n"
-         "  load MODEL\n" +
-         ftllm::load_options_synopsis(ftllm::kAdmin, 7) +
-         "\n"
-         "                                load a model while the daemon serves\n"
-         "  unload NAME [--force]         stop serving a model (running requests finish, or end with --force)\n"
-         "  rebalance NAME [-t N] [--device SPEC]\n"
-         "                                change a model's placement live; requests in flight carry on\n"
-         "  chat NAME [--system TEXT] [--max_tokens N] [--temperature T] [--hide_reasoning]\n"
-         "                                an interactive streaming chat (/reset, /exit)\n"
-         "  export MODEL -o DIR\n" +
-         ftllm::load_options_synopsis(ftllm::kExport, 7) +
-         "\n"
-         "                                convert a model once into a directory that loads without converting\n"
-         "                                (runs ftllm-export, which links the engine; ftllmctl does not)\n"
-         "\n"
-         "The socket is --socket, else $FTLLMD_SOCKET, else admin.socket of the config file\n"
-         "(--config, default " FTLLM_DEFAULT_CONFIG "), else /run/ftllmd/admin.sock.\n";
+  std::string text = "usage: ftllmctl [--socket PATH] [--config FILE] [--json] COMMAND [ARGS]\n\ncommands:\n";
+  for (const ftllm::client::Command& c : ftllm::client::registered_commands()) text += c.usage();
+  return text + "\n"
+                "The socket is --socket, else $FTLLMD_SOCKET, else admin.socket of the config file\n"
+                "(--config, default " FTLLM_DEFAULT_CONFIG "), else /run/ftllmd/admin.sock.\n";
 }
 
 // Where the admin socket is, in the order the usage text gives. A config file that does not parse is
@@ -95,14 +78,11 @@ int main(int argc, char** argv) {
       args.push_back(rest[i]);
   }
 
-  using Command = int (*)(const CommandContext&, const std::vector<std::string>&);
-  const std::map<std::string, Command> commands = {
-      {"status", &cmd_status}, {"list", &cmd_list}, {"load", &cmd_load}, {"unload", &cmd_unload},
-      {"rebalance", &cmd_rebalance}, {"chat", &cmd_chat}, {"export", &cmd_export}};
-  auto it = commands.find(rest[0]);
+  const auto& commands = registered_commands();
+  auto it = std::find_if(commands.begin(), commands.end(), [&](const Command& c) { return rest[0] == c.name; });
   if (it == commands.end())
     return std::fprintf(stderr, "ftllmctl: unknown command \"%s\"\n\n%s", rest[0].c_str(), usage().c_str()), 2;
 
   CommandContext ctx{AdminClient(resolve_socket(socket_flag, config_flag)), json};
-  return it->second(ctx, args);
+  return it->run(ctx, args);
 }

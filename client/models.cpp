@@ -240,4 +240,22 @@ int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
   return 0;
 }
 
+const RegisteredCommand list_command({20, "list", [] {
+  return std::string("  list                          resident models with their load\n");
+}, &cmd_list});
+
+const RegisteredCommand load_command({30, "load", [] {
+  return std::string("  load MODEL\n" + load_options_synopsis(kAdmin, 7) +
+         "\n                                load a model while the daemon serves\n");
+}, &cmd_load});
+
+const RegisteredCommand unload_command({40, "unload", [] {
+  return std::string("  unload NAME [--force]         stop serving a model (running requests finish, or end with --force)\n");
+}, &cmd_unload});
+
+const RegisteredCommand rebalance_command({50, "rebalance", [] {
+  return std::string("  rebalance NAME [-t N] [--device SPEC]\n"
+         "                                change a model's placement live; requests in flight carry on\n");
+}, &cmd_rebalance});
+
 }  // namespace ftllm::client

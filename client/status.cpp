@@ -144,4 +144,8 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
   return 0;
 }
 
+const RegisteredCommand status_command({10, "status", [] {
+  return std::string("  status [NAME]                 the daemon, its devices and resident models\n");
+}, &cmd_status});
+
 }  // namespace ftllm::client

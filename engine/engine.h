@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string_view>
 #include <map>
 #include <memory>
@@ -28,7 +27,7 @@ struct ModelInfo {
 
 class ModelInstance;
 
-// ftllmctl export: loads `source` (converting as its dtype options say) and writes it to out_dir as a
+// ftllm-export: loads `source` (converting as its dtype options say) and writes it to out_dir as a
 // directory that loads without converting again: model.safetensors, config.json, tokenizer, template.
 struct ExportResult {
   double load_seconds = 0, write_seconds = 0;

@@ -196,6 +196,18 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
     }
   }
 
+  // vLLM's extension: token ids that end generation as the model's end-of-sequence tokens do.
+  element stop_ids;
+  if (!root["stop_token_ids"].get(stop_ids) && !stop_ids.is_null()) {
+    simdjson::dom::array ids;
+    if (stop_ids.get(ids) || ids.size() > 1024) return bad("stop_token_ids", "must be an array of at most 1024 token ids");
+    for (element id : ids) {
+      int64_t v;
+      if (id.get(v) || v < 0 || v > INT32_MAX) return bad("stop_token_ids", "must hold non-negative integers");
+      r.generation.stop_token_ids.push_back(int32_t(v));
+    }
+  }
+
   element stop;
   if (!root["stop"].get(stop) && !stop.is_null()) {
     std::string_view one;

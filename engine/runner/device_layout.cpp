@@ -39,7 +39,10 @@ DeviceLayout::DeviceLayout(model::DecoderModel& model, kvcache::KvPool& kv, cons
       context_(context),
       notes_(notes),
       kernels_(cpu::kernels_named(options.kernels)),
-      pool_(std::make_unique<cpu::ThreadPool>(options.threads)) {
+      pool_(std::make_unique<cpu::ThreadPool>(options.threads)),
+      experts_device_(options.moe_device.starts_with("cuda")
+                          ? Placement::parse(options.moe_device, 1).ranges()[0].device.compute_device()
+                          : Device::cpu()) {
   if (options.moe_device == "numa" && model.config().moe.num_experts > 0) {
     if (cpu::numa_nodes_with_cpus().size() > 1) experts_on_nodes_ = true;
     else notes_.add("--moe_device numa: this machine has one NUMA node, so the experts run as --moe_device cpu");
@@ -97,9 +100,7 @@ std::optional<int32_t> DeviceLayout::move_to_devices(const Placement& placement)
   }
   // The routed experts stay where --moe_device says whatever the layer's device; shared experts follow
   // the layer onto a GPU with --cuda_se, else stay with the routed ones.
-  const Device experts = options_.moe_device.starts_with("cuda")
-                             ? Placement::parse(options_.moe_device, 1).ranges()[0].device.compute_device()
-                             : Device::cpu();
+  const Device experts = experts_device_;
   auto unchanged = [&](int64_t l) { return !first_placement && spec[size_t(l)] == layer_place_[size_t(l)]; };
   struct Move {
     int64_t layer;

@@ -68,6 +68,7 @@ class DeviceLayout {
   LoadNotes& notes_;
   const cpu::Kernels& kernels_;  // options_.kernels resolved once
   std::unique_ptr<cpu::ThreadPool> pool_;
+  const Device experts_device_;           // where --moe_device puts the routed experts
   Placement placement_;                   // as applied
   std::vector<PlacedDevice> layer_place_; // each layer's device as applied
   bool placed_ = false;                   // the first placement (which also places the experts) is done

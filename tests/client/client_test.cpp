@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "admin_client.h"
+#include "commands.h"
 #include "table.h"
 
 using namespace ftllm::client;
@@ -29,4 +30,15 @@ BOOST_AUTO_TEST_CASE(absent_daemon_is_reported_with_the_socket_path) {
   BOOST_TEST(failure.not_running);
   BOOST_TEST(failure.message.find("ftllmd is not running") == 0u);
   BOOST_TEST(failure.message.find("/nonexistent-dir/ftllmd.sock") != std::string::npos);
+}
+
+// Each subcommand's file registers itself; the registry (linked whole) has them all, in usage order.
+BOOST_AUTO_TEST_CASE(every_subcommand_is_registered_in_order) {
+  std::vector<std::string> names;
+  for (const Command& c : registered_commands()) {
+    names.push_back(c.name);
+    BOOST_TEST(c.usage().find(std::string("  ") + c.name) == 0u, c.name);
+  }
+  const std::vector<std::string> expected{"status", "list", "load", "unload", "rebalance", "chat", "export"};
+  BOOST_TEST(names == expected, boost::test_tools::per_element());
 }

@@ -33,6 +33,12 @@ BOOST_AUTO_TEST_CASE(request_bodies_are_validated_by_field) {
   auto lb_err = parse_generation_body(R"({"model": "m", "prompt": "x", "logit_bias": {"abc": 1}})", false, lb_bad);
   BOOST_REQUIRE(lb_err);
   BOOST_TEST(lb_err->param == "logit_bias");
+  GenerationBody ids;
+  BOOST_REQUIRE(!parse_generation_body(R"({"model": "m", "prompt": "x", "stop_token_ids": [2, 7]})", false, ids));
+  BOOST_TEST(ids.request.generation.stop_token_ids == std::vector<int32_t>({2, 7}), boost::test_tools::per_element());
+  auto ids_err = parse_generation_body(R"({"model": "m", "prompt": "x", "stop_token_ids": [-1]})", false, ids);
+  BOOST_REQUIRE(ids_err);
+  BOOST_TEST(ids_err->param == "stop_token_ids");
   GenerationBody e;
   auto bad = parse_generation_body(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 2})", true, e);
   BOOST_REQUIRE(bad);

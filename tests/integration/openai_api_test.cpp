@@ -215,11 +215,31 @@ BOOST_AUTO_TEST_CASE(stop_strings_never_leak) {
       simdjson::dom::element doc = parser.parse(r.body);
       text = std::string_view(doc["choices"].at(0)["text"]);
       finish = std::string_view(doc["choices"].at(0)["finish_reason"]);
+      // The engine ends the sequence once the stop string appears instead of running to max_tokens.
+      BOOST_TEST(int64_t(doc["usage"]["completion_tokens"]) < 20, r.body);
     }
     BOOST_TEST(text.find(", 9") == std::string::npos, text);
     BOOST_TEST(text.find("7, 8") != std::string::npos, text);
     BOOST_TEST(finish == "stop");
   }
+}
+
+// vLLM's stop_token_ids end a generation at that token, as an end-of-sequence token would.
+BOOST_AUTO_TEST_CASE(stop_token_ids_end_the_generation) {
+  DaemonProcess& d = daemon_with_model();
+  const std::string body = R"({"model": "smollm2", "prompt": "Count: 1, 2, 3, 4, 5, 6,", "max_tokens": 12, "temperature": 0)";
+  simdjson::dom::parser parser;
+  Reply free_run = http("POST", d.base_url() + "/v1/completions", body + R"(, "logprobs": 0})");
+  BOOST_REQUIRE_EQUAL(free_run.status, 200);
+  simdjson::dom::element doc = parser.parse(free_run.body);
+  const std::string third(std::string_view(doc["choices"].at(0)["logprobs"]["tokens"].at(2)));
+  Reply ids = http("POST", d.base_url() + "/tokenize", R"({"model": "smollm2", "content": ")" + third + "\"}");
+  const int64_t third_id = int64_t(parser.parse(ids.body)["tokens"].at(0));
+  Reply stopped = http("POST", d.base_url() + "/v1/completions", body + R"(, "stop_token_ids": [)" + std::to_string(third_id) + "]}");
+  BOOST_REQUIRE_EQUAL(stopped.status, 200);
+  doc = parser.parse(stopped.body);
+  BOOST_TEST(int64_t(doc["usage"]["completion_tokens"]) == 3, stopped.body);
+  BOOST_TEST(std::string_view(doc["choices"].at(0)["finish_reason"]) == "stop");
 }
 
 BOOST_AUTO_TEST_CASE(helper_routes_in_llama_server_shapes) {
