@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run here, before a session's GPU check: builds build-gpu/ for the lent GPU's architecture only (sm_90,
 # an H200; -a ARCH for another) and gathers into build-gpu/carry/ what tests/gpu/run.sh runs there: the
-# test and benchmark programs, ftllmd and ftllmctl, and the shared libraries that machine lacks (Debian's
+# test and benchmark programs, ftllmd, ftllmctl and ftllm-export, and the shared libraries that machine lacks (Debian's
 # simdjson, Boost.Test, ...; the CUDA libraries are there already). Then, through the device tool:
 #   run(command="bash tests/gpu/run.sh", carry=["build-gpu/carry.tar.gz"], timeout_s=540)
 # The tree and the carried folder must stay under the tool's 64 MiB; this prints their size.
@@ -15,7 +15,7 @@ command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
 if [ ! -f build-gpu/meson-private/coredata.dat ]; then
   .venv/bin/meson setup build-gpu --buildtype=release -Dcuda=enabled -Dgpu_archs="$arch" >/dev/null
 fi
-programs=(tests/test_engine tests/test_integration tests/bench/ftllm-bench tests/bench/ftllm-gpu-bench daemon/ftllmd client/ftllmctl)
+programs=(tests/test_engine tests/test_integration tests/bench/ftllm-bench tests/bench/ftllm-gpu-bench daemon/ftllmd client/ftllmctl engine/ftllm-export)
 .venv/bin/meson compile -C build-gpu "${programs[@]}"
 carry=build-gpu/carry
 rm -rf "$carry" && mkdir -p "$carry/bin" "$carry/libs"

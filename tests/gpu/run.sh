@@ -30,7 +30,7 @@ tests_rc=${PIPESTATUS[0]}
 # The whole engine suite too: with a GPU present nothing skips, and the CPU cases must not mind it.
 "$C/bin/test_engine" --report_level=short 2>&1 | tail -n 3 | tee -a "$OUT/tests.log"
 all_rc=${PIPESTATUS[0]}
-FTLLMD="$C/bin/ftllmd" FTLLMCTL="$C/bin/ftllmctl" "$C/bin/test_integration" \
+FTLLMD="$C/bin/ftllmd" FTLLMCTL="$C/bin/ftllmctl" FTLLM_EXPORT="$C/bin/ftllm-export" "$C/bin/test_integration" \
   --run_test=a_model_on_the_gpu_serves_and_moves_live --report_level=short 2>&1 | tee -a "$OUT/tests.log"
 daemon_rc=${PIPESTATUS[0]}
 

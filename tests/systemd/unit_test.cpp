@@ -88,12 +88,13 @@ BOOST_AUTO_TEST_CASE(meson_install_places_unit_binaries_and_config) {
   std::string dest = tmpl;
   Run r = run(env("MESON") + " install -C " + env("BUILD_ROOT") + " --no-rebuild --quiet --destdir " + dest);
   BOOST_TEST_REQUIRE(r.exit_code == 0, r.output);
-  bool unit = false, daemon = false, ctl = false, conf = false, sysusers = false, socket = false;
+  bool unit = false, daemon = false, ctl = false, exporter = false, conf = false, sysusers = false, socket = false;
   for (auto& e : std::filesystem::recursive_directory_iterator(dest)) {
     std::string p = e.path().string();
     unit |= p.ends_with("/systemd/system/ftllmd.service");
     daemon |= p.ends_with("/bin/ftllmd");
     ctl |= p.ends_with("/bin/ftllmctl");
+    exporter |= p.ends_with("/bin/ftllm-export");  // beside ftllmctl, whose export runs it
     conf |= p.ends_with("/ftllmd/ftllmd.conf");
     sysusers |= p.ends_with("/sysusers.d/ftllm.conf");
     socket |= p.ends_with("/systemd/system/ftllmd.socket");
@@ -102,6 +103,7 @@ BOOST_AUTO_TEST_CASE(meson_install_places_unit_binaries_and_config) {
   BOOST_TEST(unit);
   BOOST_TEST(daemon);
   BOOST_TEST(ctl);
+  BOOST_TEST(exporter);
   BOOST_TEST(conf);
   BOOST_TEST(sysusers);
   BOOST_TEST(socket);
