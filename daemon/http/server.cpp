@@ -223,6 +223,7 @@ class Connection {
 void Exchange::respond(const Response& r) {
   if (done_) return;
   done_ = true;
+  on_close_ = nullptr;  // it never runs after done(), and what it holds may hold this exchange
   if (!conn_) return;
   const bool keep = request_.keep_alive;
   Connection* c = conn_;
@@ -255,6 +256,7 @@ void Exchange::send(const std::string& data) {
 void Exchange::finish() {
   if (done_) return;
   done_ = true;
+  on_close_ = nullptr;  // it never runs after done(), and what it holds may hold this exchange
   if (!conn_) return;
   Connection* c = conn_;
   conn_ = nullptr;

@@ -5,6 +5,7 @@
 #include <numa.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace ftllm::cpu {
 
@@ -44,24 +45,61 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::work_on_current_job(int group) {
-  GroupRange& r = ranges_[shared_ ? 0 : size_t(group)];
+namespace {
+
+constexpr int kIndexBits = 40;
+constexpr uint64_t kIndexMask = (uint64_t(1) << kIndexBits) - 1;
+uint64_t tag_of(uint64_t job) { return job << kIndexBits; }  // the job number's low 24 bits, above the index
+
+// How long an idle worker spins before it sleeps, and a waiting caller before it yields its core: about
+// the gap between two jobs of a decode step, whatever a pause instruction costs on this processor.
+constexpr auto kSpin = std::chrono::microseconds(250);
+
+// About four chunks per thread balances uneven rows without much contention on the counter.
+constexpr int64_t kChunksPerThread = 4;
+
+// Shared jobs the caller runs alone after a worker kept it waiting: first this many, doubling on each
+// repeat up to the last (a decode step is a few hundred jobs).
+constexpr int64_t kSoloJobsFirst = 256, kSoloJobsMost = 8192;
+
+}  // namespace
+
+void ThreadPool::set_range(size_t r, int64_t begin, int64_t end, int64_t chunk) {
+  // The job about to be published is the next number (only the calling thread publishes jobs).
+  const uint64_t next = published_generation_.load(std::memory_order_relaxed) + 1;
+  ranges_[r].end.store(end, std::memory_order_relaxed);
+  ranges_[r].chunk.store(chunk, std::memory_order_relaxed);
+  ranges_[r].claim.store(tag_of(next) | uint64_t(begin), std::memory_order_relaxed);
+}
+
+void ThreadPool::work_on_job(int group, uint64_t job, bool caller) {
+  GroupRange& r = ranges_[shared_.load(std::memory_order_relaxed) ? 0 : size_t(group)];
+  const uint64_t tag = tag_of(job);
+  uint64_t claim = r.claim.load(std::memory_order_acquire);
   for (;;) {
-    int64_t begin = r.next.fetch_add(r.chunk, std::memory_order_relaxed);
-    if (begin >= r.end) break;
-    (*fn_)(begin, std::min(r.end, begin + r.chunk));
+    if ((claim & ~kIndexMask) != tag) return;  // another job's range: this one is over
+    const int64_t begin = int64_t(claim & kIndexMask), end = r.end.load(std::memory_order_relaxed);
+    if (begin >= end) return;
+    const int64_t stop = std::min(end, begin + r.chunk.load(std::memory_order_relaxed));
+    if (!r.claim.compare_exchange_weak(claim, tag | uint64_t(stop), std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;
+    // The chunk is this thread's: the job cannot end, nor fn_ change, before it is done.
+    (*fn_)(begin, stop);
+    if (caller) caller_items_ += stop - begin;
+    remaining_.fetch_sub(stop - begin, std::memory_order_acq_rel);
+    claim = r.claim.load(std::memory_order_acquire);
   }
 }
 
 void ThreadPool::worker_loop(int group) {
   uint64_t seen = 0;
   for (;;) {
-    // Spin briefly: decode issues many small jobs back to back, and a futex wake costs more than one.
     uint64_t g = published_generation_.load(std::memory_order_acquire);
-    for (int spin = 0; spin < 20000 && g == seen; ++spin) {
-      _mm_pause();
-      g = published_generation_.load(std::memory_order_acquire);
-    }
+    for (auto until = std::chrono::steady_clock::now() + kSpin; g == seen && std::chrono::steady_clock::now() < until;)
+      for (int i = 0; i < 16 && g == seen; ++i) {
+        _mm_pause();
+        g = published_generation_.load(std::memory_order_acquire);
+      }
     if (g == seen) {
       std::unique_lock lock(mu_);
       wake_.wait(lock, [&] { return generation_ != seen; });
@@ -69,41 +107,64 @@ void ThreadPool::worker_loop(int group) {
     }
     seen = g;
     if (stop_flag_.load(std::memory_order_acquire)) return;
-    work_on_current_job(group);
-    done_.fetch_add(1, std::memory_order_acq_rel);
+    if (wake_hook_) wake_hook_();
+    work_on_job(group, g, false);
   }
 }
 
-void ThreadPool::run_job(const std::function<void(int64_t, int64_t)>& fn) {
-  // Every worker checks in once per job, so the next job is never published while a worker may still
-  // read this one's fields.
+void ThreadPool::run_job(const std::function<void(int64_t, int64_t)>& fn, int64_t items) {
+  // The ranges are set; publishing the job's number makes them and fn_ visible to the workers.
   fn_ = &fn;
-  done_.store(0, std::memory_order_relaxed);
+  remaining_.store(items, std::memory_order_relaxed);
+  caller_items_ = 0;
+  uint64_t job;
   {
     std::lock_guard lock(mu_);
-    ++generation_;
-    published_generation_.store(generation_, std::memory_order_release);
+    job = ++generation_;
+    published_generation_.store(job, std::memory_order_release);
   }
   wake_.notify_all();
-  work_on_current_job(0);
-  const int workers = int(workers_.size());
-  while (done_.load(std::memory_order_acquire) != workers) _mm_pause();
+  const auto started = std::chrono::steady_clock::now();
+  work_on_job(0, job, true);  // the caller is in group 0
+  // Only chunks that other threads hold are left: wait for them, spinning briefly, then giving the core
+  // up in turns, so that a thread which shares it (a worker preempted mid-chunk) can finish.
+  const auto worked = std::chrono::steady_clock::now();
+  const int64_t outstanding = remaining_.load(std::memory_order_acquire);
+  while (remaining_.load(std::memory_order_acquire) != 0) {
+    if (std::chrono::steady_clock::now() < worked + kSpin) _mm_pause();
+    else std::this_thread::yield();
+  }
+  if (!shared_.load(std::memory_order_relaxed) || caller_items_ == 0) return;  // a node's rows stay with its threads
+  // A stall is a wait far longer than the outstanding items take at the caller's own pace (uneven items
+  // are not a stall), and longer than the caller's whole share (else the help was still worth it).
+  const auto waited = std::chrono::steady_clock::now() - worked, own = worked - started;
+  const auto expected = own * outstanding / caller_items_;
+  if (waited > kSpin && waited > own && waited > 4 * expected) {
+    solo_backoff_ = std::clamp(solo_backoff_ * 2, kSoloJobsFirst, kSoloJobsMost);
+    solo_jobs_ = solo_backoff_;
+    good_jobs_ = 0;
+  } else if (waited <= kSpin && caller_items_ < items && ++good_jobs_ >= kSoloJobsMost) {
+    solo_backoff_ = 0;  // the workers have helped without delay for a long while: forgive the stalls
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  int threads = size();
+  const int threads = size();
   grain = std::max<int64_t>(1, grain);
   if (threads == 1 || n <= grain) {
     fn(0, n);
     return;
   }
-  // About four chunks per thread balances uneven rows without much contention on the counter.
-  shared_ = true;
-  ranges_[0].next.store(0, std::memory_order_relaxed);
-  ranges_[0].end = n;
-  ranges_[0].chunk = std::max(grain, (n + threads * 4 - 1) / (threads * 4));
-  run_job(fn);
+  if (solo_jobs_ > 0) {  // the workers kept the caller waiting lately: it is faster alone for now
+    --solo_jobs_;
+    ++solo_jobs_run_;
+    fn(0, n);
+    return;
+  }
+  shared_.store(true, std::memory_order_relaxed);
+  set_range(0, 0, n, std::max(grain, (n + threads * kChunksPerThread - 1) / (threads * kChunksPerThread)));
+  run_job(fn, n);
 }
 
 void ThreadPool::parallel_for_groups(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
@@ -119,14 +180,13 @@ void ThreadPool::parallel_for_bounds(const std::vector<int64_t>& bounds, int64_t
   }
   if (bounds.back() <= bounds.front()) return;
   grain = std::max<int64_t>(1, grain);
-  shared_ = false;
+  // Each group's rows are its own threads' (they live in its node's memory), so no group takes another's.
+  shared_.store(false, std::memory_order_relaxed);
   for (size_t g = 0; g < group_nodes_.size(); ++g) {
     const int64_t rows = bounds[g + 1] - bounds[g], threads = threads_in_group_[g];
-    ranges_[g].next.store(bounds[g], std::memory_order_relaxed);
-    ranges_[g].end = bounds[g + 1];
-    ranges_[g].chunk = std::max(grain, (rows + threads * 4 - 1) / (threads * 4));
+    set_range(g, bounds[g], bounds[g + 1], std::max(grain, (rows + threads * kChunksPerThread - 1) / (threads * kChunksPerThread)));
   }
-  run_job(fn);
+  run_job(fn, bounds.back() - bounds.front());
 }
 
 }  // namespace ftllm::cpu

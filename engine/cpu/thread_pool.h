@@ -1,4 +1,8 @@
 // A fixed pool of worker threads for data-parallel loops. The calling thread works too.
+// A job is a range cut into small chunks that threads take as they come, so a thread that is late (woken
+// late, or sharing its core with another busy process) leaves its share to the others instead of stalling
+// the step: the caller waits only for chunks a thread has taken, never for a thread to turn up. Idle
+// workers spin for a short while (decode issues small jobs back to back), then sleep on a futex.
 #pragma once
 
 #include <algorithm>
@@ -41,14 +45,25 @@ class ThreadPool {
   void parallel_for_bounds(const std::vector<int64_t>& bounds, int64_t grain,
                            const std::function<void(int64_t, int64_t)>& fn);
 
+  // Jobs run on the calling thread alone since the pool was made, because workers kept it waiting.
+  int64_t solo_jobs_run() const { return solo_jobs_run_; }
+  // For tests: called by a worker each time it wakes for a job, before it looks for work (a worker that
+  // is late by as long as `hook` takes). Set before the pool runs jobs.
+  void set_wake_hook_for_tests(std::function<void()> hook) { wake_hook_ = std::move(hook); }
+
  private:
+  // A group's range of the current job. `claim` packs the job's number (its low 24 bits, high in the
+  // word) with the next index to hand out (the low 40 bits): a thread takes a chunk only by a compare-exchange naming its job, so a thread
+  // woken for an earlier job takes nothing from a later one.
   struct alignas(64) GroupRange {  // one cache line each: groups do not contend on their counters
-    std::atomic<int64_t> next{0};
-    int64_t end = 0, chunk = 1;
+    std::atomic<uint64_t> claim{0};
+    // Read by threads that may be late for the job that set them (they then take nothing): atomic.
+    std::atomic<int64_t> end{0}, chunk{1};
   };
+  void set_range(size_t r, int64_t begin, int64_t end, int64_t chunk);
   void worker_loop(int group);
-  void work_on_current_job(int group);
-  void run_job(const std::function<void(int64_t, int64_t)>& fn);
+  void work_on_job(int group, uint64_t job, bool caller);
+  void run_job(const std::function<void(int64_t, int64_t)>& fn, int64_t items);
 
   std::vector<std::thread> workers_;
   std::vector<int> group_nodes_;  // the node of each group; empty: unbound
@@ -59,11 +74,18 @@ class ThreadPool {
   std::atomic<uint64_t> published_generation_{0};
   std::atomic<bool> stop_flag_{false};
 
-  // The current job: one range per group, or range 0 for every thread when `shared_`.
+  // The current job: one range per group, or range 0 for every thread when `shared_`. fn_ is read only
+  // by a thread holding a chunk of the job, which cannot end (nor fn_ change) before that chunk is done.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  bool shared_ = true;
+  std::atomic<bool> shared_{true};
   std::unique_ptr<GroupRange[]> ranges_;
-  std::atomic<int> done_{0};  // workers finished with the current job
+  std::atomic<int64_t> remaining_{0};  // items of the current job not yet done
+  std::function<void()> wake_hook_;
+  // A worker that keeps the caller waiting longer than the caller worked (its core shared with another
+  // busy process) costs more than its help: the next `solo_jobs_` shared jobs run on the caller alone,
+  // twice as many after each repeat (up to a limit), and the workers are asked again after that.
+  int64_t solo_jobs_ = 0, solo_backoff_ = 0, solo_jobs_run_ = 0, good_jobs_ = 0;
+  int64_t caller_items_ = 0;  // items the caller did itself in the current job (only it writes this)
 };
 
 // Bounds of `parts` row shares of `rows` ([0] = 0, [parts] = rows), each a multiple of 16 rows where it

@@ -1,5 +1,9 @@
 // Every vectorised kernel against the scalar reference, on random data with odd sizes and tails.
 #include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -193,6 +197,53 @@ BOOST_AUTO_TEST_CASE(thread_pool_covers_every_index_once) {
       for (int h : hits) BOOST_REQUIRE_EQUAL(h, 3);
     }
   }
+}
+
+// A straggler inside a job (a thread whose chunk is slow) keeps only its own chunk: the others take the
+// rest as they free up, and every index is still done once.
+BOOST_AUTO_TEST_CASE(thread_pool_work_flows_around_a_straggler) {
+  cpu::ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<int> hits(64, 0);
+  std::atomic<int64_t> by_caller{0};
+  std::atomic<bool> slowed{false};
+  pool.parallel_for(64, 1, [&](int64_t b, int64_t e) {
+    // Every chunk takes a moment, so the worker surely turns up for one; its first takes far longer.
+    const bool worker = std::this_thread::get_id() != caller;
+    std::this_thread::sleep_for(std::chrono::milliseconds(worker && !slowed.exchange(true) ? 200 : 2));
+    if (std::this_thread::get_id() == caller) by_caller += e - b;
+    for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+  });
+  for (int h : hits) BOOST_REQUIRE_EQUAL(h, 1);
+  // The worker took only its first chunk (it slept on it); of the 8 chunks of 8 the caller did the rest.
+  BOOST_TEST(by_caller.load() >= 56);
+  // The caller waited on the worker far longer than it worked itself: the next jobs run on it alone, with
+  // the same coverage, until the workers are asked again.
+  BOOST_TEST(pool.solo_jobs_run() == 0);
+  for (int job = 0; job < 3; ++job)
+    pool.parallel_for(64, 1, [&](int64_t b, int64_t e) {
+      BOOST_TEST((std::this_thread::get_id() == caller));
+      for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+    });
+  BOOST_TEST(pool.solo_jobs_run() == 3);
+  for (int h : hits) BOOST_REQUIRE_EQUAL(h, 4);
+}
+
+// A worker that turns up late for every job (asleep, preempted, its core busy with another process) does
+// not hold the jobs up: the caller does the work and returns without waiting for it to check in.
+BOOST_AUTO_TEST_CASE(thread_pool_jobs_do_not_wait_for_a_late_worker) {
+  cpu::ThreadPool pool(2);
+  pool.set_wake_hook_for_tests([] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+  std::vector<int> hits(1000, 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (int job = 0; job < 20; ++job)
+    pool.parallel_for(1000, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+    });
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  for (int h : hits) BOOST_REQUIRE_EQUAL(h, 20);
+  // Waiting for the late worker would take 20 x 100 ms; without it the jobs take next to nothing.
+  BOOST_TEST(ms < 1000, ms << " ms for 20 jobs");
 }
 
 // --device numa: group g's threads take exactly share g of the rows, and every row is done once. On a

@@ -217,8 +217,12 @@ class Renderer {
 
   Value macro_value(const Stmt& m) {
     const Stmt* def = &m;
-    auto globals = scopes_.front();
-    return Value::function([this, def, globals](const CallArgs& args) {
+    // Weak: the macro is itself stored in the globals, and a strong reference would make a cycle that
+    // outlives the render (a leak per chat request).
+    std::weak_ptr<Scope> weak_globals = scopes_.front();
+    return Value::function([this, def, weak_globals](const CallArgs& args) {
+      auto globals = weak_globals.lock();
+      if (!globals) throw TemplateError("macro " + def->name + " called after its template finished");
       auto saved = std::move(scopes_);
       scopes_ = {globals, std::make_shared<Scope>()};
       for (size_t i = 0; i < def->params.size(); ++i) {
