@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 
 namespace ftllm::cpu {
 
@@ -28,7 +29,12 @@ ThreadPool::ThreadPool(int threads, std::vector<int> group_nodes)
     if (i == 0) continue;
     const int node = group_nodes_.empty() ? -1 : group_nodes_[size_t(group)];
     workers_.emplace_back([this, group, node] {
-      if (node >= 0 && numa_available() >= 0) numa_run_on_node(node);
+      if (node >= 0 && numa_available() >= 0) {
+        // libnuma fills its node-to-cpus cache unguarded on first use: one thread at a time (ThreadSanitizer).
+        static std::mutex numa_mu;
+        std::lock_guard lock(numa_mu);
+        numa_run_on_node(node);
+      }
       worker_loop(group);
     });
   }
