@@ -39,16 +39,64 @@ std::optional<ApiError> integer(element obj, const char* key, int64_t lo, int64_
   return std::nullopt;
 }
 
-// A message as the template sees it: OpenAI's content-part arrays become the joined text of their parts.
+// A tool call of an assistant message as templates expect it: OpenAI's arguments string parsed into the
+// object it holds (templates write it with tojson), as transformers' and vLLM's renderers do.
+std::optional<ApiError> tool_call_json(element call, const std::string& where, JsonWriter& w) {
+  simdjson::dom::object obj;
+  std::string_view name;
+  if (call.get(obj)) return bad(where, "must be an object");
+  if (obj["function"]["name"].get(name)) return bad(where + ".function.name", "is required and must be a string");
+  w.begin_object();
+  for (auto [key, value] : obj) {
+    if (key != "function") {
+      w.key(key).raw(simdjson::to_string(value));
+      continue;
+    }
+    w.key(key).begin_object();
+    for (auto [fkey, fvalue] : simdjson::dom::object(value)) {
+      std::string_view arguments;
+      if (fkey == "arguments" && !fvalue.get(arguments)) {
+        simdjson::dom::parser inner;
+        const simdjson::padded_string text(arguments);
+        simdjson::dom::element parsed;
+        if (!inner.parse(text).get(parsed) && parsed.type() == element_type::OBJECT) {
+          w.key(fkey).raw(simdjson::to_string(parsed));
+          continue;
+        }
+      }
+      w.key(fkey).raw(simdjson::to_string(fvalue));
+    }
+    w.end_object();
+  }
+  w.end_object();
+  return std::nullopt;
+}
+
+// A message as the template sees it: OpenAI's content-part arrays become the joined text of their parts;
+// an assistant's null content beside tool calls becomes "" (what the templates expect, as the reference
+// renderers give it); roles, tool messages and tool calls are checked as OpenAI does.
 std::optional<ApiError> message_json(element message, size_t index, std::string& json_out) {
   const std::string where = "messages[" + std::to_string(index) + "]";
   simdjson::dom::object obj;
   if (message.get(obj)) return bad(where, "must be an object");
   std::string_view role;
   if (obj["role"].get(role)) return bad(where + ".role", "is required and must be a string");
+  if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
+    return bad(where + ".role", "must be one of system, developer, user, assistant, tool, not \"" + std::string(role) + "\"");
+  simdjson::dom::array calls;
+  const bool has_calls = role == "assistant" && !obj["tool_calls"].get(calls) && calls.size() > 0;
+  element content;
+  const bool no_content = obj["content"].get(content) || content.is_null();
+  if (no_content && !has_calls) return bad(where + ".content", "is required (it may be null only beside tool_calls)");
+  std::string_view tool_call_id;
+  if (role == "tool" && obj["tool_call_id"].get(tool_call_id)) return bad(where + ".tool_call_id", "is required and must be a string");
   JsonWriter w;
   w.begin_object();
   for (auto [key, value] : obj) {
+    if (key == "content" && value.is_null()) {
+      w.key(key).string("");
+      continue;
+    }
     if (key == "content" && value.type() == element_type::ARRAY) {
       std::string text;
       for (element part : value.get_array()) {
@@ -58,12 +106,19 @@ std::optional<ApiError> message_json(element message, size_t index, std::string&
         text += t;
       }
       w.key(key).string(text);
-    } else if (key == "content" && value.type() != element_type::STRING && !value.is_null()) {
+    } else if (key == "content" && value.type() != element_type::STRING) {
       return bad(where + ".content", "must be a string or an array of text parts");
+    } else if (key == "tool_calls" && value.type() == element_type::ARRAY) {
+      w.key(key).begin_array();
+      size_t i = 0;
+      for (element call : value.get_array())
+        if (auto e = tool_call_json(call, where + ".tool_calls[" + std::to_string(i++) + "]", w)) return e;
+      w.end_array();
     } else {
       w.key(key).raw(simdjson::to_string(value));
     }
   }
+  if (no_content && obj["content"].error()) w.key("content").string("");  // absent beside tool calls
   w.end_object();
   json_out = w.take();
   return std::nullopt;

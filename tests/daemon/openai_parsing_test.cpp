@@ -46,4 +46,34 @@ BOOST_AUTO_TEST_CASE(request_bodies_are_validated_by_field) {
   BOOST_TEST(bad->status == 400);
 }
 
+// A tool round trip as the OpenAI SDK and LangChain send it: the assistant's null content beside its tool
+// calls is rendered as "" and its arguments string as the object it holds (the golden "tools" conversation of
+// the template fixtures has exactly this shape); what OpenAI refuses is a 400 naming the field.
+BOOST_AUTO_TEST_CASE(messages_are_read_as_openai_defines_them) {
+  GenerationBody b;
+  BOOST_REQUIRE(!parse_generation_body(R"({"model": "m", "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "22 C"}]})", true, b));
+  BOOST_TEST(b.request.chat.messages_json ==
+             R"([{"role":"user","content":"Weather in Paris?"},)"
+             R"({"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function",)"
+             R"("function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},)"
+             R"({"role":"tool","tool_call_id":"call_1","content":"22 C"}])");
+  auto refused = [](const std::string& messages) {
+    GenerationBody g;
+    auto e = parse_generation_body(R"({"model": "m", "messages": )" + messages + "}", true, g);
+    return e ? e->param : std::string("accepted");
+  };
+  BOOST_TEST(refused(R"([{"role": "user", "content": null}])") == "messages[0].content");
+  BOOST_TEST(refused(R"([{"role": "user"}])") == "messages[0].content");
+  BOOST_TEST(refused(R"([{"role": "assistant", "content": null}])") == "messages[0].content");
+  BOOST_TEST(refused(R"([{"role": "wizard", "content": "x"}])") == "messages[0].role");
+  BOOST_TEST(refused(R"([{"role": "tool", "content": "22 C"}])") == "messages[0].tool_call_id");
+  BOOST_TEST(refused(R"([{"role": "assistant", "content": null, "tool_calls": [{"function": {"arguments": "{}"}}]}])") ==
+             "messages[0].tool_calls[0].function.name");
+  BOOST_TEST(refused(R"([{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "x"}])") == "accepted");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -49,4 +49,22 @@ try:
 except openai.BadRequestError as e:
     assert e.body["param"] == "temperature", e.body
     print("bad parameter ok: 400 naming temperature")
+# The tool round trip as the SDK sends it back: the assistant's tool calls with null content, then the result.
+weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+round_trip = [{"role": "user", "content": "What's the weather in Paris?"},
+              {"role": "assistant", "content": None,
+               "tool_calls": [{"id": "call_1", "type": "function",
+                               "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+              {"role": "tool", "tool_call_id": "call_1", "content": "22 C and sunny"}]
+answer = client.chat.completions.create(model=model, messages=round_trip, tools=[weather], max_tokens=8, temperature=0)
+assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls"), answer
+print("tool round trip ok:", repr((answer.choices[0].message.content or "")[:40]))
+try:
+    client.chat.completions.create(model=model, messages=[{"role": "wizard", "content": "x"}])
+    raise SystemExit("an unknown role was accepted")
+except openai.BadRequestError as e:
+    assert e.body["param"] == "messages[0].role", e.body
+    print("unknown role ok: 400 naming messages[0].role")
 print("ALL OK")
