@@ -81,7 +81,8 @@ std::optional<ApiError> message_json(element message, size_t index, std::string&
   if (message.get(obj)) return bad(where, "must be an object");
   std::string_view role;
   if (obj["role"].get(role)) return bad(where + ".role", "is required and must be a string");
-  if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
+  // OpenAI's roles; "function" is its deprecated form of "tool", still accepted there.
+  if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool" && role != "function")
     return bad(where + ".role", "must be one of system, developer, user, assistant, tool, not \"" + std::string(role) + "\"");
   simdjson::dom::array calls;
   const bool has_calls = role == "assistant" && !obj["tool_calls"].get(calls) && calls.size() > 0;
