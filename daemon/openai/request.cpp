@@ -155,9 +155,29 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
     }
     r.chat.messages_json = joined + "]";
     element tools;
-    if (!root["tools"].get(tools) && !tools.is_null()) {
+    const bool has_tools = !root["tools"].get(tools) && !tools.is_null();
+    if (has_tools) {
       if (tools.type() != element_type::ARRAY) return bad("tools", "must be an array");
       r.chat.tools_json = simdjson::to_string(tools);
+    }
+    // tool_choice as OpenAI has it: a mode, or a function that must be among the tools.
+    element choice;
+    if (!root["tool_choice"].get(choice) && !choice.is_null()) {
+      std::string_view mode, named;
+      if (!choice.get(mode)) {
+        if (mode != "none" && mode != "auto" && mode != "required")
+          return bad("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      } else if (choice["function"]["name"].get(named)) {
+        return bad("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      } else {
+        bool offered = false;
+        if (has_tools)
+          for (element t : tools.get_array()) {
+            std::string_view name;
+            offered = offered || (!t["function"]["name"].get(name) && name == named);
+          }
+        if (!offered) return bad("tool_choice", "names the function \"" + std::string(named) + "\", which is not among the tools");
+      }
     }
     element kwargs;
     if (!root["chat_template_kwargs"].get(kwargs) && !kwargs.is_null()) {
@@ -217,6 +237,7 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
   }
   if (!root["stream_options"].get(flag) && !flag.is_null()) {
     if (flag.type() != element_type::OBJECT) return bad("stream_options", "must be an object");
+    if (!out.stream) return bad("stream_options", "is only allowed when \"stream\" is true");
     element usage;
     if (!flag["include_usage"].get(usage) && usage.get(out.include_usage)) return bad("stream_options.include_usage", "must be true or false");
   }

@@ -76,4 +76,21 @@ BOOST_AUTO_TEST_CASE(messages_are_read_as_openai_defines_them) {
   BOOST_TEST(refused(R"([{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "x"}])") == "accepted");
 }
 
+// Where OpenAI is strict: stream_options only with stream, tool_choice a mode or one of the tools.
+BOOST_AUTO_TEST_CASE(strict_where_openai_is_strict) {
+  auto param = [](const std::string& extra) {
+    GenerationBody g;
+    auto e = parse_generation_body(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )" + extra + "}", true, g);
+    return e ? e->param : std::string("accepted");
+  };
+  BOOST_TEST(param(R"("stream_options": {"include_usage": true})") == "stream_options");
+  BOOST_TEST(param(R"("stream": true, "stream_options": {"include_usage": true})") == "accepted");
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])";
+  BOOST_TEST(param(tools + R"(, "tool_choice": "required")") == "accepted");
+  BOOST_TEST(param(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})") == "accepted");
+  BOOST_TEST(param(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}})") == "tool_choice");
+  BOOST_TEST(param(R"("tool_choice": {"type": "function", "function": {"name": "get_weather"}})") == "tool_choice");
+  BOOST_TEST(param(tools + R"(, "tool_choice": "sometimes")") == "tool_choice");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
