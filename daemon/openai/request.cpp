@@ -187,27 +187,34 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
   } else {
     element prompt;
     if (root["prompt"].get(prompt)) return bad("prompt", "is required");
+    // A string, token ids, or an array of either: one choice (times n) per prompt, all in one batch.
+    auto token_ids = [&](element ids) -> std::optional<ApiError> {
+      std::vector<int32_t>& out_ids = r.token_prompts.emplace_back();
+      for (element id : ids.get_array()) {
+        int64_t v;
+        if (id.get(v) || v < 0 || v > INT32_MAX) return bad("prompt", "token ids must be non-negative integers");
+        out_ids.push_back(int32_t(v));
+      }
+      return std::nullopt;
+    };
     std::string_view p;
     if (!prompt.get(p)) {
-      r.prompt = p;
+      r.prompts.emplace_back(p);
     } else if (prompt.type() == element_type::ARRAY) {
       simdjson::dom::array list = prompt.get_array();
       if (list.size() == 0) return bad("prompt", "must not be empty");
-      element first = list.at(0);
-      if (first.type() == element_type::STRING) {
-        if (list.size() > 1) return bad("prompt", "with several prompts is not supported; send one request per prompt");
-        r.prompt = std::string_view(first);
-      } else {
-        element ids = first.type() == element_type::ARRAY ? first : prompt;
-        if (first.type() == element_type::ARRAY && list.size() > 1)
-          return bad("prompt", "with several prompts is not supported; send one request per prompt");
-        for (element id : ids.get_array()) {
-          int64_t v;
-          if (id.get(v) || v < 0 || v > INT32_MAX) return bad("prompt", "token ids must be non-negative integers");
-          r.prompt_ids.push_back(int32_t(v));
+      const element_type first = list.at(0).type();
+      if (first == element_type::STRING || first == element_type::ARRAY) {
+        if (list.size() > 64) return bad("prompt", "may hold at most 64 prompts");
+        for (element one : list) {
+          if (one.type() != first) return bad("prompt", "must hold prompts of one kind: strings, or arrays of token ids");
+          if (first == element_type::STRING) r.prompts.emplace_back(std::string_view(one));
+          else if (auto e = token_ids(one)) return e;
         }
-        r.input = TextRequest::Input::Tokens;
+      } else if (auto e = token_ids(prompt)) {
+        return e;
       }
+      if (first != element_type::STRING) r.input = TextRequest::Input::Tokens;
     } else {
       return bad("prompt", "must be a string, an array of strings, or an array of token ids");
     }

@@ -397,10 +397,10 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
   reply->ex = ex;
   reply->id = random_id(chat ? "chatcmpl-" : "cmpl-");
   reply->created = unix_now();
-  reply->remaining = size_t(body->request.n);
-  reply->choices.resize(size_t(body->request.n));
+  reply->remaining = body->request.choice_count();
+  reply->choices.resize(reply->remaining);
   std::vector<std::shared_ptr<Generation>> choices;
-  for (int i = 0; i < body->request.n; ++i) choices.push_back(std::make_shared<Generation>(api, reply, size_t(i), body));
+  for (size_t i = 0; i < reply->remaining; ++i) choices.push_back(std::make_shared<Generation>(api, reply, i, body));
   // The engine's events reach the choices on the loop thread. Engine threads hold only weak references,
   // so a choice (and the model it keeps alive after an unload) is always destroyed on the loop thread.
   std::vector<std::weak_ptr<Generation>> targets(choices.begin(), choices.end());

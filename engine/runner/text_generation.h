@@ -1,5 +1,5 @@
-// A TextRequest run on a resident model: its prompt built from the model's text side, one sequence per
-// choice queued on the runner, each choice's tokens turned into text on the worker thread, and a choice
+// A TextRequest run on a resident model: its prompts built from the model's text side, one sequence per
+// choice queued on the runner (all in the same batch), each choice's tokens turned into text on the worker thread, and a choice
 // cancelled as soon as a stop string appears in it.
 #pragma once
 

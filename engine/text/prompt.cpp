@@ -35,7 +35,8 @@ std::string no_tokenizer(const std::string& model_name) {
 
 }  // namespace
 
-Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_t context, const TextRequest& request) {
+Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_t context, const TextRequest& request,
+                    size_t which) {
   Prompt p;
   const bool chat = request.input == TextRequest::Input::Chat;
   const std::string field = chat ? "messages" : "prompt";
@@ -57,10 +58,10 @@ Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_
     p.format = {true, source.find("<think>") != std::string::npos, tail.ends_with("<think>"),
                 !request.chat.tools_json.empty() && source.find("<tool_call>") != std::string::npos};
   } else if (request.input == TextRequest::Input::Tokens) {
-    p.ids = request.prompt_ids;
+    p.ids = request.token_prompts.at(which);
   } else {
     if (!text.tokenizer) return refuse(Refusal::InvalidPrompt, no_tokenizer(model_name), "prompt");
-    p.ids = text.tokenizer->encode(request.prompt, true, true);
+    p.ids = text.tokenizer->encode(request.prompts.at(which), true, true);
   }
   if (p.ids.empty()) return refuse(Refusal::InvalidPrompt, "the prompt is empty", field);
   if (int64_t(p.ids.size()) >= context)

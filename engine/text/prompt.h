@@ -31,8 +31,9 @@ struct Prompt {
 // The chat rendered as text (what /apply-template shows).
 Status render_chat(const ModelText& text, const std::string& model_name, const ChatInput& input, std::string& prompt);
 
-// The prompt of `request` for a model served with `context` tokens; refused when it is empty, does not
-// render or tokenize, or leaves no room to generate.
-Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_t context, const TextRequest& request);
+// Prompt `which` (< request.prompt_count()) of `request` for a model served with `context` tokens; refused
+// when it is empty, does not render or tokenize, or leaves no room to generate.
+Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_t context, const TextRequest& request,
+                    size_t which = 0);
 
 }  // namespace ftllm::text

@@ -24,15 +24,21 @@ struct ChatInput {
 struct TextRequest {
   std::string model;
   enum class Input { Chat, Text, Tokens } input = Input::Chat;
-  ChatInput chat;                   // Input::Chat
-  std::string prompt;               // Input::Text: tokenized with the model's special tokens
-  std::vector<int32_t> prompt_ids;  // Input::Tokens
+  ChatInput chat;                                // Input::Chat
+  std::vector<std::string> prompts;              // Input::Text: each tokenized with the model's special tokens
+  std::vector<std::vector<int32_t>> token_prompts;  // Input::Tokens
   // Sampling (a seed is the first choice's; choice i samples with seed + i), max_tokens (0: up to the
   // context), ignore_eos, logprobs.
   GenerationRequest generation;
   std::vector<std::string> stop;  // generation ends before the first of these; they never reach the text
-  int n = 1;                      // choices, each its own sequence
+  int n = 1;                      // choices per prompt, each its own sequence
   size_t max_waiting = 0;         // refused as Busy when the model has this many requests waiting (0: none)
+
+  size_t prompt_count() const {
+    return input == Input::Chat ? 1 : input == Input::Text ? prompts.size() : token_prompts.size();
+  }
+  // Prompt p's choices are numbered p * n .. p * n + n - 1.
+  size_t choice_count() const { return prompt_count() * size_t(n); }
 };
 
 // A function call the model wrote in its tool-call format.

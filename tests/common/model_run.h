@@ -101,7 +101,7 @@ inline Status generate(Engine& engine, const std::string& name, std::vector<Gene
     TextRequest r;
     r.model = name;
     r.input = TextRequest::Input::Tokens;
-    r.prompt_ids = requests[i].prompt;
+    r.token_prompts = {requests[i].prompt};
     r.generation = requests[i];
     TextSubmission s = engine.submit(r, [&, i](const TextEvent& e) {
       std::lock_guard lock(done_mu);

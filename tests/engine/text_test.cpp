@@ -117,7 +117,7 @@ BOOST_AUTO_TEST_CASE(prompts_carry_the_format_their_template_answers_in) {
 
   TextRequest text;
   text.input = TextRequest::Input::Text;
-  text.prompt = "Hello";
+  text.prompts = {"Hello"};
   Prompt t = build_prompt(qwen3, "q", 4096, text);
   BOOST_TEST(!t.format.chat);
   BOOST_TEST(t.ids == qwen3.tokenizer->encode("Hello", true, true));
@@ -133,12 +133,13 @@ BOOST_AUTO_TEST_CASE(prompts_are_refused_with_the_field_at_fault) {
   BOOST_TEST(tight.error.find("is loaded with a context of 5 tokens") != std::string::npos, tight.error);
   TextRequest ids;
   ids.input = TextRequest::Input::Tokens;
+  ids.token_prompts = {{}};
   BOOST_TEST((build_prompt(ModelText{}, "w", 4096, ids).refusal == Refusal::InvalidPrompt));
-  ids.prompt_ids = {1, 2, 3};
+  ids.token_prompts = {{1, 2, 3}};
   BOOST_TEST((build_prompt(ModelText{}, "w", 4096, ids).refusal == Refusal::None));  // weights only: ids still serve
   TextRequest text;
   text.input = TextRequest::Input::Text;
-  text.prompt = "x";
+  text.prompts = {"x"};
   const Prompt no_tokenizer = build_prompt(ModelText{}, "w", 4096, text);
   BOOST_TEST((no_tokenizer.refusal == Refusal::InvalidPrompt));
   BOOST_TEST(no_tokenizer.param == "prompt");

@@ -224,6 +224,32 @@ BOOST_AUTO_TEST_CASE(stop_strings_never_leak) {
   }
 }
 
+// Several prompts in one completion request: one choice per prompt (times n) with its index, each the same
+// text as that prompt alone gives, the usage counting every prompt.
+BOOST_AUTO_TEST_CASE(completions_take_an_array_of_prompts) {
+  DaemonProcess& d = daemon_with_model();
+  simdjson::dom::parser parser;
+  auto alone = [&](const std::string& prompt) {
+    Reply r = http("POST", d.base_url() + "/v1/completions",
+                   R"({"model": "smollm2", "max_tokens": 6, "temperature": 0, "prompt": ")" + prompt + "\"}");
+    simdjson::dom::element doc = parser.parse(r.body);
+    return std::make_pair(std::string(std::string_view(doc["choices"].at(0)["text"])), int64_t(doc["usage"]["prompt_tokens"]));
+  };
+  const auto [capital, capital_tokens] = alone("The capital of France is");
+  const auto [count, count_tokens] = alone("One, two, three,");
+  Reply both = http("POST", d.base_url() + "/v1/completions",
+                    R"({"model": "smollm2", "max_tokens": 6, "temperature": 0, "n": 2, "prompt": ["The capital of France is", "One, two, three,"]})");
+  BOOST_REQUIRE_EQUAL(both.status, 200);
+  simdjson::dom::element doc = parser.parse(both.body);
+  simdjson::dom::array choices = doc["choices"];
+  BOOST_REQUIRE_EQUAL(choices.size(), 4u);
+  for (int64_t i = 0; i < 4; ++i) {
+    BOOST_TEST(int64_t(choices.at(size_t(i))["index"]) == i);
+    BOOST_TEST(std::string(std::string_view(choices.at(size_t(i))["text"])) == (i < 2 ? capital : count), both.body);
+  }
+  BOOST_TEST(int64_t(doc["usage"]["prompt_tokens"]) == capital_tokens + count_tokens);
+}
+
 // vLLM's stop_token_ids end a generation at that token, as an end-of-sequence token would.
 BOOST_AUTO_TEST_CASE(stop_token_ids_end_the_generation) {
   DaemonProcess& d = daemon_with_model();
@@ -340,7 +366,8 @@ BOOST_AUTO_TEST_CASE(malformed_requests_leave_the_daemon_serving) {
       "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 5\r\n\r\n{\"a\":",
       "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 3\r\n\r\nnul",
       "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n[]",
-      "POST /v1/completions HTTP/1.1\r\nContent-Length: 40\r\n\r\n{\"model\":\"smollm2\",\"prompt\":[[1],[2]]}   ",
+      // prompts of two kinds (several prompts of one kind are valid, as OpenAI has them)
+      "POST /v1/completions HTTP/1.1\r\nContent-Length: 38\r\n\r\n{\"model\":\"smollm2\",\"prompt\":[[1],\"x\"]}",
       "POST /v1/completions HTTP/1.1\r\nContent-Length: 38\r\n\r\n{\"model\":\"smollm2\",\"prompt\":[-1, 5]} ",
       "POST /tokenize HTTP/1.1\r\nContent-Length: 4\r\n\r\n\"x\"\n",
       "POST /detokenize HTTP/1.1\r\nContent-Length: 33\r\n\r\n{\"model\":\"smollm2\",\"tokens\":[1e9]}",
