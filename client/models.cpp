@@ -71,8 +71,9 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
   }
   if (model.empty())
     return std::fprintf(stderr, "usage: ftllmctl load MODEL\n%s\n", load_options_synopsis(kAdmin, 7).c_str()), 2;
-  // The daemon resolves the path, so make it absolute here, where the user typed it.
-  if (model[0] != '/') {
+  // The daemon resolves the path, so a relative one that exists here becomes absolute here, where the user
+  // typed it; anything else (a repo id such as Org/Name, found in the Hugging Face cache) goes as typed.
+  if (model[0] != '/' && access(model.c_str(), F_OK) == 0) {
     char cwd[4096];
     if (getcwd(cwd, sizeof cwd)) model = std::string(cwd) + "/" + model;
   }

@@ -36,7 +36,7 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
   AdminFailure failure;
   if (!ctx.client.call("GET", admin::kStatusPath, "", reply, failure)) {
     std::fprintf(stderr, "ftllmctl: %s\n", failure.message.c_str());
-    return failure.not_running ? 3 : 1;
+    return failure.not_running ? 3 : 4;
   }
   if (reply.status != 200) {
     print_daemon_error(reply);

@@ -116,9 +116,11 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
     w.key(admin::key::bytes_done).number(done).key(admin::key::bytes_total).number(total).end_object();
     bridge.post([ex, line = w.take()] { ex->send(line + "\n"); });
   };
-  bridge.run_in_background([&engine, o, status] { *status = engine.load(o); },
-                           [&engine, ex, status, started, name] {
+  auto loaded_name = std::make_shared<std::string>();
+  bridge.run_in_background([&engine, o, status, loaded_name] { *status = engine.load(o, loaded_name.get()); },
+                           [&engine, ex, status, started, loaded_name] {
                              JsonWriter done;
+                             const std::string& name = *loaded_name;  // as list, status and /metrics call it
                              if (status->ok) {
                                auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - *started);
                                done.begin_object().key(admin::key::event).string(admin::event::loaded).key(admin::key::name).string(name);

@@ -1,5 +1,10 @@
 #include "engine_bridge.h"
 
+#include <exception>
+#include <string>
+
+#include "log.h"
+
 namespace ftllm::daemon {
 
 struct EngineBridge::State {
@@ -24,7 +29,16 @@ EngineBridge::EngineBridge(uv_loop_t* loop) : state_(std::make_shared<State>()) 
       std::lock_guard lock(s->mu);
       tasks.swap(s->queue);
     }
-    for (auto& task : tasks) task();
+    for (auto& task : tasks) {
+      // No exception may cross libuv: a task that throws is logged and the loop goes on with the rest.
+      try {
+        task();
+      } catch (const std::exception& e) {
+        log_error(std::string("a task on the event loop failed: ") + e.what());
+      } catch (...) {
+        log_error("a task on the event loop failed");
+      }
+    }
   });
   state_->async.data = state_.get();
 }

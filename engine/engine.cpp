@@ -60,7 +60,7 @@ ModelHandle::Footprint ModelHandle::footprint() const {
 Engine::Engine() = default;
 Engine::~Engine() = default;
 
-Status Engine::load(const ModelLoadOptions& o) {
+Status Engine::load(const ModelLoadOptions& o, std::string* loaded_name) {
   std::shared_ptr<ModelInstance> instance;
   try {
     instance = ModelInstance::load(o);
@@ -70,6 +70,7 @@ Status Engine::load(const ModelLoadOptions& o) {
   std::lock_guard lock(mu_);
   const std::string& name = instance->options().name;
   if (models_.count(name)) return Status::error("a model named " + name + " is already loaded; unload it or pick another name");
+  if (loaded_name) *loaded_name = name;
   models_[name] = std::move(instance);
   return Status::success();
 }

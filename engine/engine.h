@@ -89,7 +89,9 @@ class Engine {
   Engine();
   ~Engine();
 
-  Status load(const ModelLoadOptions& options);
+  // `loaded_name`, when given, receives the name the model serves under (the given one, or the one derived
+  // from its path or repo id).
+  Status load(const ModelLoadOptions& options, std::string* loaded_name = nullptr);
   Status unload(const std::string& name);
   std::vector<ModelInfo> models() const;
 

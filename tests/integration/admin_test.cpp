@@ -107,6 +107,37 @@ BOOST_AUTO_TEST_CASE(export_through_ftllmctl_runs_ftllm_export) {
   BOOST_TEST(status.out.find("float32, int8") != std::string::npos, status.out);
 }
 
+// A repo id through ftllmctl: found in the Hugging Face cache given (not taken for a path under the current
+// directory), and called by one name everywhere: the loaded event, list and status.
+BOOST_AUTO_TEST_CASE(a_repo_id_loads_from_the_cache_under_one_name) {
+  TempDir dir;
+  const std::filesystem::path fixture = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/models/qwen3-f32";
+  const std::filesystem::path model = std::filesystem::path(dir.path()) / "hub" / "models--Org--TinyQwen3";
+  std::filesystem::create_directories(model / "snapshots" / "abc" );
+  std::filesystem::create_directories(model / "refs");
+  std::ofstream(model / "refs" / "main") << "abc";
+  for (const auto& f : std::filesystem::directory_iterator(fixture))
+    std::filesystem::create_symlink(f.path(), model / "snapshots" / "abc" / f.path().filename());  // as the hub lays out blobs
+  DaemonProcess d(dir);
+  CommandResult load = run_command(ctl(d, "load Org/TinyQwen3 --cache_dir " + dir.path() + "/hub"));
+  BOOST_TEST(load.exit_code == 0, load.err);
+  BOOST_TEST(load.out.find("loaded TinyQwen3 in ") != std::string::npos, load.out);
+  BOOST_TEST(run_command(ctl(d, "list")).out.find("\nTinyQwen3 ") != std::string::npos);
+  BOOST_TEST(run_command(ctl(d, "status TinyQwen3")).exit_code == 0);
+}
+
+// Exit codes as the README gives them, the same for every subcommand: 3 when no daemon listens, 4 when the
+// socket cannot be used at all (here a path longer than a Unix socket's).
+BOOST_AUTO_TEST_CASE(socket_failures_exit_the_same_from_every_subcommand) {
+  TempDir dir;
+  const std::string missing = env_or_fail("FTLLMCTL") + " --socket " + dir.file("none.sock") + " ";
+  const std::string unusable = env_or_fail("FTLLMCTL") + " --socket /" + std::string(200, 'x') + " ";
+  for (const char* command : {"status", "list", "unload m"}) {
+    BOOST_TEST(run_command(missing + command).exit_code == 3, command);
+    BOOST_TEST(run_command(unusable + command).exit_code == 4, command);
+  }
+}
+
 // A load body is read through the load option table: unknown keys and values of the wrong type or range
 // are refused with the key named, and nothing is loaded.
 BOOST_AUTO_TEST_CASE(load_options_are_checked_by_the_table) {
