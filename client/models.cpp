@@ -205,10 +205,14 @@ int cmd_rebalance(const CommandContext& ctx, const std::vector<std::string>& arg
     std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str());
     return 1;
   }
-  if (ctx.json) std::printf("%s\n", reply.body.c_str());
-  else
-    std::printf("rebalanced %s%s%s\n", name.c_str(), threads.empty() ? "" : (" to " + threads + " threads").c_str(),
-                device.empty() ? "" : (" on " + device).c_str());
+  if (ctx.json) return std::printf("%s\n", reply.body.c_str()), 0;
+  std::printf("rebalanced %s%s%s\n", name.c_str(), threads.empty() ? "" : (" to " + threads + " threads").c_str(),
+              device.empty() ? "" : (" on " + device).c_str());
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(reply.body);
+  simdjson::dom::element doc;
+  std::string_view note;
+  if (!parser.parse(padded).get(doc) && !doc[admin::key::notes].get(note)) std::printf("note: %.*s\n", int(note.size()), note.data());
   return 0;
 }
 

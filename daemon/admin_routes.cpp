@@ -197,14 +197,17 @@ void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& in
     if (!body[admin::key::threads].get(threads) && (threads < 1 || threads > 1024))
       return admin_error(400, "threads must be from 1 to 1024", "invalid_threads");
     std::string_view device;
+    std::string note;  // how the device spec was taken, where that differs from its words
     if (!body[admin::key::device].get(device))
-      if (Status s = handle->set_placement(std::string(device)); !s.ok) return admin_error(400, s.message, "invalid_device");
+      if (Status s = handle->set_placement(std::string(device), &note); !s.ok) return admin_error(400, s.message, "invalid_device");
     if (threads > 0) handle->set_threads(int(threads));
     log_info("rebalanced " + name + (threads ? " to " + std::to_string(threads) + " threads" : std::string()) +
-             (device.empty() ? std::string() : " on " + std::string(device)));
+             (device.empty() ? std::string() : " on " + std::string(device)) + (note.empty() ? "" : " (" + note + ")"));
     JsonWriter w;
     w.begin_object().key(admin::key::rebalanced).string(name).key(admin::key::threads).number(threads ? threads : int64_t(handle->load().threads));
-    w.key(admin::key::device).string(device.empty() ? "unchanged" : std::string(device)).end_object();
+    w.key(admin::key::device).string(device.empty() ? "unchanged" : std::string(device));
+    if (!note.empty()) w.key(admin::key::notes).string(note);
+    w.end_object();
     return http::Response{200, "application/json", {}, w.take()};
   });
   // DELETE /admin/v1/models/NAME[?force=1]: new requests get 404 at once; running ones finish (they keep

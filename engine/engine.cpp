@@ -26,8 +26,12 @@ Status ModelHandle::tokenize(std::string_view text, bool add_special, bool parse
 }
 
 Status ModelHandle::detokenize(const std::vector<int32_t>& ids, bool skip_special, std::string& text) const {
-  if (!impl_->text().tokenizer) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
-  text = impl_->text().tokenizer->decode(ids, skip_special);
+  const tokenizer::Tokenizer* t = impl_->text().tokenizer.get();
+  if (!t) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
+  for (int32_t id : ids)
+    if (id < 0 || id >= t->vocab_size())
+      return Status::error("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(t->vocab_size()));
+  text = t->decode(ids, skip_special);
   return Status::success();
 }
 
@@ -39,9 +43,9 @@ void ModelHandle::cancel(uint64_t choice_id) const { impl_->runner().cancel(choi
 void ModelHandle::fail_all(const std::string& message) const { impl_->runner().fail_all(message); }
 void ModelHandle::set_threads(int threads) const { impl_->runner().set_threads(threads); }
 
-Status ModelHandle::set_placement(const std::string& device) const {
+Status ModelHandle::set_placement(const std::string& device, std::string* note) const {
   try {
-    impl_->runner().set_placement(Placement::parse(device, impl_->config().num_layers));
+    impl_->runner().set_placement(Placement::parse(device, impl_->config().num_layers, note));
   } catch (const std::exception& e) {
     return Status::error(e.what());
   }

@@ -67,7 +67,8 @@ class ModelHandle {
   // Changes the model's compute threads live (between two steps); requests in flight carry on.
   void set_threads(int threads) const;
   // Moves layers between devices live (fastllm's --device syntax); an invalid spec changes nothing.
-  Status set_placement(const std::string& device) const;
+  // `note`, when given, says how the spec was taken where that differs from its words (numa on one node).
+  Status set_placement(const std::string& device, std::string* note = nullptr) const;
   std::string placement() const;  // "cpu:0-29", "cpu:0-14 numa:0:15-29"
 
  private:

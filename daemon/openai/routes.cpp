@@ -197,6 +197,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     if (finish_reason) w.key("finish_reason").string(finish_reason);
     else w.key("finish_reason").null();
     w.end_object().end_array();
+    if (body_.include_usage) w.key("usage").null();  // as OpenAI sends them: the last chunk alone has it
     w.end_object();
     ex_->send("data: " + w.take() + "\n\n");
   }
@@ -499,11 +500,11 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
     std::vector<int32_t> ids;
     for (auto t : tokens) {
       int64_t v;
-      if (t.get(v)) return api_error({400, "'tokens' must hold integers", "tokens"});
+      if (t.get(v) || v < INT32_MIN || v > INT32_MAX) return api_error({400, "'tokens' must hold token ids", "tokens"});
       ids.push_back(int32_t(v));
     }
     std::string text;
-    if (Status s = model.detokenize(ids, false, text); !s.ok) return api_error({400, s.message});
+    if (Status s = model.detokenize(ids, false, text); !s.ok) return api_error({400, s.message, "tokens"});
     JsonWriter w;
     w.begin_object().key("content").string(text).end_object();
     return json_ok(w.take());

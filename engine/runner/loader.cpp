@@ -217,6 +217,9 @@ LoadedModel load_model(const ModelLoadOptions& requested) {
     }
   }
   const fs::path path(o.path);
+  if (!fs::exists(path))
+    throw EngineError(o.path + " does not exist; give a model directory (config.json and *.safetensors), a .gguf file, "
+                      "or a repo id found in the Hugging Face cache");
   if (path.extension() == ".gguf" && fs::is_regular_file(path)) load_gguf(m, rules, threads);
   else load_directory(m, rules, threads);
   if (o.progress) o.progress("ready", m.weight_file_bytes, m.weight_file_bytes);

@@ -64,6 +64,12 @@ Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_
     p.ids = text.tokenizer->encode(request.prompts.at(which), true, true);
   }
   if (p.ids.empty()) return refuse(Refusal::InvalidPrompt, "the prompt is empty", field);
+  for (const auto& [token, bias] : request.generation.sampling.logit_bias)
+    if (text.tokenizer && (token < 0 || token >= text.tokenizer->vocab_size()))
+      return refuse(Refusal::InvalidPrompt,
+                    "logit_bias names token " + std::to_string(token) + ", outside the vocabulary of " +
+                        std::to_string(text.tokenizer->vocab_size()),
+                    "logit_bias");
   if (int64_t(p.ids.size()) >= context)
     return refuse(Refusal::ContextExceeded,
                   "the prompt has " + std::to_string(p.ids.size()) + " tokens, but model " + model_name +

@@ -276,8 +276,12 @@ BOOST_AUTO_TEST_CASE(not_a_model_directory) {
   Engine engine;
   Status s = engine.load(opts("/nonexistent/model", "m"));
   BOOST_TEST(!s.ok);
-  BOOST_TEST(s.message == "cannot load /nonexistent/model: /nonexistent/model is not a model directory "
-                          "(expected config.json and *.safetensors) or a .gguf file");
+  BOOST_TEST(s.message == "cannot load /nonexistent/model: /nonexistent/model does not exist; give a model directory "
+                          "(config.json and *.safetensors), a .gguf file, or a repo id found in the Hugging Face cache");
+  // What exists but is neither is said so.
+  s = engine.load(opts(std::string(FTLLM_SOURCE_ROOT) + "/README.md", "m"));
+  BOOST_TEST(s.message.find("README.md is not a model directory (expected config.json and *.safetensors) or a .gguf file") !=
+             std::string::npos, s.message);
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_load_leaves_other_models_serving) {

@@ -322,6 +322,12 @@ BOOST_AUTO_TEST_CASE(rebalance_during_a_stream_changes_nothing_but_the_threads) 
   BOOST_TEST(again == undisturbed);
   BOOST_TEST(run_command(ctl(d, "list")).out.find("cpu:0-14 numa:0:15-29") != std::string::npos, run_command(ctl(d, "list")).out);
   BOOST_TEST(run_command(ctl(d, "rebalance m --device numa:7")).exit_code == 1);
+  if (cpu_nodes() == 1) {  // as at load: NUMA mode on one node runs as cpu, and says so
+    CommandResult numa = run_command(ctl(d, "rebalance m --device numa"));
+    BOOST_TEST(numa.out == "rebalanced m on numa\nnote: --device numa: this machine has one NUMA node, so the model runs as --device cpu\n",
+               numa.out);
+    BOOST_TEST(run_command(ctl(d, "rebalance m --device \"{'cpu':1,'numa:0':1}\"")).exit_code == 0);
+  }
   BOOST_TEST(run_command(ctl(d, "rebalance m --device \"{'cpu':1,'numa':1}\"")).err.find("numa:N") != std::string::npos);
   CommandResult gpu = run_command(ctl(d, "rebalance m --device cuda"));
   BOOST_TEST(gpu.exit_code == 1);

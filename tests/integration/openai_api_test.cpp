@@ -167,6 +167,9 @@ BOOST_AUTO_TEST_CASE(stream_equals_whole_for_the_same_seed) {
     BOOST_TEST(s.finish == std::string_view(doc["choices"].at(0)["finish_reason"]));
     BOOST_TEST(s.completion_tokens == int64_t(doc["usage"]["completion_tokens"]));
     BOOST_TEST(s.done);
+    // As OpenAI sends them: every chunk before the usage chunk carries "usage": null.
+    BOOST_TEST(streamed.body.find(R"("finish_reason":null},"usage":null})") == std::string::npos);  // not inside the choice
+    BOOST_TEST(streamed.body.find(R"("finish_reason":null}],"usage":null})") != std::string::npos, streamed.body.substr(0, 300));
   }
 }
 
@@ -275,6 +278,14 @@ BOOST_AUTO_TEST_CASE(helper_routes_in_llama_server_shapes) {
   BOOST_TEST(t.body == R"({"tokens":[19556,905]})");
   Reply dt = http("POST", d.base_url() + "/detokenize", R"({"model": "smollm2", "tokens": [19556, 905]})");
   BOOST_TEST(dt.body == R"({"content":"Hello world"})");
+  // Ids the vocabulary does not have are named, here and in logit_bias, not ignored.
+  Reply bad_ids = http("POST", d.base_url() + "/detokenize", R"({"model": "smollm2", "tokens": [19556, 999999]})");
+  BOOST_TEST(bad_ids.status == 400);
+  BOOST_TEST(bad_ids.body.find("token id 999999 is outside the vocabulary of 49152") != std::string::npos, bad_ids.body);
+  Reply bad_bias = http("POST", d.base_url() + "/v1/completions",
+                        R"({"model": "smollm2", "prompt": "x", "max_tokens": 1, "logit_bias": {"999999": 5}})");
+  BOOST_TEST(bad_bias.status == 400);
+  BOOST_TEST(bad_bias.body.find(R"("param":"logit_bias")") != std::string::npos, bad_bias.body);
   Reply a = http("POST", d.base_url() + "/apply-template", R"({"messages": [{"role": "user", "content": "Hi"}]})");
   BOOST_REQUIRE_EQUAL(a.status, 200);
   BOOST_TEST(a.body.find(R"(<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n)") != std::string::npos, a.body);
