@@ -29,7 +29,7 @@ struct Config {
   size_t max_connections = 1024;
   size_t max_waiting = 256;  // requests queued per model before new ones get 503
   size_t idle_timeout_seconds = 75;     // a keep-alive connection with nothing to do is closed
-  size_t request_timeout_seconds = 30;  // a request not fully received by then gets 408
+  size_t request_timeout_seconds = 30;  // from its first byte (+1 s per 64 KB of body), else 408
   size_t shutdown_timeout_seconds = 30; // on SIGTERM, running streams get this long to finish
 
   std::string admin_socket = "/run/ftllmd/admin.sock";

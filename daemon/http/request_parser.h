@@ -37,6 +37,7 @@ class RequestParser {
   const ParseError& error() const { return error_; }
   // True while part of a request has been received but not all of it.
   bool mid_request() const { return in_message_; }
+  size_t body_bytes() const { return current_.body.size(); }  // of the request under way
 
  private:
   static int on_message_begin(llhttp_t*);

@@ -67,7 +67,10 @@ class Connection {
     } else if (active_) {
       return;
     } else if (parser_.mid_request()) {
-      if (age > server_.limits_.request_timeout_ms)
+      // From its first byte a request has request_timeout to arrive, plus a millisecond for every 64 bytes of
+      // body received (a body must keep up 64 KB/s): a client trickling bytes cannot hold its slot forever.
+      const uint64_t allowed = server_.limits_.request_timeout_ms + parser_.body_bytes() / 64;
+      if (now - request_started_ > allowed)
         finish_with(json_error(408, "request not completed in time", "invalid_request_error", "request_timeout"));
     } else if (pending_writes_ == 0 && age > server_.limits_.idle_timeout_ms) {
       close();
@@ -121,8 +124,10 @@ class Connection {
     if (nread == 0 || c->closing_) return;
     c->touch();
     if (c->draining_ || c->parse_failed_) return;  // discard what arrives after the final response
+    if (!c->parser_.mid_request()) c->request_started_ = c->last_activity_;  // a request's first byte
     std::vector<Request> requests;
     if (!c->parser_.feed(buf->base, size_t(nread), requests)) c->parse_failed_ = true;
+    if (!requests.empty() && c->parser_.mid_request()) c->request_started_ = c->last_activity_;  // the next one began
     for (Request& r : requests) c->queued_.push_back(std::move(r));
     c->pump();
   }
@@ -216,6 +221,7 @@ class Connection {
   bool shutdown_pending_ = false;
   int pending_writes_ = 0;
   uint64_t last_activity_ = 0;
+  uint64_t request_started_ = 0;  // when the first byte of the request under way arrived
   std::deque<Request> queued_;
   std::shared_ptr<Exchange> active_;
 };

@@ -1,6 +1,10 @@
 // ftllmd as users meet it: started for real, driven with curl, ftllmctl and raw sockets.
 #define BOOST_TEST_MODULE integration
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <simdjson.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -180,6 +184,31 @@ BOOST_AUTO_TEST_CASE(slow_and_idle_connections_time_out) {
   BOOST_TEST(idle.find(R"({"status":"ok"})") != std::string::npos);
   BOOST_TEST(waited > 0.9);
   BOOST_TEST(waited < 4.5);
+  // Slowloris: a header line every 300 ms never lets the connection idle, but the request still has only
+  // its timeout from its first byte: 408 within a couple of seconds, not whenever the client tires.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(d.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  BOOST_REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  t0 = std::chrono::steady_clock::now();
+  std::string answer;
+  const std::string head = "GET /health HTTP/1.1\r\n", line = "X-Slow: 1\r\n";
+  (void)!write(fd, head.data(), head.size());
+  for (int i = 0; i < 25 && answer.empty(); ++i) {
+    (void)!write(fd, line.data(), line.size());
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 300) == 1) {
+      char buf[512];
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n > 0) answer.assign(buf, size_t(n));
+    }
+  }
+  close(fd);
+  waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST(answer.starts_with("HTTP/1.1 408 "), answer);
+  BOOST_TEST(waited < 4.0);
   expect_serving(d);
 }
 
