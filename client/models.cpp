@@ -47,18 +47,17 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const LoadOption* option = load_option_by_flag(a, kAdmin);
-    if (option && option->type == LoadOption::Type::Flag) {
+    if (option && option->type() == LoadOption::Type::Flag) {
       body_fields[option->key] = "true";
     } else if (option) {
       if (i + 1 >= args.size()) return std::fprintf(stderr, "ftllmctl: %s needs a value\n", a.c_str()), 2;
       const std::string& v = args[++i];
-      if (option->type == LoadOption::Type::String) {
+      if (option->type() == LoadOption::Type::String) {
         body_fields[option->key] = json_quote(v);
         continue;
       }
-      const bool integer = option->type == LoadOption::Type::Integer;
-      char* end = nullptr;
-      if (v.empty() || (integer ? (std::strtoll(v.c_str(), &end, 10), *end) : (std::strtod(v.c_str(), &end), *end)))
+      const bool integer = option->type() == LoadOption::Type::Integer;
+      if (integer ? !LoadOption::parse_integer(v) : !LoadOption::parse_number(v))
         return std::fprintf(stderr, "ftllmctl: %s needs a number, not %s\n", option->flags().c_str(), v.c_str()), 2;
       body_fields[option->key] = v;
     } else if (a.starts_with("-")) {

@@ -182,7 +182,7 @@ std::string model_keys() {
 // A [[model]] value as its load option's type: why it does not fit, or empty.
 std::string set_model_option(const LoadOption& option, const toml::node& value, ModelLoadOptions& m) {
   using T = LoadOption::Type;
-  switch (option.type) {
+  switch (option.type()) {
     case T::String:
       if (!value.is_string()) return "must be a string";
       return option.set(m, std::string_view(*value.value<std::string_view>()));
@@ -190,7 +190,7 @@ std::string set_model_option(const LoadOption& option, const toml::node& value, 
       if (!value.is_boolean()) return "must be true or false";
       return option.set(m, *value.value<bool>());
     case T::Integer: {
-      const std::string range = option.max >= 9e18 ? "a positive integer"
+      const std::string range = option.max >= LoadOption::kUnbounded ? "a positive integer"
                                                    : "an integer from " + std::to_string(int64_t(option.min)) + " to " +
                                                          std::to_string(int64_t(option.max));
       if (!value.is_integer() || !option.set(m, *value.value<int64_t>()).empty()) return "must be " + range;

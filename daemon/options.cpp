@@ -59,7 +59,7 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
       arg.resize(eq);
     }
     const LoadOption* load = load_option_by_flag(arg, kCommandLine);
-    if (load && load->type == LoadOption::Type::Flag) {
+    if (load && load->type() == LoadOption::Type::Flag) {
       o.load.emplace_back(load, inline_value.value_or("true"));
       continue;
     }
@@ -114,7 +114,7 @@ std::string model_load_options(const Options& o, const Config& config, std::vect
     m.path = path;
     for (const auto& [option, value] : o.load) {
       if (std::string why = option->set_text(m, value); !why.empty())
-        return option->flags() + " needs " + why + ", not " + value;
+        return option->refusal(why, value);
     }
     out.push_back(m);
   }

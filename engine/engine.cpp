@@ -20,14 +20,14 @@ int64_t ModelHandle::context_length() const { return impl_->context_length(); }
 
 Status ModelHandle::tokenize(std::string_view text, bool add_special, bool parse_special,
                              std::vector<int32_t>& ids) const {
-  if (!impl_->text().tokenizer) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
+  if (!impl_->text().tokenizer) return Status::error(ModelText::no_tokenizer(name()));
   ids = impl_->text().tokenizer->encode(text, add_special, parse_special);
   return Status::success();
 }
 
 Status ModelHandle::detokenize(const std::vector<int32_t>& ids, bool skip_special, std::string& text) const {
   const tokenizer::Tokenizer* t = impl_->text().tokenizer.get();
-  if (!t) return Status::error("model " + name() + " has no tokenizer (tokenizer.json or GGUF vocabulary)");
+  if (!t) return Status::error(ModelText::no_tokenizer(name()));
   for (int32_t id : ids)
     if (id < 0 || id >= t->vocab_size())
       return Status::error("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(t->vocab_size()));
@@ -105,15 +105,13 @@ std::vector<ModelInfo> Engine::models() const {
 TextSubmission Engine::submit(const TextRequest& request, TextCallback callback) {
   TextSubmission out;
   std::shared_ptr<ModelInstance> instance;
-  std::string loaded;
   {
     std::lock_guard lock(mu_);
     if (auto it = models_.find(request.model); it != models_.end()) instance = it->second;
-    for (auto& [name, m] : models_) loaded += (loaded.empty() ? "" : ", ") + name;
   }
   if (!instance) {
     out.refusal = Refusal::ModelNotFound;
-    out.error = "model \"" + request.model + "\" is not loaded; loaded models: " + (loaded.empty() ? "none" : loaded);
+    out.error = "no model named " + request.model + " is loaded";
     out.param = "model";
     return out;
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -58,64 +59,81 @@ enum LoadSurface : unsigned {
 
 struct LoadOption {
   enum class Type { String, Integer, Number, Flag };
+  static constexpr double kUnbounded = 9.2e18;  // an Integer's max when only its minimum matters
   using Field = std::variant<std::string ModelLoadOptions::*, int ModelLoadOptions::*, int64_t ModelLoadOptions::*,
                              double ModelLoadOptions::*, bool ModelLoadOptions::*>;
   const char* key;         // the JSON and TOML key
   const char* flag;        // the command-line flag
   const char* short_flag;  // "-t", or "" for none
-  Type type;
   const char* value_name;  // in the usage synopsis: --ctx TOKENS
   const char* what;        // what a value must be, for errors: "a positive number of tokens"
   double min = 0, max = 0; // the range of an Integer, [min, max], or of a Number, (min, max]
   unsigned surfaces = kServing;
   Field field;
 
+  // The value's type, as the field it sets has it.
+  Type type() const {
+    static constexpr Type by_field[] = {Type::String, Type::Integer, Type::Integer, Type::Number, Type::Flag};
+    return by_field[field.index()];
+  }
+
   std::string flags() const { return *short_flag ? std::string(short_flag) + "/" + flag : std::string(flag); }
+  // A command line's refusal of `value`, from what set_text said was wrong: "-t/--threads needs ..., not 0".
+  std::string refusal(const std::string& why, const std::string& value) const { return flags() + " needs " + why + ", not " + value; }
   std::string synopsis() const {  // "[-t N]", "[--cuda_se]"
     const std::string f = *short_flag ? short_flag : flag;
-    return "[" + f + (type == Type::Flag ? std::string() : std::string(" ") + value_name) + "]";
+    return "[" + f + (type() == Type::Flag ? std::string() : std::string(" ") + value_name) + "]";
   }
 
   // Each setter stores a value of the option's type and returns what is wrong with it (empty when taken).
   std::string set(ModelLoadOptions& o, std::string_view text) const {
-    if (type != Type::String) return what;
+    if (type() != Type::String) return what;
     o.*std::get<std::string ModelLoadOptions::*>(field) = std::string(text);
     return {};
   }
   std::string set(ModelLoadOptions& o, int64_t v) const {
-    if (type == Type::Number) return set(o, double(v));
-    if (type != Type::Integer || double(v) < min || double(v) > max) return what;
+    if (type() == Type::Number) return set(o, double(v));
+    if (type() != Type::Integer || double(v) < min || double(v) > max) return what;
     if (auto* f = std::get_if<int ModelLoadOptions::*>(&field)) o.**f = int(v);
     else o.*std::get<int64_t ModelLoadOptions::*>(field) = v;
     return {};
   }
   std::string set(ModelLoadOptions& o, double v) const {
-    if (type != Type::Number || !(v > min && v <= max)) return what;
+    if (type() != Type::Number || !(v > min && v <= max)) return what;
     o.*std::get<double ModelLoadOptions::*>(field) = v;
     return {};
   }
   std::string set(ModelLoadOptions& o, bool v) const {
-    if (type != Type::Flag) return what;
+    if (type() != Type::Flag) return what;
     o.*std::get<bool ModelLoadOptions::*>(field) = v;
     return {};
   }
+  // Command-line text as an integer or a number: the whole text, or nothing.
+  static std::optional<int64_t> parse_integer(const std::string& text) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end || errno || text.find_first_not_of("-0123456789") != std::string::npos) return std::nullopt;
+    return int64_t(v);
+  }
+  static std::optional<double> parse_number(const std::string& text) {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || end == text.c_str() || *end) return std::nullopt;
+    return v;
+  }
   // A value as typed on a command line ("4", "0.75", "int4g"); a flag takes "true" or "false".
   std::string set_text(ModelLoadOptions& o, const std::string& text) const {
-    switch (type) {
+    switch (type()) {
       case Type::String: return set(o, std::string_view(text));
       case Type::Flag: return text == "true" || text == "false" ? set(o, text == "true") : what;
       case Type::Integer: {
-        char* end = nullptr;
-        errno = 0;
-        const long long v = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || *end || errno || text.find_first_not_of("-0123456789") != std::string::npos) return what;
-        return set(o, int64_t(v));
+        const auto v = parse_integer(text);
+        return v ? set(o, *v) : what;
       }
       case Type::Number: {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || end == text.c_str() || *end) return what;
-        return set(o, v);
+        const auto v = parse_number(text);
+        return v ? set(o, *v) : what;
       }
     }
     return what;
@@ -124,28 +142,26 @@ struct LoadOption {
 
 // Every load option, in the order usage texts list them.
 inline const std::vector<LoadOption>& load_options() {
-  using T = LoadOption::Type;
   using O = ModelLoadOptions;
-  constexpr double kMax = 9.2e18;
   static const std::vector<LoadOption> table = {
-      {"name", "--name", "", T::String, "NAME", "a name", 0, 0, kServing, &O::name},
-      {"threads", "--threads", "-t", T::Integer, "N", "a positive number", 1, kMax, kServing | kExport, &O::threads},
-      {"context_length", "--ctx", "", T::Integer, "TOKENS", "a positive number of tokens", 1, kMax, kServing, &O::context_length},
-      {"max_sequences", "--max_sequences", "", T::Integer, "N", "a number from 1 to 1024", 1, 1024, kServing, &O::max_sequences},
-      {"chat_template", "--chat_template", "", T::String, "FILE", "a file", 0, 0, kServing | kExport, &O::chat_template},
-      {"cache_dir", "--cache_dir", "", T::String, "DIR", "a directory", 0, 0, kCommandLine | kAdmin | kExport, &O::cache_dir},
-      {"dtype", "--dtype", "", T::String, "DTYPE", "a dtype", 0, 0, kServing | kExport, &O::dtype},
-      {"moe_dtype", "--moe_dtype", "", T::String, "DTYPE", "a dtype", 0, 0, kServing | kExport, &O::moe_dtype},
-      {"dtype_config", "--dtype_config", "", T::String, "FILE", "a file", 0, 0, kServing | kExport, &O::dtype_config},
-      {"device", "--device", "", T::String, "SPEC", "a device", 0, 0, kServing, &O::device},
-      {"gpu_memory", "--gpu_memory", "", T::Number, "F", "a share of the GPU's free memory in (0, 1]", 0, 1, kServing,
+      {"name", "--name", "", "NAME", "a name", 0, 0, kServing, &O::name},
+      {"threads", "--threads", "-t", "N", "a positive number", 1, LoadOption::kUnbounded, kServing | kExport, &O::threads},
+      {"context_length", "--ctx", "", "TOKENS", "a positive number of tokens", 1, LoadOption::kUnbounded, kServing, &O::context_length},
+      {"max_sequences", "--max_sequences", "", "N", "a number from 1 to 1024", 1, 1024, kServing, &O::max_sequences},
+      {"chat_template", "--chat_template", "", "FILE", "a file", 0, 0, kServing | kExport, &O::chat_template},
+      {"cache_dir", "--cache_dir", "", "DIR", "a directory", 0, 0, kCommandLine | kAdmin | kExport, &O::cache_dir},
+      {"dtype", "--dtype", "", "DTYPE", "a dtype", 0, 0, kServing | kExport, &O::dtype},
+      {"moe_dtype", "--moe_dtype", "", "DTYPE", "a dtype", 0, 0, kServing | kExport, &O::moe_dtype},
+      {"dtype_config", "--dtype_config", "", "FILE", "a file", 0, 0, kServing | kExport, &O::dtype_config},
+      {"device", "--device", "", "SPEC", "a device", 0, 0, kServing, &O::device},
+      {"gpu_memory", "--gpu_memory", "", "F", "a share of the GPU's free memory in (0, 1]", 0, 1, kServing,
        &O::gpu_memory},
-      {"kernels", "--kernels", "", T::String, "auto|avx512vnni|avx2|scalar", "a kernel set", 0, 0, kCommandLine | kAdmin,
+      {"kernels", "--kernels", "", "auto|avx512vnni|avx2|scalar", "a kernel set", 0, 0, kCommandLine | kAdmin,
        &O::kernels},
-      {"moe_device", "--moe_device", "", T::String, "cpu|numa|cuda", "a device", 0, 0, kServing, &O::moe_device},
-      {"moe_experts", "--moe_experts", "", T::Integer, "N", "a positive number of experts", 1, kMax, kServing,
+      {"moe_device", "--moe_device", "", "cpu|numa|cuda", "a device", 0, 0, kServing, &O::moe_device},
+      {"moe_experts", "--moe_experts", "", "N", "a positive number of experts", 1, LoadOption::kUnbounded, kServing,
        &O::moe_experts},
-      {"cuda_se", "--cuda_se", "", T::Flag, "", "true or false", 0, 0, kServing, &O::cuda_se},
+      {"cuda_se", "--cuda_se", "", "", "true or false", 0, 0, kServing, &O::cuda_se},
   };
   return table;
 }

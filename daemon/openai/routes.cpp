@@ -371,9 +371,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
 namespace {
 
 // How an engine refusal reads to an OpenAI client.
-http::Response refusal_response(const TextSubmission& s, bool chat) {
+http::Response refusal_response(const Engine& engine, const TextRequest& r, const TextSubmission& s) {
   switch (s.refusal) {
-    case Refusal::ModelNotFound: return api_error({404, s.error, "model", "invalid_request_error", "model_not_found"});
+    case Refusal::ModelNotFound: return api_error(unknown_model(engine, r.model));  // naming the loaded ones
     case Refusal::Busy: {
       http::Response busy = api_error({503, s.error, "", "server_error", "queue_full"});
       busy.headers.emplace_back("Retry-After", "1");
@@ -381,7 +381,7 @@ http::Response refusal_response(const TextSubmission& s, bool chat) {
     }
     case Refusal::ChatTemplate: return api_error({400, s.error, s.param, "invalid_request_error", "chat_template_error"});
     case Refusal::ContextExceeded:
-      return api_error({400, s.error, chat ? "messages" : "prompt", "invalid_request_error", "context_length_exceeded"});
+      return api_error({400, s.error, s.param, "invalid_request_error", "context_length_exceeded"});
     case Refusal::InvalidPrompt:
     case Refusal::None: break;
   }
@@ -409,7 +409,7 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
     if (e.choice < targets.size())
       if (auto g = targets[e.choice].lock()) g->on_event(e);
   }));
-  if (submitted.refusal != Refusal::None) return ex->respond(refusal_response(submitted, chat));
+  if (submitted.refusal != Refusal::None) return ex->respond(refusal_response(api.engine, body->request, submitted));
   reply->model = submitted.model;
   reply->choice_ids = submitted.choice_ids;
   reply->prompt_tokens = submitted.prompt_tokens;

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
       const std::string value = argv[++i];
       if (!option) out = value;
       else if (std::string why = option->set_text(o, value); !why.empty())
-        return std::fprintf(stderr, "ftllm-export: %s needs %s, not %s\n", option->flags().c_str(), why.c_str(), value.c_str()), 2;
+        return std::fprintf(stderr, "ftllm-export: %s\n", option->refusal(why, value).c_str()), 2;
     } else if (a.starts_with("-")) {
       return std::fprintf(stderr, "ftllm-export: unknown option %s\n\n%s", a.c_str(), usage.c_str()), 2;
     } else if (o.path.empty()) {

@@ -47,6 +47,7 @@ class DeviceLayout {
 
   const Placement& placement() const { return placement_; }
   cpu::ThreadPool& pool() { return *pool_; }
+  const cpu::Kernels& kernels() const { return kernels_; }
   // The context of the layers left on the host pool, and each layer's own (null: all on that one).
   ops::Context context() const { return {*pool_, kernels_}; }
   const std::vector<ops::Context*>* layer_contexts() const { return layer_ctx_.empty() ? nullptr : &layer_ctx_; }

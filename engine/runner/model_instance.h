@@ -30,7 +30,7 @@ class ModelInstance {
   uint64_t kv_bytes() const { return kv_.bytes(); }
   std::string load_notes() const { return notes_.text(); }  // what --dtype could not convert, placement notes
   std::vector<DeviceMemory> memory_by_device() const { return layout_.memory(); }
-  const cpu::Kernels& kernels() const { return cpu::kernels_named(options().kernels); }
+  const cpu::Kernels& kernels() const { return layout_.kernels(); }
   Placement placement() const { return runner_->placement(); }
 
   Runner& runner() { return *runner_; }

@@ -191,8 +191,9 @@ void Runner::take_arrivals() {
   while (!arrivals_.empty()) {
     const uint64_t id = arrivals_.front();
     arrivals_.pop_front();
-    GenerationRequest request = std::move(*requests_[id].queued);
-    requests_[id].queued.reset();
+    std::optional<GenerationRequest>& queued = requests_.at(id).queued;
+    GenerationRequest request = std::move(*queued);
+    queued.reset();
     lock.unlock();
     scheduler_.add(std::move(request), model_.config().eos_token_ids, id);
     lock.lock();

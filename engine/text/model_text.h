@@ -17,6 +17,11 @@ struct ModelText {
   std::unique_ptr<tokenizer::ChatTemplate> chat_template;
   jinja::Object special_tokens;     // bos_token, eos_token, ... for the template
   std::string chat_template_error;  // why the model's template does not parse (it still serves completions)
+
+  // What to tell a request that needs text from a model served by token ids alone.
+  static std::string no_tokenizer(const std::string& model_name) {
+    return "model " + model_name + " has no tokenizer (tokenizer.json or GGUF vocabulary)";
+  }
 };
 
 }  // namespace ftllm

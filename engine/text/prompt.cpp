@@ -27,14 +27,6 @@ Status render_chat(const ModelText& text, const std::string& model_name, const C
   return Status::success();
 }
 
-namespace {
-
-std::string no_tokenizer(const std::string& model_name) {
-  return "model " + model_name + " has no tokenizer (tokenizer.json or GGUF vocabulary)";
-}
-
-}  // namespace
-
 Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_t context, const TextRequest& request,
                     size_t which) {
   Prompt p;
@@ -49,7 +41,7 @@ Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_
   if (chat) {
     std::string rendered;
     if (Status s = render_chat(text, model_name, request.chat, rendered); !s.ok) return refuse(Refusal::ChatTemplate, s.message, field);
-    if (!text.tokenizer) return refuse(Refusal::InvalidPrompt, no_tokenizer(model_name), "");
+    if (!text.tokenizer) return refuse(Refusal::InvalidPrompt, ModelText::no_tokenizer(model_name), "");
     p.ids = text.tokenizer->encode(rendered, false, true);
     // Templates that think in <think> tags get reasoning; those that write <tool_call> get tool calls.
     const std::string& source = text.chat_template->source();
@@ -60,7 +52,7 @@ Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_
   } else if (request.input == TextRequest::Input::Tokens) {
     p.ids = request.token_prompts.at(which);
   } else {
-    if (!text.tokenizer) return refuse(Refusal::InvalidPrompt, no_tokenizer(model_name), "prompt");
+    if (!text.tokenizer) return refuse(Refusal::InvalidPrompt, ModelText::no_tokenizer(model_name), "prompt");
     p.ids = text.tokenizer->encode(request.prompts.at(which), true, true);
   }
   if (p.ids.empty()) return refuse(Refusal::InvalidPrompt, "the prompt is empty", field);

@@ -233,8 +233,8 @@ BOOST_AUTO_TEST_CASE(every_load_option_reaches_the_load_through_its_surfaces) {
   using T = ftllm::LoadOption::Type;
   const Config config;
   for (const ftllm::LoadOption& option : ftllm::load_options()) {
-    const std::string text = option.type == T::String ? "x" : option.type == T::Integer ? "3" : option.type == T::Number ? "0.5" : "";
-    const std::string toml = option.type == T::String ? "\"x\"" : option.type == T::Flag ? "true" : text;
+    const std::string text = option.type() == T::String ? "x" : option.type() == T::Integer ? "3" : option.type() == T::Number ? "0.5" : "";
+    const std::string toml = option.type() == T::String ? "\"x\"" : option.type() == T::Flag ? "true" : text;
     auto holds = [&](const ftllm::ModelLoadOptions& m) {
       return std::visit(
           [&](auto field) {
@@ -248,7 +248,7 @@ BOOST_AUTO_TEST_CASE(every_load_option_reaches_the_load_through_its_surfaces) {
     };
     if (option.surfaces & ftllm::kCommandLine) {
       std::vector<std::string> args{"m", option.flag};
-      if (option.type != T::Flag) args.push_back(text);
+      if (option.type() != T::Flag) args.push_back(text);
       OptionsResult o = parse_options(args);
       BOOST_TEST_REQUIRE(o.error.empty(), option.key << ": " << o.error);
       std::vector<ftllm::ModelLoadOptions> loads;
