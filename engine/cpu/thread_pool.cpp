@@ -64,10 +64,6 @@ constexpr auto kSpin = std::chrono::microseconds(250);
 // About four chunks per thread balances uneven rows without much contention on the counter.
 constexpr int64_t kChunksPerThread = 4;
 
-// Shared jobs the caller runs alone after a worker kept it waiting: first this many, doubling on each
-// repeat up to the last (a decode step is a few hundred jobs).
-constexpr int64_t kSoloJobsFirst = 256, kSoloJobsMost = 8192;
-
 }  // namespace
 
 void ThreadPool::set_range(size_t r, int64_t begin, int64_t end, int64_t chunk) {
@@ -78,7 +74,7 @@ void ThreadPool::set_range(size_t r, int64_t begin, int64_t end, int64_t chunk) 
   ranges_[r].claim.store(tag_of(next) | uint64_t(begin), std::memory_order_relaxed);
 }
 
-void ThreadPool::work_on_job(int group, uint64_t job, bool caller) {
+void ThreadPool::work_on_job(int group, uint64_t job) {
   GroupRange& r = ranges_[shared_.load(std::memory_order_relaxed) ? 0 : size_t(group)];
   const uint64_t tag = tag_of(job);
   uint64_t claim = r.claim.load(std::memory_order_acquire);
@@ -91,7 +87,6 @@ void ThreadPool::work_on_job(int group, uint64_t job, bool caller) {
       continue;
     // The chunk is this thread's: the job cannot end, nor fn_ change, before it is done.
     (*fn_)(begin, stop);
-    if (caller) caller_items_ += stop - begin;
     remaining_.fetch_sub(stop - begin, std::memory_order_acq_rel);
     claim = r.claim.load(std::memory_order_acquire);
   }
@@ -114,7 +109,7 @@ void ThreadPool::worker_loop(int group) {
     seen = g;
     if (stop_flag_.load(std::memory_order_acquire)) return;
     if (wake_hook_) wake_hook_();
-    work_on_job(group, g, false);
+    work_on_job(group, g);
   }
 }
 
@@ -122,7 +117,6 @@ void ThreadPool::run_job(const std::function<void(int64_t, int64_t)>& fn, int64_
   // The ranges are set; publishing the job's number makes them and fn_ visible to the workers.
   fn_ = &fn;
   remaining_.store(items, std::memory_order_relaxed);
-  caller_items_ = 0;
   uint64_t job;
   {
     std::lock_guard lock(mu_);
@@ -130,27 +124,13 @@ void ThreadPool::run_job(const std::function<void(int64_t, int64_t)>& fn, int64_
     published_generation_.store(job, std::memory_order_release);
   }
   wake_.notify_all();
-  const auto started = std::chrono::steady_clock::now();
-  work_on_job(0, job, true);  // the caller is in group 0
+  work_on_job(0, job);  // the caller is in group 0
   // Only chunks that other threads hold are left: wait for them, spinning briefly, then giving the core
   // up in turns, so that a thread which shares it (a worker preempted mid-chunk) can finish.
-  const auto worked = std::chrono::steady_clock::now();
-  const int64_t outstanding = remaining_.load(std::memory_order_acquire);
+  const auto until = std::chrono::steady_clock::now() + kSpin;
   while (remaining_.load(std::memory_order_acquire) != 0) {
-    if (std::chrono::steady_clock::now() < worked + kSpin) _mm_pause();
+    if (std::chrono::steady_clock::now() < until) _mm_pause();
     else std::this_thread::yield();
-  }
-  if (!shared_.load(std::memory_order_relaxed) || caller_items_ == 0) return;  // a node's rows stay with its threads
-  // A stall is a wait far longer than the outstanding items take at the caller's own pace (uneven items
-  // are not a stall), and longer than the caller's whole share (else the help was still worth it).
-  const auto waited = std::chrono::steady_clock::now() - worked, own = worked - started;
-  const auto expected = own * outstanding / caller_items_;
-  if (waited > kSpin && waited > own && waited > 4 * expected) {
-    solo_backoff_ = std::clamp(solo_backoff_ * 2, kSoloJobsFirst, kSoloJobsMost);
-    solo_jobs_ = solo_backoff_;
-    good_jobs_ = 0;
-  } else if (waited <= kSpin && caller_items_ < items && ++good_jobs_ >= kSoloJobsMost) {
-    solo_backoff_ = 0;  // the workers have helped without delay for a long while: forgive the stalls
   }
 }
 
@@ -159,12 +139,6 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   const int threads = size();
   grain = std::max<int64_t>(1, grain);
   if (threads == 1 || n <= grain) {
-    fn(0, n);
-    return;
-  }
-  if (solo_jobs_ > 0) {  // the workers kept the caller waiting lately: it is faster alone for now
-    --solo_jobs_;
-    ++solo_jobs_run_;
     fn(0, n);
     return;
   }

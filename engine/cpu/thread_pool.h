@@ -45,8 +45,6 @@ class ThreadPool {
   void parallel_for_bounds(const std::vector<int64_t>& bounds, int64_t grain,
                            const std::function<void(int64_t, int64_t)>& fn);
 
-  // Jobs run on the calling thread alone since the pool was made, because workers kept it waiting.
-  int64_t solo_jobs_run() const { return solo_jobs_run_; }
   // For tests: called by a worker each time it wakes for a job, before it looks for work (a worker that
   // is late by as long as `hook` takes). Set before the pool runs jobs.
   void set_wake_hook_for_tests(std::function<void()> hook) { wake_hook_ = std::move(hook); }
@@ -62,7 +60,7 @@ class ThreadPool {
   };
   void set_range(size_t r, int64_t begin, int64_t end, int64_t chunk);
   void worker_loop(int group);
-  void work_on_job(int group, uint64_t job, bool caller);
+  void work_on_job(int group, uint64_t job);
   void run_job(const std::function<void(int64_t, int64_t)>& fn, int64_t items);
 
   std::vector<std::thread> workers_;
@@ -81,11 +79,6 @@ class ThreadPool {
   std::unique_ptr<GroupRange[]> ranges_;
   std::atomic<int64_t> remaining_{0};  // items of the current job not yet done
   std::function<void()> wake_hook_;
-  // A worker that keeps the caller waiting longer than the caller worked (its core shared with another
-  // busy process) costs more than its help: the next `solo_jobs_` shared jobs run on the caller alone,
-  // twice as many after each repeat (up to a limit), and the workers are asked again after that.
-  int64_t solo_jobs_ = 0, solo_backoff_ = 0, solo_jobs_run_ = 0, good_jobs_ = 0;
-  int64_t caller_items_ = 0;  // items the caller did itself in the current job (only it writes this)
 };
 
 // Bounds of `parts` row shares of `rows` ([0] = 0, [parts] = rows), each a multiple of 16 rows where it
