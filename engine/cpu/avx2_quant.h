@@ -10,6 +10,9 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
                int64_t ldy);
 void quantize_q8(const float* x, int64_t K, Q8Block* out);
 void quantize_q8_256(const float* x, int64_t K, Q8Block* out);
+// Q4_0, Q8_0 and int8 (avx2_exact_blocks.cpp); false for the other types.
+bool matmul_exact_blocks(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+                         int64_t ldy);
 
 }  // namespace ftllm::cpu::avx2
 
@@ -19,5 +22,7 @@ namespace ftllm::cpu::avx512vnni {
 
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                int64_t ldy);
+bool matmul_exact_blocks(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+                         int64_t ldy);
 
 }  // namespace ftllm::cpu::avx512vnni

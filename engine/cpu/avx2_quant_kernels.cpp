@@ -1,4 +1,5 @@
-// Integer dot products of quantized weight rows with int8 activations (Q8Block): 32 weights and 32
+// Integer dot products of quantized weight rows with int8 activations (Q8Block), for the types
+// avx2_exact_blocks.cpp does not take (Q4_1, Q5_*, K-quants, int4, int4gN): 32 weights and 32
 // activations per step, scaled into eight float lanes. Compiled twice: for AVX2 (-mavx2 -mfma -mf16c;
 // vpmaddubsw + vpmaddwd) into namespace avx2, and with FTLLM_VNNI for AVX-512 VNNI on 256-bit registers
 // (vpdpbusd does both in one instruction) into namespace avx512vnni. Each is only called after cpuid
@@ -46,7 +47,6 @@ inline __m256i dot_u8s8_acc(__m256i acc, __m256i u, __m256i s) {
 // The same without an accumulator, as float.
 inline __m256 dot_u8s8(__m256i u, __m256i s) { return _mm256_cvtepi32_ps(dot_u8s8_acc(_mm256_setzero_si256(), u, s)); }
 // Signed by signed: move a's sign onto b so that |a| can go in as the unsigned operand.
-inline __m256 dot_s8s8(__m256i a, __m256i b) { return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
@@ -78,11 +78,11 @@ inline void k_scale_bytes(const uint8_t* packed, uint8_t* sc, uint8_t* mn) {
   std::memcpy(mn, m, 8);
 }
 
-// Q4_0 and Q5_0 store q + offset (8, 16) in unsigned bits. Their dot runs unsigned, starting each block
+// Q5_0 stores q + 16 in unsigned bits. Its dot runs unsigned, starting each block
 // from -offset * (the activation lane sums), which dot_offsets computes once per activation block: the
 // same integers as (q - offset) . x, without making the weights signed per block.
 template <DType T>
-constexpr int kOffset = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : 0;
+constexpr int kOffset = T == DType::Q5_0 ? 16 : 0;
 
 struct alignas(32) Lanes {  // eight int32 lanes, storable in a std::vector (an __m256i is not, cleanly)
   int32_t v[8];
@@ -103,29 +103,14 @@ std::vector<Lanes> dot_offsets(const Q8Block* xq, int64_t blocks) {
 }
 
 // The kernels below add one unit of a weight row (a block; a super-block for K-quants; a group for
-// int4gN) times R activation rows (xo: their dot_offsets, for Q4_0 and Q5_0) into acc[R] (eight float
+// int4gN) times R activation rows (xo: their dot_offsets, for Q5_0) into acc[R] (eight float
 // lanes) and mins[R] (the minimums' share, scaled). dot_rows runs them over W weight rows at once.
 
 template <DType T, int R>
 [[gnu::always_inline]] inline void add_block(const Q8Block* const* xq, const Lanes* const* xo, int64_t b, const uint8_t* row,
                                              __m256* acc, float* mins) {
   {
-    if constexpr (T == DType::Q8_0) {
-      const auto& blk = reinterpret_cast<const quant::BlockQ8_0*>(row)[b];
-      const __m256i w = load32(blk.qs);
-      const float dw = h2f(blk.d);
-      for (int r = 0; r < R; ++r)
-        acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
-    } else if constexpr (T == DType::Q4_0) {
-      // (q - 8) . x in integers per block, as llama.cpp computes it (subtracting 8 sum(x) in float after
-      // the blocks are scaled would cancel two large sums: perplexity +0.17%, measured).
-      const auto& blk = reinterpret_cast<const quant::BlockQ4_0*>(row)[b];
-      const __m256i w = unpack_nibbles(blk.qs);
-      const float dw = h2f(blk.d);
-      for (int r = 0; r < R; ++r)
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_acc(xo[r][b].load(), w, load32(xq[r][b].q))),
-                                 _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
-    } else if constexpr (T == DType::Q4_1) {
+    if constexpr (T == DType::Q4_1) {
       const auto& blk = reinterpret_cast<const quant::BlockQ4_1*>(row)[b];
       const __m256i w = unpack_nibbles(blk.qs);
       const float dw = h2f(blk.d), mw = h2f(blk.m);
@@ -133,10 +118,6 @@ template <DType T, int R>
         acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
         mins[r] = std::fma(mw, xq[r][b].s, mins[r]);  // fma spelled out: the same in every instantiation
       }
-    } else if constexpr (T == DType::I8) {
-      const __m256i w = load32(row + 4 + 32 * b);
-      for (int r = 0; r < R; ++r)
-        acc[r] = _mm256_fmadd_ps(dot_s8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(xq[r][b].d), acc[r]);
     } else if constexpr (T == DType::I4) {
       const __m256i w = unpack_nibbles(row + 8 + 16 * b);
       for (int r = 0; r < R; ++r) {
@@ -313,7 +294,7 @@ void dot_rows(const Q8Block* const* xq, const Lanes* const* xo, int64_t nb, cons
   for (int w = 0; w < W; ++w) {
     // mins holds the minimum's share: already scaled, except for int4's one minimum per row.
     float row_scale = 1, row_min = 1;
-    if constexpr (T == DType::I8 || T == DType::I4) std::memcpy(&row_scale, rows[w], 4);
+    if constexpr (T == DType::I4) std::memcpy(&row_scale, rows[w], 4);
     if constexpr (T == DType::I4) std::memcpy(&row_min, rows[w] + 4, 4);
     // An explicit fma: left to contraction, instantiations could fuse different products and differ.
     for (int r = 0; r < R; ++r) out[w * R + r] = std::fma(row_min, mins[w][r], row_scale * hsum(acc[w][r]));
@@ -367,16 +348,14 @@ bool uses_q8(DType t) {
 
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                int64_t ldy) {
+  if (matmul_exact_blocks(wt, xq, M, K, w, n0, n1, y, ldy)) return;  // Q4_0, Q8_0, int8
   switch (wt) {
-    case DType::Q8_0: return matmul_t<DType::Q8_0>(xq, M, K, w, n0, n1, y, ldy);
-    case DType::Q4_0: return matmul_t<DType::Q4_0>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q4_1: return matmul_t<DType::Q4_1>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q5_0: return matmul_t<DType::Q5_0>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q5_1: return matmul_t<DType::Q5_1>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q4_K: return matmul_t<DType::Q4_K>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q5_K: return matmul_t<DType::Q5_K>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q6_K: return matmul_t<DType::Q6_K>(xq, M, K, w, n0, n1, y, ldy);
-    case DType::I8: return matmul_t<DType::I8>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4: return matmul_t<DType::I4>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4G32: return matmul_t<DType::I4G32>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4G64: return matmul_t<DType::I4G64>(xq, M, K, w, n0, n1, y, ldy);

@@ -1,13 +1,14 @@
 """Random-weight GGUF models of real shapes, for speed measurements without downloading weights:
 float16 weights (normal, std 0.02) in llama.cpp's layout, with a real vocabulary of the right family
 copied from a GGUF vocabulary file so llama.cpp and ftllm both accept them. Quantize the result with
-llama-quantize for the block types.
-  python make_random_gguf.py SHAPE OUT.gguf VOCAB.gguf
+llama-quantize for the other block types, or give TYPE q8_0 / q4_0 to have gguf-py quantize the matrices
+(every matrix; llama-quantize keeps the embedding at a higher type, so pass the same TYPE to both sides).
+  python make_random_gguf.py SHAPE OUT.gguf VOCAB.gguf [f16|q8_0|q4_0]
 SHAPE: smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama-3.2-1b. Needs gguf and numpy."""
 import sys
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, quants
 
 # arch, hidden, intermediate, layers, heads, kv heads, head dim, tied, qkv bias, qk norm, rope theta
 SHAPES = {
@@ -18,7 +19,7 @@ SHAPES = {
 }
 
 
-def main(shape, out, vocab_path):
+def main(shape, out, vocab_path, dtype="f16"):
     arch, hidden, inter, layers, heads, kv, hd, tied, bias, qk_norm, theta = SHAPES[shape]
     vocab = GGUFReader(vocab_path)
     w = GGUFWriter(out, arch)
@@ -46,8 +47,18 @@ def main(shape, out, vocab_path):
     w.add_vocab_size(n_vocab)
     rng = np.random.default_rng(0)
 
+    qtype = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0}.get(dtype)
+
     def mat(rows, cols):
-        return rng.standard_normal((rows, cols), dtype=np.float32).__imul__(0.02).astype(np.float16)
+        m = rng.standard_normal((rows, cols), dtype=np.float32).__imul__(0.02)
+        return m.astype(np.float16) if qtype is None else quants.quantize(m, qtype)
+
+    add_tensor = w.add_tensor
+
+    def add_matrix_or_vector(name, t):
+        add_tensor(name, t, raw_dtype=qtype if qtype is not None and t.dtype == np.uint8 else None)
+
+    w.add_tensor = add_matrix_or_vector
 
     def ones(n):
         return np.ones(n, np.float32)
@@ -81,4 +92,4 @@ def main(shape, out, vocab_path):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
