@@ -1,5 +1,5 @@
 // Integer dot products of quantized weight rows with int8 activations (Q8Block), for the types
-// avx2_exact_blocks.cpp does not take (Q4_1, Q5_*, K-quants, int4, int4gN): 32 weights and 32
+// avx2_exact_blocks.cpp does not take (Q4_1, Q5_*, Q5_K, Q6_K, int4, int4gN): 32 weights and 32
 // activations per step, scaled into eight float lanes. Compiled twice: for AVX2 (-mavx2 -mfma -mf16c;
 // vpmaddubsw + vpmaddwd) into namespace avx2, and with FTLLM_VNNI for AVX-512 VNNI on 256-bit registers
 // (vpdpbusd does both in one instruction) into namespace avx512vnni. Each is only called after cpuid
@@ -63,20 +63,6 @@ inline __m256i fifth_bits(const uint8_t* qh) {
 }
 
 
-// Q4_K / Q5_K: a super-block's twelve packed bytes as its eight 6-bit scales and eight 6-bit minimums.
-// As words A, B, C: scales 0-3 are A's low six bits, mins 0-3 B's; scales 4-7 are C's low nibbles with
-// A's top two bits above them, mins 4-7 C's high nibbles with B's top two bits (scale_min_k4 per byte).
-inline void k_scale_bytes(const uint8_t* packed, uint8_t* sc, uint8_t* mn) {
-  uint32_t a, b, c;
-  std::memcpy(&a, packed, 4);
-  std::memcpy(&b, packed + 4, 4);
-  std::memcpy(&c, packed + 8, 4);
-  const uint32_t low6 = 0x3f3f3f3f, nibble = 0x0f0f0f0f, two = 0x03030303;
-  const uint32_t s[2] = {a & low6, (c & nibble) | (((a >> 6) & two) << 4)};
-  const uint32_t m[2] = {b & low6, ((c >> 4) & nibble) | (((b >> 6) & two) << 4)};
-  std::memcpy(sc, s, 8);
-  std::memcpy(mn, m, 8);
-}
 
 // Q5_0 stores q + 16 in unsigned bits. Its dot runs unsigned, starting each block
 // from -offset * (the activation lane sums), which dot_offsets computes once per activation block: the

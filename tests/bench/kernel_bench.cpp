@@ -1,6 +1,7 @@
 // One thread's matmul speed per weight dtype, with the weights in cache (hot: what the kernel computes,
-// memory aside) and streamed from memory (cold), for M = 1 (decode) and M = 64 (a prefill tile).
-//   ftllm-kernel-bench [--kernels auto|avx512vnni|avx2|scalar] [DTYPE ...]
+// memory aside) and streamed from memory (cold), for M = 1 (decode), M = 4 (a small decode batch), M = 64
+// (a batch) and M = 512 against one thread's share of a 0.5B model's MLP rows (a prefill).
+//   ftllm-kernel-bench [--kernels auto|avx512vnni|avx2|scalar] [--k K] [DTYPE ...]
 // Prints Gweights/s (weights x activation rows per second / 1e9): best of five runs, each ~0.1 s.
 #include <algorithm>
 #include <chrono>
@@ -39,21 +40,23 @@ double best_rate(double work, Fn&& fn) {
 
 int main(int argc, char** argv) {
   std::string kernels = "auto";
+  int64_t k_arg = 2048;  // rounded down to whole K-quant super-blocks
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--kernels" && i + 1 < argc) kernels = argv[++i];
+    else if (a == "--k" && i + 1 < argc) k_arg = std::stoll(argv[++i]) / 256 * 256;
     else names.push_back(a);
   }
   if (names.empty()) names = {"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k", "int8", "int4g128", "fp8"};
   const cpu::Kernels& k = cpu::kernels_named(kernels);
-  const int64_t K = 2048;
+  const int64_t K = k_arg;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(64 * K));
+  std::vector<float> x(static_cast<size_t>(512 * K));
   for (float& v : x) v = normal(rng);
-  std::printf("%s kernels, one thread, K = %lld; Gweights/s\n%-10s %9s %9s %9s\n", k.name, (long long)K, "dtype", "M=1 hot",
-              "M=1 cold", "M=64 hot");
+  std::printf("%s kernels, one thread, K = %lld; Gweights/s\n%-10s %9s %9s %9s %9s %9s\n", k.name, (long long)K, "dtype",
+              "M=1 hot", "M=1 cold", "M=4 cold", "M=64 hot", "M=512");
   for (const std::string& name : names) {
     const std::optional<DType> parsed = parse_dtype(name);
     if (!parsed) return std::fprintf(stderr, "ftllm-kernel-bench: unknown dtype %s\n", name.c_str()), 2;
@@ -69,13 +72,14 @@ int main(int argc, char** argv) {
       else  // ggml blocks: any bytes are valid weights; keep the float16 scales finite
         for (size_t i = 0; i < row_bytes(t, K); ++i) static_cast<uint8_t*>(w.data)[size_t(r) * row_bytes(t, K) + i] = uint8_t(rng() & 0x3b);
     }
-    std::vector<cpu::Q8Block> xq(static_cast<size_t>(64 * K / 32));
-    for (int64_t m = 0; m < 64; ++m) cpu::quantize_activations(k, t, x.data() + m * K, K, xq.data() + m * (K / 32));
-    std::vector<float> y(static_cast<size_t>(64 * cold_rows));
+    std::vector<cpu::Q8Block> xq(static_cast<size_t>(512 * K / 32));
+    for (int64_t m = 0; m < 512; ++m) cpu::quantize_activations(k, t, x.data() + m * K, K, xq.data() + m * (K / 32));
+    std::vector<float> y(static_cast<size_t>(512 * cold_rows));
     auto run = [&](int64_t M, int64_t rows) {
       return best_rate(double(M * rows * K), [&] { k.matmul(t, x.data(), xq.data(), M, K, w.data, 0, rows, y.data(), cold_rows); });
     };
-    std::printf("%-10s %9.2f %9.2f %9.2f\n", name.c_str(), run(1, hot_rows), run(1, cold_rows), run(64, hot_rows));
+    std::printf("%-10s %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(), run(1, hot_rows), run(1, cold_rows), run(4, cold_rows),
+                run(64, hot_rows), run(512, 2432));
   }
   return 0;
 }
