@@ -1,8 +1,8 @@
-// Q4_0, Q8_0, int8 and Q4_K weights against int8 activations, with every output summed one way whatever
-// the batch: each block's integer dot exactly (a Q4_K super-block's, its sub-blocks times their scales),
-// then one float step per block,
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, int8, Q4_K and Q5_K weights against int8 activations, with every output
+// summed one way whatever the batch: each block's integer dot exactly (a K-quant super-block's: its
+// sub-blocks' dots times their scales), then one float step per block,
 //     acc = fma(float(dot_b), weight_scale_b * activation_scale_b, acc)
-// in block order (Q4_K adds its minimums' step after each; int8 multiplies by its row scale at the end).
+// in block order (types with minimums add their step after each; int8 multiplies by its row scale at the end).
 // The integers are exact, so how a kernel finds them is free; that lets each batch size take its own shape:
 // - up to five activation rows (decode, small batches): four weight rows' block dots side by side,
 //   reduced to four lanes, each weight block unpacked once for all the rows;
@@ -56,38 +56,89 @@ inline __m256i dot_s8s8(__m256i acc, __m256i a, __m256i b) {
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-// What the kernels need of a weight type: a block's float scale and its 32 values as bytes.
-// Q4_0 holds q + 8 in nibbles, so its bytes are unsigned and the dot takes 8 * sum(x) off.
-template <DType T>
-struct Weights;
+// Q4_K / Q5_K: a super-block's twelve packed bytes as its eight 6-bit scales and eight 6-bit minimums.
+// As words A, B, C: scales 0-3 are A's low six bits, mins 0-3 B's; scales 4-7 are C's low nibbles with
+// A's top two bits above them, mins 4-7 C's high nibbles with B's top two bits (scale_min_k4 per byte).
+inline void k_scale_bytes(const uint8_t* packed, uint8_t* sc, uint8_t* mn) {
+  uint32_t a, b, c;
+  std::memcpy(&a, packed, 4);
+  std::memcpy(&b, packed + 4, 4);
+  std::memcpy(&c, packed + 8, 4);
+  const uint32_t low6 = 0x3f3f3f3f, nibble = 0x0f0f0f0f, two = 0x03030303;
+  const uint32_t s[2] = {a & low6, (c & nibble) | (((a >> 6) & two) << 4)};
+  const uint32_t m[2] = {b & low6, ((c >> 4) & nibble) | (((b >> 6) & two) << 4)};
+  std::memcpy(sc, s, 8);
+  std::memcpy(mn, m, 8);
+}
 
-template <>
-struct Weights<DType::Q4_0> {
-  static constexpr int kOffset = 8;
+// ggml's fifth bits (bit j of 4 bytes for value j) as 16 in byte j where set, 0 elsewhere.
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),  // byte j holds source byte j / 8
+                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
+                                                              2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i mask = _mm256_set1_epi64x(int64_t(0x8040201008040201));  // byte j tests bit j % 8
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), _mm256_set1_epi8(16));
+}
+
+// 16 bytes of packed nibbles to 32 unsigned bytes: values 0-15 (low nibbles), then 16-31 (high ones).
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i low = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low), _mm_and_si128(v, low));
+}
+
+// What the kernels need of a block type: its 32 values as bytes, signed (kSigned) or unsigned with an
+// offset taken off in the dot (Q4_0 holds q + 8: the dot starts from -8 * sum(x)), and at most kMaxByte;
+// its float16 scale, and minimum where it has one (value = d * q + m: one more step, m * s, per block,
+// s being the activation block's d * sum(q) rounded to float16 as llama.cpp's q8_1 carries it).
+template <typename Block, int Offset, int MaxByte, bool HasMin, bool FifthBit>
+struct NibbleBlocks {
+  static constexpr bool kSigned = false, kPacked = true, kHasMin = HasMin, kHasScale = true;
+  static constexpr int kOffset = Offset, kMaxByte = MaxByte;
   static constexpr size_t kHeader = 0;
-  static const quant::BlockQ4_0& block(const uint8_t* row, int64_t b) { return reinterpret_cast<const quant::BlockQ4_0*>(row)[b]; }
-  static float scale(const uint8_t* row, int64_t b) { return h2f(block(row, b).d); }
-  // Values 0-15 then 16-31 as unsigned bytes (low nibbles, then high ones).
+  static const Block& block(const uint8_t* row, int64_t b) { return reinterpret_cast<const Block*>(row)[b]; }
+  static uint16_t d16(const uint8_t* row, int64_t b) { return block(row, b).d; }
+  static uint16_t m16(const uint8_t* row, int64_t b) {
+    if constexpr (HasMin) return block(row, b).m;
+    else return 0;
+  }
+  static float scale(const uint8_t* row, int64_t b) { return h2f(d16(row, b)); }
+  static float min(const uint8_t* row, int64_t b) { return h2f(m16(row, b)); }
   static __m256i bytes(const uint8_t* row, int64_t b) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block(row, b).qs));
-    const __m128i low = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low), _mm_and_si128(v, low));
+    if constexpr (FifthBit) return _mm256_or_si256(nibbles(block(row, b).qs), fifth_bits(block(row, b).qh));
+    else return nibbles(block(row, b).qs);
   }
 };
 
+template <DType T>
+struct Weights;
+template <>
+struct Weights<DType::Q4_0> : NibbleBlocks<quant::BlockQ4_0, 8, 15, false, false> {};
+template <>
+struct Weights<DType::Q4_1> : NibbleBlocks<quant::BlockQ4_1, 0, 15, true, false> {};
+template <>
+struct Weights<DType::Q5_0> : NibbleBlocks<quant::BlockQ5_0, 16, 31, false, true> {};
+template <>
+struct Weights<DType::Q5_1> : NibbleBlocks<quant::BlockQ5_1, 0, 31, true, true> {};
+
 template <>
 struct Weights<DType::Q8_0> {
-  static constexpr int kOffset = 0;  // signed bytes
+  static constexpr bool kSigned = true, kPacked = false, kHasMin = false, kHasScale = true;
+  static constexpr int kOffset = 0, kMaxByte = 127;
   static constexpr size_t kHeader = 0;
   static const quant::BlockQ8_0& block(const uint8_t* row, int64_t b) { return reinterpret_cast<const quant::BlockQ8_0*>(row)[b]; }
-  static float scale(const uint8_t* row, int64_t b) { return h2f(block(row, b).d); }
+  static uint16_t d16(const uint8_t* row, int64_t b) { return block(row, b).d; }
+  static float scale(const uint8_t* row, int64_t b) { return h2f(d16(row, b)); }
   static __m256i bytes(const uint8_t* row, int64_t b) { return load32(chunks(row, b)); }
   static const uint8_t* chunks(const uint8_t* row, int64_t b) { return reinterpret_cast<const uint8_t*>(block(row, b).qs); }
 };
 
 template <>
 struct Weights<DType::I8> {  // [float32 row scale] then K signed bytes: the block scale is 1
-  static constexpr int kOffset = 0;
+  static constexpr bool kSigned = true, kPacked = false, kHasMin = false, kHasScale = false;
+  static constexpr int kOffset = 0, kMaxByte = 127;
   static constexpr size_t kHeader = 4;
   static float scale(const uint8_t*, int64_t) { return 1.0f; }
   static __m256i bytes(const uint8_t* row, int64_t b) { return load32(chunks(row, b)); }
@@ -99,6 +150,8 @@ struct Weights<DType::I8> {  // [float32 row scale] then K signed bytes: the blo
 //     acc = fma(float(sum_j sc_j * (u_j . x_j)), d * xd, acc); acc = fma(-dmin * xd, float(sum_j mn_j * sum(x_j)), acc)
 template <>
 struct Weights<DType::Q4_K> {
+  using Block = quant::BlockQ4_K;
+  static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
   static const quant::BlockQ4_K& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const quant::BlockQ4_K*>(row)[sb]; }
   // Sub-blocks 2p and 2p + 1 are the low and high nibbles of bytes 32p..32p+31.
@@ -112,15 +165,40 @@ struct Weights<DType::Q4_K> {
   }
 };
 
+// Q5_K: Q4_K with a fifth bit per value in qh (sub-block 2p's in bit 2p of each byte, 2p + 1's in bit 2p + 1).
+template <>
+struct Weights<DType::Q5_K> {
+  using Block = quant::BlockQ5_K;
+  static constexpr bool kSigned = false;
+  static constexpr int kOffset = 0;
+  static const quant::BlockQ5_K& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const quant::BlockQ5_K*>(row)[sb]; }
+  static void unpack(const quant::BlockQ5_K& blk, uint8_t (*out)[32]) {
+    const __m256i low = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
+    const __m256i qh = load32(blk.qh);
+    for (int p = 0; p < 4; ++p) {
+      const __m256i v = load32(blk.qs + 32 * p), h = _mm256_srli_epi16(qh, 2 * p);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out[2 * p]),
+                         _mm256_or_si256(_mm256_and_si256(v, low), _mm256_slli_epi16(_mm256_and_si256(h, one), 4)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out[2 * p + 1]),
+                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), _mm256_slli_epi16(_mm256_and_si256(h, two), 3)));
+    }
+  }
+};
+
 template <DType T>
 inline __m256i block_dot(__m256i acc, __m256i w, __m256i x) {
-  if constexpr (Weights<T>::kOffset != 0) return dot_u8s8(acc, w, x);
-  else return dot_s8s8(acc, w, x);
+  if constexpr (Weights<T>::kSigned) return dot_s8s8(acc, w, x);
+  else return dot_u8s8(acc, w, x);
 }
 
-// A super-block type: its unit is eight blocks.
+// Four rows' float16 fields packed in a general register, widened together.
+inline __m128 widen4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(uint64_t(a) | uint64_t(b) << 16 | uint64_t(c) << 32 | uint64_t(d) << 48)));
+}
+
+// A super-block type with 6-bit scales and minimums: its unit is eight blocks.
 template <DType T>
-constexpr bool kSuper = T == DType::Q4_K;
+constexpr bool kSuper = T == DType::Q4_K || T == DType::Q5_K;
 
 template <DType T>
 inline float finish(const uint8_t* row, float acc) {
@@ -192,19 +270,18 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
                        _MM_HINT_T0);
       const __m256i u[4] = {Weights<T>::bytes(r[0], b), Weights<T>::bytes(r[1], b), Weights<T>::bytes(r[2], b),
                             Weights<T>::bytes(r[3], b)};
-      __m128 wscales = _mm_set1_ps(1.0f);
-      if constexpr (T != DType::I8) {  // int8's block scale is 1
-        // The four float16 scales packed in a general register, widened together.
-        const uint64_t h = uint64_t(Weights<T>::block(r[0], b).d) | uint64_t(Weights<T>::block(r[1], b).d) << 16 |
-                           uint64_t(Weights<T>::block(r[2], b).d) << 32 | uint64_t(Weights<T>::block(r[3], b).d) << 48;
-        wscales = _mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(h)));
-      }
+      using Wt = Weights<T>;
+      __m128 wscales = _mm_set1_ps(1.0f), wmins = _mm_setzero_ps();
+      if constexpr (Wt::kHasScale) wscales = widen4(Wt::d16(r[0], b), Wt::d16(r[1], b), Wt::d16(r[2], b), Wt::d16(r[3], b));
+      if constexpr (Wt::kHasMin) wmins = widen4(Wt::m16(r[0], b), Wt::m16(r[1], b), Wt::m16(r[2], b), Wt::m16(r[3], b));
       for (int i = 0; i < R; ++i) {
-        const __m256i xb = load32(x[i * nb + b].q), o = start(i, b);
-        const __m128i dots = sum_lanes4(block_dot<T>(o, u[0], xb), block_dot<T>(o, u[1], xb), block_dot<T>(o, u[2], xb),
-                                        block_dot<T>(o, u[3], xb));
-        const __m128 xd = _mm_set1_ps(x[i * nb + b].d);
-        acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(dots), T == DType::I8 ? xd : _mm_mul_ps(wscales, xd), acc[i]);
+        const Q8Block& xb = x[i * nb + b];
+        const __m256i xv = load32(xb.q), o = start(i, b);
+        const __m128i dots = sum_lanes4(block_dot<T>(o, u[0], xv), block_dot<T>(o, u[1], xv), block_dot<T>(o, u[2], xv),
+                                        block_dot<T>(o, u[3], xv));
+        const __m128 xd = _mm_set1_ps(xb.d);
+        acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(dots), Wt::kHasScale ? _mm_mul_ps(wscales, xd) : xd, acc[i]);
+        if constexpr (Wt::kHasMin) acc[i] = _mm_fmadd_ps(wmins, _mm_set1_ps(xb.s), acc[i]);
       }
     }
     for (int i = 0; i < R; ++i) {
@@ -220,74 +297,98 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
       for (int64_t b = 0; b < nb; ++b) {
         const int32_t dot = sum_lanes(block_dot<T>(start(i, b), Weights<T>::bytes(r, b), load32(x[i * nb + b].q)));
         acc = std::fma(float(dot), Weights<T>::scale(r, b) * x[i * nb + b].d, acc);
+        if constexpr (Weights<T>::kHasMin) acc = std::fma(Weights<T>::min(r, b), x[i * nb + b].s, acc);
       }
       y[i * ldy + n] = finish<T>(r, acc);
     }
   }
 }
 
-// Q4_K: weight rows [n0, n1) against one activation row, four rows' super-blocks side by side.
-void row_times_q4k(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y) {
-  using Q4K = Weights<DType::Q4_K>;
+// One K-quant weight row's super-block sb against R activation rows (nb blocks each, one after another):
+// per row, the sub-block dots times their scales (as lanes to be added) and the minimums' sum_j mn_j * sum(x_j).
+template <DType T, int R>
+[[gnu::always_inline]] inline void super_dots(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum,
+                                              int32_t* msum) {
   const __m256i low = _mm256_set1_epi8(0x0F);
-  // One row's integer sum of sub-block dots times their scales over super-block sb (lanes to be added),
-  // and its minimums' sum_j mn_j * sum(x_j).
-  auto super_dot = [&](const uint8_t* row, int64_t sb, int32_t& msum) {
-    const quant::BlockQ4_K& blk = Q4K::block(row, sb);
-    alignas(8) uint8_t sc[8], mn[8];
-    k_scale_bytes(blk.scales, sc, mn);
-    __m256i isum = _mm256_setzero_si256();
-    for (int p = 0; p < 4; ++p) {
-      const __m256i v = load32(blk.qs + 32 * p);
-      const int64_t b = sb * 8 + 2 * p;
-      // u <= 15 and |x| <= 127: the byte-pair sums fit int16, then times the 6-bit scale in int32.
-      const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(v, low), load32(x[b].q));
-      const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), load32(x[b + 1].q));
-      isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * p])),
-                                                     _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * p + 1]))));
+  const auto& blk = Weights<T>::block(row, sb);
+  alignas(8) uint8_t sc[8], mn[8];
+  k_scale_bytes(blk.scales, sc, mn);
+  for (int i = 0; i < R; ++i) isum[i] = _mm256_setzero_si256();
+  for (int p = 0; p < 4; ++p) {
+    const __m256i v = load32(blk.qs + 32 * p);
+    __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    if constexpr (T == DType::Q5_K) {  // bits 2p and 2p + 1 of each qh byte, worth 16
+      const __m256i h = _mm256_srli_epi16(load32(blk.qh), 2 * p);
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(2)), 3));
     }
-    msum = 0;
-    for (int j = 0; j < 8; ++j) msum += int32_t(mn[j]) * x[sb * 8 + j].sum;
-    return isum;
-  };
+    const __m256i s0 = _mm256_set1_epi16(sc[2 * p]), s1 = _mm256_set1_epi16(sc[2 * p + 1]);
+    for (int i = 0; i < R; ++i) {
+      const Q8Block* xb = x + i * nb + sb * 8 + 2 * p;
+      // u <= 31 and |x| <= 127: the byte-pair sums fit int16, then times the 6-bit scale in int32.
+      const __m256i p0 = _mm256_maddubs_epi16(lo, load32(xb[0].q)), p1 = _mm256_maddubs_epi16(hi, load32(xb[1].q));
+      isum[i] = _mm256_add_epi32(isum[i], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    msum[i] = 0;
+    for (int j = 0; j < 8; ++j) msum[i] += int32_t(mn[j]) * x[i * nb + sb * 8 + j].sum;
+  }
+}
+
+// Q4_K and Q5_K: weight rows [n0, n1) against R activation rows (nb blocks each, one after another), into
+// y (rows ldy apart): four weight rows' super-blocks side by side, each unpacked once for the R rows.
+template <DType T, int R>
+void rows_times_k_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
+                      int64_t ldy) {
+  using K = Weights<T>;
   const int64_t supers = nb / 8;
-  constexpr int64_t kAhead = 8;
+  constexpr int64_t kAhead = 8;  // rows, as in rows_times_weights_few
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
     const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
                            w + size_t(n + 3) * row_bytes};
-    const bool ahead = n + 4 + kAhead <= n1;  // as in rows_times_weights_few
-    __m128 acc = _mm_setzero_ps();
+    const bool ahead = n + 4 + kAhead <= n1;
+    __m128 acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
     for (int64_t sb = 0; sb < supers; ++sb) {
       if (ahead)
-        for (int i = 0; i < 4; ++i)
-          for (size_t line = 0; line < sizeof(quant::BlockQ4_K); line += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(r[i] + size_t(kAhead) * row_bytes + sizeof(quant::BlockQ4_K) * size_t(sb) + line),
+        for (int q = 0; q < 4; ++q)
+          for (size_t line = 0; line < sizeof(typename K::Block); line += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(r[q] + size_t(kAhead) * row_bytes + sizeof(typename K::Block) * size_t(sb) + line),
                          _MM_HINT_T0);
-      int32_t ms[4];
-      const __m256i i0 = super_dot(r[0], sb, ms[0]), i1 = super_dot(r[1], sb, ms[1]), i2 = super_dot(r[2], sb, ms[2]),
-                    i3 = super_dot(r[3], sb, ms[3]);
-      const __m128 xd = _mm_set1_ps(x[sb * 8].d);
-      const __m128 d = _mm_setr_ps(h2f(Q4K::block(r[0], sb).d), h2f(Q4K::block(r[1], sb).d), h2f(Q4K::block(r[2], sb).d),
-                                   h2f(Q4K::block(r[3], sb).d));
-      const __m128 neg_dmin = _mm_setr_ps(-h2f(Q4K::block(r[0], sb).dmin), -h2f(Q4K::block(r[1], sb).dmin),
-                                          -h2f(Q4K::block(r[2], sb).dmin), -h2f(Q4K::block(r[3], sb).dmin));
-      acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes4(i0, i1, i2, i3)), _mm_mul_ps(d, xd), acc);
-      acc = _mm_fmadd_ps(_mm_mul_ps(neg_dmin, xd), _mm_cvtepi32_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ms))), acc);
+      __m256i i0[R], i1[R], i2[R], i3[R];
+      int32_t m0[R], m1[R], m2[R], m3[R];
+      super_dots<T, R>(x, nb, r[0], sb, i0, m0);
+      super_dots<T, R>(x, nb, r[1], sb, i1, m1);
+      super_dots<T, R>(x, nb, r[2], sb, i2, m2);
+      super_dots<T, R>(x, nb, r[3], sb, i3, m3);
+      const __m128 d = widen4(K::block(r[0], sb).d, K::block(r[1], sb).d, K::block(r[2], sb).d, K::block(r[3], sb).d);
+      const __m128 neg_dmin = _mm_sub_ps(_mm_setzero_ps(), widen4(K::block(r[0], sb).dmin, K::block(r[1], sb).dmin,
+                                                                  K::block(r[2], sb).dmin, K::block(r[3], sb).dmin));
+      for (int i = 0; i < R; ++i) {
+        const __m128 xd = _mm_set1_ps(x[i * nb + sb * 8].d);
+        acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes4(i0[i], i1[i], i2[i], i3[i])), _mm_mul_ps(d, xd), acc[i]);
+        acc[i] = _mm_fmadd_ps(_mm_mul_ps(neg_dmin, xd), _mm_cvtepi32_ps(_mm_setr_epi32(m0[i], m1[i], m2[i], m3[i])), acc[i]);
+      }
     }
-    _mm_storeu_ps(y + n, acc);
+    for (int i = 0; i < R; ++i) _mm_storeu_ps(y + i * ldy + n, acc[i]);
   }
   for (; n < n1; ++n) {
     const uint8_t* r = w + size_t(n) * row_bytes;
-    float acc = 0;
+    float acc[R] = {};
     for (int64_t sb = 0; sb < supers; ++sb) {
-      int32_t ms;
-      const int32_t isum = sum_lanes(super_dot(r, sb, ms));
-      const float xd = x[sb * 8].d;
-      acc = std::fma(float(isum), h2f(Q4K::block(r, sb).d) * xd, acc);
-      acc = std::fma(-h2f(Q4K::block(r, sb).dmin) * xd, float(ms), acc);
+      __m256i isum[R];
+      int32_t ms[R];
+      super_dots<T, R>(x, nb, r, sb, isum, ms);
+      const float d = h2f(K::block(r, sb).d), neg_dmin = -h2f(K::block(r, sb).dmin);
+      for (int i = 0; i < R; ++i) {
+        const float xd = x[i * nb + sb * 8].d;
+        acc[i] = std::fma(float(sum_lanes(isum[i])), d * xd, acc[i]);
+        acc[i] = std::fma(neg_dmin * xd, float(ms[i]), acc[i]);
+      }
     }
-    y[n] = acc;
+    for (int i = 0; i < R; ++i) y[i * ldy + n] = acc[i];
   }
 }
 
@@ -299,6 +400,7 @@ void row_times_q4k(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_by
 struct alignas(32) Octet {
   int8_t chunk[8][32];
   float d[8];
+  float s[8];  // d * sum(q) as float16 (for minimums)
   int32_t start[8];
   int32_t sum_pairs[8];
 };
@@ -323,51 +425,60 @@ template <DType T, int W, int G>
 #endif
     const uint8_t* chunks[W];
     for (int w = 0; w < W; ++w) {
-      if constexpr (T == DType::Q4_0) {
+      if constexpr (Weights<T>::kPacked) {
         _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[w]), Weights<T>::bytes(rows[w], b));
         chunks[w] = unpacked[w];
       } else {
         chunks[w] = Weights<T>::chunks(rows[w], b);
       }
     }
-    for (int c = 0; c < 8; ++c)
+    for (int c = 0; c < 8; ++c) {
       for (int w = 0; w < W; ++w) {
         __m256i wc = broadcast4(chunks[w] + 4 * c);
 #ifdef FTLLM_VNNI
         // Signed weights as unsigned bytes w + 128; the transposed rows' start took 128 * sum(q) off.
-        if constexpr (Weights<T>::kOffset == 0) wc = _mm256_xor_si256(wc, _mm256_set1_epi8(char(0x80)));
+        if constexpr (Weights<T>::kSigned) wc = _mm256_xor_si256(wc, _mm256_set1_epi8(char(0x80)));
         for (int g = 0; g < G; ++g) dots[w][g] = _mm256_dpbusd_epi32(dots[w][g], wc, load32(x[g][b].chunk[c]));
 #else
-        if constexpr (Weights<T>::kOffset == 0) {
+        if constexpr (Weights<T>::kSigned) {
           const __m256i magnitude = _mm256_sign_epi8(wc, wc);
           for (int g = 0; g < G; ++g)
             dots[w][g] = dot_u8s8(dots[w][g], magnitude, _mm256_sign_epi8(load32(x[g][b].chunk[c]), wc));
         } else {
-          // Nibbles times int8 pair up to 2 * 15 * 127 per int16 lane: eight chunks' pairs still fit, so
-          // they add as int16 and widen once per block.
           for (int g = 0; g < G; ++g) pairs[w][g] = _mm256_add_epi16(pairs[w][g], _mm256_maddubs_epi16(wc, load32(x[g][b].chunk[c])));
         }
 #endif
       }
 #ifndef FTLLM_VNNI
-    if constexpr (Weights<T>::kOffset != 0)
-      for (int w = 0; w < W; ++w)
-        for (int g = 0; g < G; ++g) dots[w][g] = _mm256_add_epi32(dots[w][g], _mm256_madd_epi16(pairs[w][g], _mm256_set1_epi16(1)));
+      // Unsigned bytes times int8 pair up to 2 * kMaxByte * 127 per int16 lane: as many chunks as still
+      // fit add as int16 (8 for nibbles, 4 for five bits), then widen.
+      constexpr int kPairChunks = 32767 / (2 * Weights<T>::kMaxByte * 127) >= 8 ? 8 : 4;
+      if constexpr (!Weights<T>::kSigned)
+        if (c % kPairChunks == kPairChunks - 1)
+          for (int w = 0; w < W; ++w)
+            for (int g = 0; g < G; ++g) {
+              dots[w][g] = _mm256_add_epi32(dots[w][g], _mm256_madd_epi16(pairs[w][g], _mm256_set1_epi16(1)));
+              pairs[w][g] = _mm256_setzero_si256();
+            }
 #endif
+    }
     for (int w = 0; w < W; ++w) {
       const __m256 ws = _mm256_set1_ps(Weights<T>::scale(rows[w], b));
-      for (int g = 0; g < G; ++g)
+      for (int g = 0; g < G; ++g) {
         acc[w][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[w][g]), _mm256_mul_ps(ws, _mm256_load_ps(x[g][b].d)), acc[w][g]);
+        if constexpr (Weights<T>::kHasMin)
+          acc[w][g] = _mm256_fmadd_ps(_mm256_set1_ps(Weights<T>::min(rows[w], b)), _mm256_load_ps(x[g][b].s), acc[w][g]);
+      }
     }
   }
   for (int w = 0; w < W; ++w)
     for (int g = 0; g < G; ++g) out[w * G + g] = acc[w][g];
 }
 
-// Q4_K: W weight rows against G groups of eight activation rows, a super-block at a time.
-template <int W, int G>
-[[gnu::always_inline]] inline void tile_q4k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, __m256* out) {
-  using Q4K = Weights<DType::Q4_K>;
+// Q4_K and Q5_K: W weight rows against G groups of eight activation rows, a super-block at a time.
+template <DType T, int W, int G>
+[[gnu::always_inline]] inline void tile_k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, __m256* out) {
+  using K = Weights<T>;
   __m256 acc[W][G];
   for (int w = 0; w < W; ++w)
     for (int g = 0; g < G; ++g) acc[w][g] = _mm256_setzero_ps();
@@ -375,8 +486,8 @@ template <int W, int G>
   alignas(8) uint8_t sc[W][8], mn[W][8];
   for (int64_t sb = 0; sb < nb / 8; ++sb) {
     for (int w = 0; w < W; ++w) {
-      Q4K::unpack(Q4K::block(rows[w], sb), nibbles[w]);
-      k_scale_bytes(Q4K::block(rows[w], sb).scales, sc[w], mn[w]);
+      K::unpack(K::block(rows[w], sb), nibbles[w]);
+      k_scale_bytes(K::block(rows[w], sb).scales, sc[w], mn[w]);
     }
     __m256i isum[W][G];
     for (int w = 0; w < W; ++w)
@@ -386,26 +497,35 @@ template <int W, int G>
       __m256i part[W][G];
       for (int w = 0; w < W; ++w)
         for (int g = 0; g < G; ++g) part[w][g] = _mm256_setzero_si256();
-      for (int c = 0; c < 8; ++c)
+      for (int c = 0; c < 8; ++c) {
         for (int w = 0; w < W; ++w) {
           const __m256i wc = broadcast4(nibbles[w][j] + 4 * c);
           for (int g = 0; g < G; ++g)
 #ifdef FTLLM_VNNI
             part[w][g] = _mm256_dpbusd_epi32(part[w][g], wc, load32(x[g][b].chunk[c]));
 #else
-            part[w][g] = _mm256_add_epi16(part[w][g], _mm256_maddubs_epi16(wc, load32(x[g][b].chunk[c])));  // fits: see tile
+            part[w][g] = _mm256_add_epi16(part[w][g], _mm256_maddubs_epi16(wc, load32(x[g][b].chunk[c])));
 #endif
         }
-      for (int w = 0; w < W; ++w)
-        for (int g = 0; g < G; ++g)
+#ifndef FTLLM_VNNI
+        // The int16 pairs hold eight chunks of nibbles or four of five-bit values (see tile), then go
+        // into int32 times the sub-block's scale.
+        constexpr int kPairChunks = T == DType::Q4_K ? 8 : 4;
+        if (c % kPairChunks == kPairChunks - 1)
+          for (int w = 0; w < W; ++w)
+            for (int g = 0; g < G; ++g) {
+              isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_madd_epi16(part[w][g], _mm256_set1_epi16(sc[w][j])));
+              part[w][g] = _mm256_setzero_si256();
+            }
+#endif
+      }
 #ifdef FTLLM_VNNI
-          isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_mullo_epi32(part[w][g], _mm256_set1_epi32(sc[w][j])));
-#else
-          isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_madd_epi16(part[w][g], _mm256_set1_epi16(sc[w][j])));
+      for (int w = 0; w < W; ++w)
+        for (int g = 0; g < G; ++g) isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_mullo_epi32(part[w][g], _mm256_set1_epi32(sc[w][j])));
 #endif
     }
     for (int w = 0; w < W; ++w) {
-      const quant::BlockQ4_K& blk = Q4K::block(rows[w], sb);
+      const auto& blk = K::block(rows[w], sb);
       const __m256 d = _mm256_set1_ps(h2f(blk.d)), neg_dmin = _mm256_set1_ps(-h2f(blk.dmin));
       for (int g = 0; g < G; ++g) {
         __m256i msum = _mm256_setzero_si256();
@@ -427,7 +547,7 @@ template <int W, int G>
 template <DType T>
 constexpr int kTransposeOffset =
 #ifdef FTLLM_VNNI
-    Weights<T>::kOffset == 0 ? 128 : Weights<T>::kOffset;
+    Weights<T>::kSigned ? 128 : Weights<T>::kOffset;
 #else
     Weights<T>::kOffset;
 #endif
@@ -443,6 +563,7 @@ template <DType T>
         Octet& o = out[size_t(g * nb + b)];
         for (int c = 0; c < 8; ++c) std::memcpy(&o.chunk[c][4 * i], row[b].q + 4 * c, 4);
         o.d[i] = row[b].d;
+        o.s[i] = row[b].s;
         o.start[i] = -kTransposeOffset<T> * row[b].sum;
         if (b % 2 == 0 && b + 1 < nb) o.sum_pairs[i] = int32_t(uint32_t(uint16_t(row[b].sum)) | uint32_t(row[b + 1].sum) << 16);
       }
@@ -476,7 +597,7 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
         const uint8_t* rows[W];
         for (int i = 0; i < W; ++i) rows[i] = w + size_t(n + i) * row_bytes;
         __m256 out[W * G];
-        if constexpr (T == DType::Q4_K) tile_q4k<W, G>(xs, nb, rows, out);
+        if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, out);
         else tile<T, W, G>(xs, nb, rows, out);
         for (int i = 0; i < W; ++i)
           for (int j = 0; j < G; ++j) {
@@ -510,15 +631,15 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   // A handful of rows (a small decode batch) share each weight block's unpacking on the one-row path;
   // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
   if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
-  if constexpr (T == DType::Q4_K) {
-    for (int64_t m = 0; m < M; ++m) row_times_q4k(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy);
-  } else {
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4) rows_times_weights_few<T, 4>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
-    if (M - m == 3) rows_times_weights_few<T, 3>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
-    if (M - m == 2) rows_times_weights_few<T, 2>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
-    if (M - m == 1) rows_times_weights_few<T, 1>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
-  }
+  auto few = [&]<int R>(int64_t m) {
+    if constexpr (kSuper<T>) rows_times_k_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
+    else rows_times_weights_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
+  };
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) few.template operator()<4>(m);
+  if (M - m == 3) few.template operator()<3>(m);
+  if (M - m == 2) few.template operator()<2>(m);
+  if (M - m == 1) few.template operator()<1>(m);
 }
 
 }  // namespace
@@ -530,6 +651,10 @@ bool matmul_exact_blocks(DType wt, const Q8Block* xq, int64_t M, int64_t K, cons
     case DType::Q8_0: return matmul_t<DType::Q8_0>(xq, M, K, w, n0, n1, y, ldy), true;
     case DType::I8: return matmul_t<DType::I8>(xq, M, K, w, n0, n1, y, ldy), true;
     case DType::Q4_K: return matmul_t<DType::Q4_K>(xq, M, K, w, n0, n1, y, ldy), true;
+    case DType::Q5_K: return matmul_t<DType::Q5_K>(xq, M, K, w, n0, n1, y, ldy), true;
+    case DType::Q4_1: return matmul_t<DType::Q4_1>(xq, M, K, w, n0, n1, y, ldy), true;
+    case DType::Q5_0: return matmul_t<DType::Q5_0>(xq, M, K, w, n0, n1, y, ldy), true;
+    case DType::Q5_1: return matmul_t<DType::Q5_1>(xq, M, K, w, n0, n1, y, ldy), true;
     default: return false;
   }
 }

@@ -1,5 +1,5 @@
 // Integer dot products of quantized weight rows with int8 activations (Q8Block), for the types
-// avx2_exact_blocks.cpp does not take (Q4_1, Q5_*, Q5_K, Q6_K, int4, int4gN): 32 weights and 32
+// avx2_exact_blocks.cpp does not take (Q6_K, int4, int4gN): 32 weights and 32
 // activations per step, scaled into eight float lanes. Compiled twice: for AVX2 (-mavx2 -mfma -mf16c;
 // vpmaddubsw + vpmaddwd) into namespace avx2, and with FTLLM_VNNI for AVX-512 VNNI on 256-bit registers
 // (vpdpbusd does both in one instruction) into namespace avx512vnni. Each is only called after cpuid
@@ -50,142 +50,18 @@ inline __m256 dot_u8s8(__m256i u, __m256i s) { return _mm256_cvtepi32_ps(dot_u8s
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// ggml's fifth bits (bit j of 4 bytes for value j) as 16 in byte j where set, 0 elsewhere.
-inline __m256i fifth_bits(const uint8_t* qh) {
-  uint32_t bits;
-  std::memcpy(&bits, qh, 4);
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),  // byte j holds source byte j / 8
-                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
-                                                              2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i mask = _mm256_set1_epi64x(int64_t(0x8040201008040201));  // byte j tests bit j % 8
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
-  return _mm256_and_si256(set, _mm256_set1_epi8(16));
-}
 
-
-
-// Q5_0 stores q + 16 in unsigned bits. Its dot runs unsigned, starting each block
-// from -offset * (the activation lane sums), which dot_offsets computes once per activation block: the
-// same integers as (q - offset) . x, without making the weights signed per block.
-template <DType T>
-constexpr int kOffset = T == DType::Q5_0 ? 16 : 0;
-
-struct alignas(32) Lanes {  // eight int32 lanes, storable in a std::vector (an __m256i is not, cleanly)
-  int32_t v[8];
-  __m256i load() const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(v)); }
-};
-
-template <DType T>
-std::vector<Lanes> dot_offsets(const Q8Block* xq, int64_t blocks) {
-  std::vector<Lanes> out;
-  if constexpr (kOffset<T> != 0) {
-    out.resize(size_t(blocks));
-    for (int64_t i = 0; i < blocks; ++i) {
-      const __m256i sums = dot_u8s8_acc(_mm256_setzero_si256(), _mm256_set1_epi8(kOffset<T>), load32(xq[i].q));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out[size_t(i)].v), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
-    }
-  }
-  return out;
-}
 
 // The kernels below add one unit of a weight row (a block; a super-block for K-quants; a group for
-// int4gN) times R activation rows (xo: their dot_offsets, for Q5_0) into acc[R] (eight float
+// int4gN) times R activation rows into acc[R] (eight float
 // lanes) and mins[R] (the minimums' share, scaled). dot_rows runs them over W weight rows at once.
 
-template <DType T, int R>
-[[gnu::always_inline]] inline void add_block(const Q8Block* const* xq, const Lanes* const* xo, int64_t b, const uint8_t* row,
-                                             __m256* acc, float* mins) {
-  {
-    if constexpr (T == DType::Q4_1) {
-      const auto& blk = reinterpret_cast<const quant::BlockQ4_1*>(row)[b];
-      const __m256i w = unpack_nibbles(blk.qs);
-      const float dw = h2f(blk.d), mw = h2f(blk.m);
-      for (int r = 0; r < R; ++r) {
-        acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
-        mins[r] = std::fma(mw, xq[r][b].s, mins[r]);  // fma spelled out: the same in every instantiation
-      }
-    } else if constexpr (T == DType::I4) {
-      const __m256i w = unpack_nibbles(row + 8 + 16 * b);
-      for (int r = 0; r < R; ++r) {
-        acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(xq[r][b].d), acc[r]);
-        mins[r] += xq[r][b].ds;
-      }
-    } else if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
-      const uint8_t *qs, *qh;
-      float dw, mw = 0;
-      if constexpr (T == DType::Q5_0) {
-        const auto& blk = reinterpret_cast<const quant::BlockQ5_0*>(row)[b];
-        qs = blk.qs, qh = blk.qh, dw = h2f(blk.d);
-      } else {
-        const auto& blk = reinterpret_cast<const quant::BlockQ5_1*>(row)[b];
-        qs = blk.qs, qh = blk.qh, dw = h2f(blk.d), mw = h2f(blk.m);
-      }
-      const __m256i u = _mm256_or_si256(unpack_nibbles(qs), fifth_bits(qh));  // 0..31
-      for (int r = 0; r < R; ++r) {
-        const __m256i x = load32(xq[r][b].q);
-        if constexpr (T == DType::Q5_0) {
-          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8_acc(xo[r][b].load(), u, x)), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
-        } else {
-          acc[r] = _mm256_fmadd_ps(dot_u8s8(u, x), _mm256_set1_ps(dw * xq[r][b].d), acc[r]);
-          mins[r] = std::fma(mw, xq[r][b].s, mins[r]);
-        }
-      }
-    }
-  }
-}
-
-// Q4_K / Q5_K a super-block at a time: eight scales unpacked once, each 32-byte run of nibbles loaded
-// once for the two sub-blocks it holds (low nibbles: sub-block 2p, high: 2p + 1).
-// The activations share one scale per super-block (quantize_q8_256), so the eight sub-block dots are
-// summed in integers, each times its 6-bit scale (vpmaddubsw then vpmaddwd, or vpdpwssd with VNNI), and
-// the minimums' share as sum_j m_j * sum(q_j); two float multiplies per super-block and activation row.
-template <DType T, int R>
-[[gnu::always_inline]] inline void add_superblock_k(const Q8Block* const* xq, int64_t sb, const uint8_t* row, __m256* acc,
-                                                    float* mins) {
-  uint8_t sc[8], mn[8];
-  const __m256i mask = _mm256_set1_epi8(0x0F);
-  {
-    const uint8_t *qs, *qh = nullptr;
-    uint16_t d16, dmin16;
-    const uint8_t* packed_scales;
-    if constexpr (T == DType::Q4_K) {
-      const auto& blk = reinterpret_cast<const quant::BlockQ4_K*>(row)[sb];
-      qs = blk.qs, d16 = blk.d, dmin16 = blk.dmin, packed_scales = blk.scales;
-    } else {
-      const auto& blk = reinterpret_cast<const quant::BlockQ5_K*>(row)[sb];
-      qs = blk.qs, qh = blk.qh, d16 = blk.d, dmin16 = blk.dmin, packed_scales = blk.scales;
-    }
-    k_scale_bytes(packed_scales, sc, mn);
-    __m256i isum[R];
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-    for (int p = 0; p < 4; ++p) {
-      const __m256i packed = load32(qs + 32 * p);
-      __m256i lo = _mm256_and_si256(packed, mask), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
-      if constexpr (T == DType::Q5_K) {  // bits 2p and 2p + 1 of each qh byte, worth 16
-        const __m256i h = _mm256_srli_epi16(load32(qh), 2 * p);
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(2)), 3));
-      }
-      const int64_t b = sb * 8 + 2 * p;
-      const __m256i s0 = _mm256_set1_epi16(sc[2 * p]), s1 = _mm256_set1_epi16(sc[2 * p + 1]);
-      for (int r = 0; r < R; ++r) {
-        // u <= 31 and |q| <= 127: the byte-pair sums fit int16 exactly.
-        const __m256i p0 = _mm256_maddubs_epi16(lo, load32(xq[r][b].q)), p1 = _mm256_maddubs_epi16(hi, load32(xq[r][b + 1].q));
-#ifdef FTLLM_VNNI
-        isum[r] = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(isum[r], p0, s0), p1, s1);
-#else
-        isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
-#endif
-      }
-    }
-    const float d = h2f(d16), dmin = h2f(dmin16);
-    for (int r = 0; r < R; ++r) {
-      const Q8Block* x = xq[r] + sb * 8;
-      int32_t msum = 0;
-      for (int j = 0; j < 8; ++j) msum += int32_t(mn[j]) * x[j].sum;
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * x[0].d), acc[r]);
-      mins[r] = std::fma(-dmin * x[0].d, float(msum), mins[r]);
-    }
+template <int R>
+[[gnu::always_inline]] inline void add_block_i4(const Q8Block* const* xq, int64_t b, const uint8_t* row, __m256* acc, float* mins) {
+  const __m256i w = unpack_nibbles(row + 8 + 16 * b);
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_fmadd_ps(dot_u8s8(w, load32(xq[r][b].q)), _mm256_set1_ps(xq[r][b].d), acc[r]);
+    mins[r] += xq[r][b].ds;
   }
 }
 
@@ -261,7 +137,7 @@ constexpr bool kGrouped = T == DType::I4G32 || T == DType::I4G64 || T == DType::
 // Several weight rows read side by side are several streams through one page, which the hardware
 // prefetcher follows poorly: each unit read also asks for the same unit `ahead` bytes on (the next rows).
 template <DType T, int R, int W>
-void dot_rows(const Q8Block* const* xq, const Lanes* const* xo, int64_t nb, const uint8_t* const* rows, size_t ahead,
+void dot_rows(const Q8Block* const* xq, int64_t nb, const uint8_t* const* rows, size_t ahead,
               float* out) {
   __m256 acc[W][R];
   float mins[W][R];
@@ -272,10 +148,9 @@ void dot_rows(const Q8Block* const* xq, const Lanes* const* xo, int64_t nb, cons
   for (int64_t u = 0; u < units; ++u)
     for (int w = 0; w < W; ++w) {
       if (ahead) _mm_prefetch(reinterpret_cast<const char*>(rows[w] + ahead + size_t(u) * kUnitBytes), _MM_HINT_T0);
-      if constexpr (T == DType::Q4_K || T == DType::Q5_K) add_superblock_k<T, R>(xq, u, rows[w], acc[w], mins[w]);
-      else if constexpr (T == DType::Q6_K) add_superblock_q6k<R>(xq, u, rows[w], acc[w]);
+      if constexpr (T == DType::Q6_K) add_superblock_q6k<R>(xq, u, rows[w], acc[w]);
       else if constexpr (kGrouped<T>) add_group<T, R>(xq, u, rows[w], acc[w], mins[w]);
-      else add_block<T, R>(xq, xo, u, rows[w], acc[w], mins[w]);
+      else add_block_i4<R>(xq, u, rows[w], acc[w], mins[w]);
     }
   for (int w = 0; w < W; ++w) {
     // mins holds the minimum's share: already scaled, except for int4's one minimum per row.
@@ -292,18 +167,16 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   const int64_t nb = K / 32;
   const size_t bytes = row_bytes(T, K);
   auto row_of = [&](int64_t n) { return static_cast<const uint8_t*>(w) + size_t(n) * bytes; };
-  const std::vector<Lanes> offsets = dot_offsets<T>(xq, M * nb);
   // R activation rows from m against W weight rows from n.
   auto dots = [&]<int R, int W>(int64_t m, int64_t n) {
     const Q8Block* xs[R];
-    const Lanes* offs[R];
-    for (int r = 0; r < R; ++r) xs[r] = xq + (m + r) * nb, offs[r] = offsets.data() + (offsets.empty() ? 0 : (m + r) * nb);
+    for (int r = 0; r < R; ++r) xs[r] = xq + (m + r) * nb;
     const uint8_t* ws[W];
     for (int w = 0; w < W; ++w) ws[w] = row_of(n + w);
     float out[R * W];
     // Prefetch the next W rows while they are still this thread's (n1 is where its share ends).
     const size_t ahead = n + 2 * W + 2 <= n1 ? (W + 2) * bytes : 0;
-    dot_rows<T, R, W>(xs, offs, nb, ws, ahead, out);
+    dot_rows<T, R, W>(xs, nb, ws, ahead, out);
     for (int w = 0; w < W; ++w)
       for (int r = 0; r < R; ++r) y[(m + r) * ldy + n + w] = out[w * R + r];
   };
@@ -311,7 +184,7 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
       M, n0, n1, size_t(nb) * sizeof(Q8Block), bytes, [&](int64_t m, int64_t n) { dots.template operator()<4, 1>(m, n); },
       [&](int64_t m, int64_t n) {
         // K-quant super-blocks take so many registers that four rows at once spill (measured slower).
-        if constexpr (T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K)
+        if constexpr (T == DType::Q6_K)
           for (int w = 0; w < 4; ++w) dots.template operator()<1, 1>(m, n + w);
         else
           dots.template operator()<1, 4>(m, n);
@@ -336,11 +209,6 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
                int64_t ldy) {
   if (matmul_exact_blocks(wt, xq, M, K, w, n0, n1, y, ldy)) return;  // Q4_0, Q8_0, int8
   switch (wt) {
-    case DType::Q4_1: return matmul_t<DType::Q4_1>(xq, M, K, w, n0, n1, y, ldy);
-    case DType::Q5_0: return matmul_t<DType::Q5_0>(xq, M, K, w, n0, n1, y, ldy);
-    case DType::Q5_1: return matmul_t<DType::Q5_1>(xq, M, K, w, n0, n1, y, ldy);
-    case DType::Q4_K: return matmul_t<DType::Q4_K>(xq, M, K, w, n0, n1, y, ldy);
-    case DType::Q5_K: return matmul_t<DType::Q5_K>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q6_K: return matmul_t<DType::Q6_K>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4: return matmul_t<DType::I4>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4G32: return matmul_t<DType::I4G32>(xq, M, K, w, n0, n1, y, ldy);
