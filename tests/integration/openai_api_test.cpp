@@ -417,16 +417,25 @@ BOOST_AUTO_TEST_CASE(a_full_queue_answers_503_with_retry_after) {
   std::string conf = dir.file("ftllmd.conf");
   std::ofstream(conf) << "[server]\nmax_waiting = 1\n";
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--config", conf, "-t", "1", "--ctx", "512", "--max_sequences", "1"});
-  // One running, one waiting: the third is refused.
+  // One running, one waiting: the third is refused. Each sent once /metrics shows the one before in
+  // place (a request sent earlier could itself be the one refused, or wait and be answered after both).
+  auto wait_for = [&](const std::string& series) {
+    for (int i = 0; i < 500; ++i) {
+      if (http("GET", d.base_url() + "/metrics").body.find(series) != std::string::npos) return;
+      usleep(10000);
+    }
+    BOOST_FAIL("/metrics never showed " + series);
+  };
   std::vector<std::thread> busy;
-  for (int i = 0; i < 2; ++i)
-    busy.emplace_back([&] { http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": 150, "ignore_eos": true)")); });
-  Reply refused;
-  for (int i = 0; i < 50; ++i) {
-    usleep(50000);
-    refused = http("POST", d.base_url() + "/v1/chat/completions", chat_body("Me too", R"("max_tokens": 1)"), "-i");
-    if (refused.body.find("503") != std::string::npos) break;
-  }
+  busy.reserve(2);
+  auto send_busy = [&] {
+    busy.emplace_back([&] { http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": 300, "ignore_eos": true)")); });
+  };
+  send_busy();
+  wait_for("ftllm_requests_running{model=\"smollm2\"} 1\n");
+  send_busy();
+  wait_for("ftllm_requests_waiting{model=\"smollm2\"} 1\n");
+  const Reply refused = http("POST", d.base_url() + "/v1/chat/completions", chat_body("Me too", R"("max_tokens": 1)"), "-i");
   BOOST_TEST(refused.body.find("HTTP/1.1 503") != std::string::npos, refused.body);
   BOOST_TEST(refused.body.find("Retry-After: 1") != std::string::npos);
   BOOST_TEST(refused.body.find("queue_full") != std::string::npos);
