@@ -11,7 +11,7 @@
 //   register; a weight block is unpacked once per tile and each of its eight 4-byte chunks is broadcast
 //   against every group of activation rows (llama.cpp's repacked kernels get the same effect by
 //   interleaving the weights at load; here the weights stay as the file holds them).
-// Compiled twice like avx2_quant_kernels.cpp: AVX2 (vpmaddubsw + vpmaddwd) and AVX-512 VNNI (vpdpbusd,
+// Compiled twice: AVX2 (vpmaddubsw + vpmaddwd) into namespace avx2 and AVX-512 VNNI (vpdpbusd,
 // and 32 vector registers for a bigger tile).
 #include <immintrin.h>
 
@@ -82,6 +82,11 @@ inline __m256i fifth_bits(const uint8_t* qh) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), _mm256_set1_epi8(16));
 }
 
+// Four rows' float16 fields packed in a general register, widened together.
+inline __m128 widen4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(uint64_t(a) | uint64_t(b) << 16 | uint64_t(c) << 32 | uint64_t(d) << 48)));
+}
+
 // 16 bytes of packed nibbles to 32 unsigned bytes: values 0-15 (low nibbles), then 16-31 (high ones).
 inline __m256i nibbles(const uint8_t* qs) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -97,8 +102,8 @@ template <typename Block, int Offset, int MaxByte, bool HasMin, bool FifthBit>
 struct NibbleBlocks {
   static constexpr bool kSigned = false, kPacked = true, kHasMin = HasMin, kHasScale = true;
   static constexpr int kOffset = Offset, kMaxByte = MaxByte;
-  static constexpr size_t kHeader = 0;
   static const Block& block(const uint8_t* row, int64_t b) { return reinterpret_cast<const Block*>(row)[b]; }
+  static const void* at(const uint8_t* row, int64_t b) { return &block(row, b); }
   static uint16_t d16(const uint8_t* row, int64_t b) { return block(row, b).d; }
   static uint16_t m16(const uint8_t* row, int64_t b) {
     if constexpr (HasMin) return block(row, b).m;
@@ -106,6 +111,8 @@ struct NibbleBlocks {
   }
   static float scale(const uint8_t* row, int64_t b) { return h2f(d16(row, b)); }
   static float min(const uint8_t* row, int64_t b) { return h2f(m16(row, b)); }
+  static __m128 scales4(const uint8_t* const* r, int64_t b) { return widen4(d16(r[0], b), d16(r[1], b), d16(r[2], b), d16(r[3], b)); }
+  static __m128 mins4(const uint8_t* const* r, int64_t b) { return widen4(m16(r[0], b), m16(r[1], b), m16(r[2], b), m16(r[3], b)); }
   static __m256i bytes(const uint8_t* row, int64_t b) {
     if constexpr (FifthBit) return _mm256_or_si256(nibbles(block(row, b).qs), fifth_bits(block(row, b).qh));
     else return nibbles(block(row, b).qs);
@@ -127,10 +134,11 @@ template <>
 struct Weights<DType::Q8_0> {
   static constexpr bool kSigned = true, kPacked = false, kHasMin = false, kHasScale = true;
   static constexpr int kOffset = 0, kMaxByte = 127;
-  static constexpr size_t kHeader = 0;
   static const quant::BlockQ8_0& block(const uint8_t* row, int64_t b) { return reinterpret_cast<const quant::BlockQ8_0*>(row)[b]; }
+  static const void* at(const uint8_t* row, int64_t b) { return &block(row, b); }
   static uint16_t d16(const uint8_t* row, int64_t b) { return block(row, b).d; }
   static float scale(const uint8_t* row, int64_t b) { return h2f(d16(row, b)); }
+  static __m128 scales4(const uint8_t* const* r, int64_t b) { return widen4(d16(r[0], b), d16(r[1], b), d16(r[2], b), d16(r[3], b)); }
   static __m256i bytes(const uint8_t* row, int64_t b) { return load32(chunks(row, b)); }
   static const uint8_t* chunks(const uint8_t* row, int64_t b) { return reinterpret_cast<const uint8_t*>(block(row, b).qs); }
 };
@@ -139,11 +147,76 @@ template <>
 struct Weights<DType::I8> {  // [float32 row scale] then K signed bytes: the block scale is 1
   static constexpr bool kSigned = true, kPacked = false, kHasMin = false, kHasScale = false;
   static constexpr int kOffset = 0, kMaxByte = 127;
-  static constexpr size_t kHeader = 4;
   static float scale(const uint8_t*, int64_t) { return 1.0f; }
   static __m256i bytes(const uint8_t* row, int64_t b) { return load32(chunks(row, b)); }
-  static const uint8_t* chunks(const uint8_t* row, int64_t b) { return row + kHeader + 32 * b; }
+  static const uint8_t* chunks(const uint8_t* row, int64_t b) { return row + 4 + 32 * b; }
+  static const void* at(const uint8_t* row, int64_t b) { return chunks(row, b); }
 };
+
+// int4: [float32 scale, float32 min] then K nibbles; int4gN: groups of N values, each [float16 scale,
+// float16 min] then N nibbles. value = scale * q + min, so each block's step is Q4_1's with the group's
+// scale and minimum, the minimum times d * sum(q) of the activations unrounded (ds).
+struct I4Row {
+  static constexpr bool kSigned = false, kPacked = true, kHasMin = true, kHasScale = true;
+  static constexpr int kOffset = 0, kMaxByte = 15;
+  static float scale(const uint8_t* row, int64_t) {
+    float v;
+    std::memcpy(&v, row, 4);
+    return v;
+  }
+  static float min(const uint8_t* row, int64_t) {
+    float v;
+    std::memcpy(&v, row + 4, 4);
+    return v;
+  }
+  static __m128 scales4(const uint8_t* const* r, int64_t) { return _mm_setr_ps(scale(r[0], 0), scale(r[1], 0), scale(r[2], 0), scale(r[3], 0)); }
+  static __m128 mins4(const uint8_t* const* r, int64_t) { return _mm_setr_ps(min(r[0], 0), min(r[1], 0), min(r[2], 0), min(r[3], 0)); }
+  static const uint8_t* at(const uint8_t* row, int64_t b) { return row + 8 + 16 * b; }
+  static __m256i bytes(const uint8_t* row, int64_t b) { return nibbles(at(row, b)); }
+};
+
+template <int N>
+struct I4Groups {
+  static constexpr bool kSigned = false, kPacked = true, kHasMin = true, kHasScale = true;
+  static constexpr int kOffset = 0, kMaxByte = 15;
+  static const uint8_t* group(const uint8_t* row, int64_t b) { return row + size_t(b / (N / 32)) * size_t(4 + N / 2); }
+  static uint16_t d16(const uint8_t* row, int64_t b) {
+    uint16_t h;
+    std::memcpy(&h, group(row, b), 2);
+    return h;
+  }
+  static uint16_t m16(const uint8_t* row, int64_t b) {
+    uint16_t h;
+    std::memcpy(&h, group(row, b) + 2, 2);
+    return h;
+  }
+  static float scale(const uint8_t* row, int64_t b) { return h2f(d16(row, b)); }
+  static float min(const uint8_t* row, int64_t b) { return h2f(m16(row, b)); }
+  static __m128 scales4(const uint8_t* const* r, int64_t b) { return widen4(d16(r[0], b), d16(r[1], b), d16(r[2], b), d16(r[3], b)); }
+  static __m128 mins4(const uint8_t* const* r, int64_t b) { return widen4(m16(r[0], b), m16(r[1], b), m16(r[2], b), m16(r[3], b)); }
+  static const uint8_t* at(const uint8_t* row, int64_t b) { return group(row, b) + 4 + 16 * (b % (N / 32)); }
+  static __m256i bytes(const uint8_t* row, int64_t b) { return nibbles(at(row, b)); }
+};
+
+template <>
+struct Weights<DType::I4> : I4Row {};
+template <>
+struct Weights<DType::I4G32> : I4Groups<32> {};
+template <>
+struct Weights<DType::I4G64> : I4Groups<64> {};
+template <>
+struct Weights<DType::I4G128> : I4Groups<128> {};
+template <>
+struct Weights<DType::I4G256> : I4Groups<256> {};
+
+// The minimum multiplies the activations' ds for int4 types, s (float16, as llama.cpp) for ggml's.
+template <DType T>
+constexpr bool kMinTimesDs = T == DType::I4 || T == DType::I4G32 || T == DType::I4G64 || T == DType::I4G128 || T == DType::I4G256;
+
+template <DType T>
+float min_operand(const Q8Block& x) {
+  return kMinTimesDs<T> ? x.ds : x.s;
+}
 
 // Q4_K's super-block: 256 values in eight sub-blocks of 32, each with a 6-bit scale and minimum; the
 // activations come with one scale per 256 (quantize_q8_256). Its step per super-block is
@@ -185,16 +258,36 @@ struct Weights<DType::Q5_K> {
   }
 };
 
+// Q6_K: 256 six-bit values q in sixteen runs of 16, each with an int8 scale; the weight is d * sc * (q - 32).
+// Its integer per super-block is sum_runs sc_r * ((q . x)_r - 32 * sum(x)_r).
+template <>
+struct Weights<DType::Q6_K> {
+  using Block = quant::BlockQ6_K;
+  static constexpr bool kSigned = false;
+  static constexpr int kOffset = 0;
+  static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
+  // The values in activation order: block 4h + k of the super-block is quarter k of half h (low nibbles
+  // of ql's 64 bytes for quarters 0 and 1, high ones for 2 and 3; the top two bits from qh, 2k up).
+  static void unpack(const Block& blk, uint8_t (*out)[32]) {
+    const __m256i mask = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32), qh = load32(blk.qh + 32 * half);
+      const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
+                              _mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask)};
+      for (int k = 0; k < 4; ++k) {
+        const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out[4 * half + k]), _mm256_or_si256(low[k], _mm256_slli_epi16(top, 4)));
+      }
+    }
+  }
+};
+
 template <DType T>
 inline __m256i block_dot(__m256i acc, __m256i w, __m256i x) {
   if constexpr (Weights<T>::kSigned) return dot_s8s8(acc, w, x);
   else return dot_u8s8(acc, w, x);
 }
 
-// Four rows' float16 fields packed in a general register, widened together.
-inline __m128 widen4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
-  return _mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(uint64_t(a) | uint64_t(b) << 16 | uint64_t(c) << 32 | uint64_t(d) << 48)));
-}
 
 // A super-block type with 6-bit scales and minimums: its unit is eight blocks.
 template <DType T>
@@ -253,7 +346,6 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
     if constexpr (Weights<T>::kOffset != 0) return _mm256_load_si256(reinterpret_cast<const __m256i*>(offsets[size_t(r * nb + b)].v));
     else return _mm256_setzero_si256();
   };
-  constexpr size_t kBlockBytes = dtype_layout(T).block_bytes;
   constexpr int64_t kAhead = 8;  // rows: measured best of 4, 6, 8, 12, 16 streaming from memory (Zen 4)
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
@@ -263,17 +355,17 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
     const bool ahead = n + 4 + kAhead <= n1;
     __m128 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
+    using Wt = Weights<T>;
+    // int4's scale and minimum are the row's: read once, not per block.
+    __m128 wscales = _mm_set1_ps(1.0f), wmins = _mm_setzero_ps();
+    if constexpr (T == DType::I4) wscales = Wt::scales4(r, 0), wmins = Wt::mins4(r, 0);
     for (int64_t b = 0; b < nb; ++b) {
       if (ahead)
         for (int i = 0; i < 4; ++i)
-          _mm_prefetch(reinterpret_cast<const char*>(r[i] + size_t(kAhead) * row_bytes + Weights<T>::kHeader + kBlockBytes * b),
-                       _MM_HINT_T0);
-      const __m256i u[4] = {Weights<T>::bytes(r[0], b), Weights<T>::bytes(r[1], b), Weights<T>::bytes(r[2], b),
-                            Weights<T>::bytes(r[3], b)};
-      using Wt = Weights<T>;
-      __m128 wscales = _mm_set1_ps(1.0f), wmins = _mm_setzero_ps();
-      if constexpr (Wt::kHasScale) wscales = widen4(Wt::d16(r[0], b), Wt::d16(r[1], b), Wt::d16(r[2], b), Wt::d16(r[3], b));
-      if constexpr (Wt::kHasMin) wmins = widen4(Wt::m16(r[0], b), Wt::m16(r[1], b), Wt::m16(r[2], b), Wt::m16(r[3], b));
+          _mm_prefetch(static_cast<const char*>(static_cast<const void*>(Wt::at(r[i] + size_t(kAhead) * row_bytes, b))), _MM_HINT_T0);
+      const __m256i u[4] = {Wt::bytes(r[0], b), Wt::bytes(r[1], b), Wt::bytes(r[2], b), Wt::bytes(r[3], b)};
+      if constexpr (Wt::kHasScale && T != DType::I4) wscales = Wt::scales4(r, b);
+      if constexpr (Wt::kHasMin && T != DType::I4) wmins = Wt::mins4(r, b);
       for (int i = 0; i < R; ++i) {
         const Q8Block& xb = x[i * nb + b];
         const __m256i xv = load32(xb.q), o = start(i, b);
@@ -281,7 +373,7 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
                                         block_dot<T>(o, u[3], xv));
         const __m128 xd = _mm_set1_ps(xb.d);
         acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(dots), Wt::kHasScale ? _mm_mul_ps(wscales, xd) : xd, acc[i]);
-        if constexpr (Wt::kHasMin) acc[i] = _mm_fmadd_ps(wmins, _mm_set1_ps(xb.s), acc[i]);
+        if constexpr (Wt::kHasMin) acc[i] = _mm_fmadd_ps(wmins, _mm_set1_ps(min_operand<T>(xb)), acc[i]);
       }
     }
     for (int i = 0; i < R; ++i) {
@@ -297,7 +389,7 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
       for (int64_t b = 0; b < nb; ++b) {
         const int32_t dot = sum_lanes(block_dot<T>(start(i, b), Weights<T>::bytes(r, b), load32(x[i * nb + b].q)));
         acc = std::fma(float(dot), Weights<T>::scale(r, b) * x[i * nb + b].d, acc);
-        if constexpr (Weights<T>::kHasMin) acc = std::fma(Weights<T>::min(r, b), x[i * nb + b].s, acc);
+        if constexpr (Weights<T>::kHasMin) acc = std::fma(Weights<T>::min(r, b), min_operand<T>(x[i * nb + b]), acc);
       }
       y[i * ldy + n] = finish<T>(r, acc);
     }
@@ -333,6 +425,74 @@ template <DType T, int R>
   for (int i = 0; i < R; ++i) {
     msum[i] = 0;
     for (int j = 0; j < 8; ++j) msum[i] += int32_t(mn[j]) * x[i * nb + sb * 8 + j].sum;
+  }
+}
+
+// Q6_K's super-block sb of one weight row against R activation rows: per row, the integer
+// sum_runs sc_r * ((q - 32) . x)_r as lanes to be added (the offset taken off the byte pairs).
+template <int R>
+[[gnu::always_inline]] inline void super_dots_q6k(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum) {
+  const __m256i mask = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
+  const auto& blk = Weights<DType::Q6_K>::block(row, sb);
+  for (int i = 0; i < R; ++i) isum[i] = _mm256_setzero_si256();
+  for (int half = 0; half < 2; ++half) {
+    const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32), qh = load32(blk.qh + 32 * half);
+    const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
+                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask)};
+    for (int k = 0; k < 4; ++k) {
+      const __m256i u = _mm256_or_si256(low[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4));
+      const int8_t* sc = blk.scales + 8 * half + 2 * k;
+      const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+      for (int i = 0; i < R; ++i) {
+        const __m256i xv = load32(x[i * nb + sb * 8 + 4 * half + k].q);
+        // |u x + u' x'| <= 16002 and |32 (x + x')| <= 8128: int16 holds both and their difference.
+        const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, xv), _mm256_maddubs_epi16(offset, xv));
+        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(pairs, scales));
+      }
+    }
+  }
+}
+
+// Q6_K: weight rows [n0, n1) against R activation rows, as rows_times_k_few.
+template <int R>
+void rows_times_q6k_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
+                        int64_t ldy) {
+  using K = Weights<DType::Q6_K>;
+  const int64_t supers = nb / 8;
+  constexpr int64_t kAhead = 8;  // rows, as in rows_times_weights_few
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
+                           w + size_t(n + 3) * row_bytes};
+    const bool ahead = n + 4 + kAhead <= n1;
+    __m128 acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      if (ahead)
+        for (int q = 0; q < 4; ++q)
+          for (size_t line = 0; line < sizeof(K::Block); line += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(r[q] + size_t(kAhead) * row_bytes + sizeof(K::Block) * size_t(sb) + line), _MM_HINT_T0);
+      __m256i i0[R], i1[R], i2[R], i3[R];
+      super_dots_q6k<R>(x, nb, r[0], sb, i0);
+      super_dots_q6k<R>(x, nb, r[1], sb, i1);
+      super_dots_q6k<R>(x, nb, r[2], sb, i2);
+      super_dots_q6k<R>(x, nb, r[3], sb, i3);
+      const __m128 d = widen4(K::block(r[0], sb).d, K::block(r[1], sb).d, K::block(r[2], sb).d, K::block(r[3], sb).d);
+      for (int i = 0; i < R; ++i)
+        acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes4(i0[i], i1[i], i2[i], i3[i])), _mm_mul_ps(d, _mm_set1_ps(x[i * nb + sb * 8].d)), acc[i]);
+    }
+    for (int i = 0; i < R; ++i) _mm_storeu_ps(y + i * ldy + n, acc[i]);
+  }
+  for (; n < n1; ++n) {
+    const uint8_t* r = w + size_t(n) * row_bytes;
+    float acc[R] = {};
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      __m256i isum[R];
+      super_dots_q6k<R>(x, nb, r, sb, isum);
+      const float d = h2f(K::block(r, sb).d);
+      for (int i = 0; i < R; ++i) acc[i] = std::fma(float(sum_lanes(isum[i])), d * x[i * nb + sb * 8].d, acc[i]);
+    }
+    for (int i = 0; i < R; ++i) y[i * ldy + n] = acc[i];
   }
 }
 
@@ -400,9 +560,10 @@ void rows_times_k_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row
 struct alignas(32) Octet {
   int8_t chunk[8][32];
   float d[8];
-  float s[8];  // d * sum(q) as float16 (for minimums)
+  float s[8];  // what minimums multiply: d * sum(q) as float16, or unrounded for int4 (min_operand)
   int32_t start[8];
   int32_t sum_pairs[8];
+  int32_t half_sums[8];  // each row's sum(q) of the block's first 16 and last 16 values, as two int16 (Q6_K)
 };
 
 // W weight rows against G groups of eight activation rows, over all nb blocks: out[w][g] (eight lanes).
@@ -542,6 +703,72 @@ template <DType T, int W, int G>
     for (int g = 0; g < G; ++g) out[w * G + g] = acc[w][g];
 }
 
+// Q6_K: W weight rows against G groups of eight activation rows, a super-block at a time.
+template <int W, int G>
+[[gnu::always_inline]] inline void tile_q6k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, __m256* out) {
+  using K = Weights<DType::Q6_K>;
+  __m256 acc[W][G];
+  for (int w = 0; w < W; ++w)
+    for (int g = 0; g < G; ++g) acc[w][g] = _mm256_setzero_ps();
+  alignas(32) uint8_t values[W][8][32];
+  for (int64_t sb = 0; sb < nb / 8; ++sb) {
+    for (int w = 0; w < W; ++w) K::unpack(K::block(rows[w], sb), values[w]);
+    __m256i isum[W][G];
+    for (int w = 0; w < W; ++w)
+      for (int g = 0; g < G; ++g) isum[w][g] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const int64_t b = sb * 8 + j;
+      for (int run = 0; run < 2; ++run) {  // values 16 run .. 16 run + 15 of the block: chunks 4 run .. 4 run + 3
+        __m256i part[W][G];
+        for (int w = 0; w < W; ++w)
+          for (int g = 0; g < G; ++g) part[w][g] = _mm256_setzero_si256();
+        for (int c = 4 * run; c < 4 * run + 4; ++c) {
+          for (int w = 0; w < W; ++w) {
+            const __m256i wc = broadcast4(values[w][j] + 4 * c);
+            for (int g = 0; g < G; ++g)
+#ifdef FTLLM_VNNI
+              part[w][g] = _mm256_dpbusd_epi32(part[w][g], wc, load32(x[g][b].chunk[c]));
+#else
+              part[w][g] = _mm256_add_epi16(part[w][g], _mm256_maddubs_epi16(wc, load32(x[g][b].chunk[c])));
+#endif
+          }
+#ifndef FTLLM_VNNI
+          // Six-bit values times int8 pair up to 16002 per int16 lane: two chunks fit, then widen times the scale.
+          if (c % 2 == 1)
+            for (int w = 0; w < W; ++w)
+              for (int g = 0; g < G; ++g) {
+                isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_madd_epi16(part[w][g], _mm256_set1_epi16(K::block(rows[w], sb).scales[2 * j + run])));
+                part[w][g] = _mm256_setzero_si256();
+              }
+#endif
+        }
+#ifdef FTLLM_VNNI
+        for (int w = 0; w < W; ++w)
+          for (int g = 0; g < G; ++g)
+            isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_mullo_epi32(part[w][g], _mm256_set1_epi32(K::block(rows[w], sb).scales[2 * j + run])));
+#endif
+      }
+    }
+    for (int w = 0; w < W; ++w) {
+      const auto& blk = K::block(rows[w], sb);
+      const __m256 d = _mm256_set1_ps(h2f(blk.d));
+      for (int g = 0; g < G; ++g) {
+        // The offset: 32 * sum_runs sc_r * sum(x)_r, two runs per block as int16 pairs.
+        __m256i offset = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+          const int32_t sc_pair = int32_t(uint32_t(uint16_t(int16_t(blk.scales[2 * j]))) | uint32_t(uint16_t(int16_t(blk.scales[2 * j + 1]))) << 16);
+          offset = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(x[g][sb * 8 + j].half_sums)),
+                                                              _mm256_set1_epi32(sc_pair)));
+        }
+        const __m256i total = _mm256_sub_epi32(isum[w][g], _mm256_slli_epi32(offset, 5));
+        acc[w][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_load_ps(x[g][sb * 8].d)), acc[w][g]);
+      }
+    }
+  }
+  for (int w = 0; w < W; ++w)
+    for (int g = 0; g < G; ++g) out[w * G + g] = acc[w][g];
+}
+
 // The signed types' transposed rows start from -128 * sum(q) under VNNI (weights offset to unsigned
 // there), from 0 with AVX2's sign trick.
 template <DType T>
@@ -563,9 +790,14 @@ template <DType T>
         Octet& o = out[size_t(g * nb + b)];
         for (int c = 0; c < 8; ++c) std::memcpy(&o.chunk[c][4 * i], row[b].q + 4 * c, 4);
         o.d[i] = row[b].d;
-        o.s[i] = row[b].s;
+        o.s[i] = min_operand<T>(row[b]);
         o.start[i] = -kTransposeOffset<T> * row[b].sum;
         if (b % 2 == 0 && b + 1 < nb) o.sum_pairs[i] = int32_t(uint32_t(uint16_t(row[b].sum)) | uint32_t(row[b + 1].sum) << 16);
+        if constexpr (T == DType::Q6_K) {
+          int32_t first = 0, last = 0;
+          for (int j = 0; j < 16; ++j) first += row[b].q[j], last += row[b].q[16 + j];
+          o.half_sums[i] = int32_t(uint32_t(uint16_t(first)) | uint32_t(last) << 16);
+        }
       }
     }
 }
@@ -597,7 +829,8 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
         const uint8_t* rows[W];
         for (int i = 0; i < W; ++i) rows[i] = w + size_t(n + i) * row_bytes;
         __m256 out[W * G];
-        if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, out);
+        if constexpr (T == DType::Q6_K) tile_q6k<W, G>(xs, nb, rows, out);
+        else if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, out);
         else tile<T, W, G>(xs, nb, rows, out);
         for (int i = 0; i < W; ++i)
           for (int j = 0; j < G; ++j) {
@@ -632,7 +865,8 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
   if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
   auto few = [&]<int R>(int64_t m) {
-    if constexpr (kSuper<T>) rows_times_k_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
+    if constexpr (T == DType::Q6_K) rows_times_q6k_few<R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
+    else if constexpr (kSuper<T>) rows_times_k_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
     else rows_times_weights_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
   };
   int64_t m = 0;
@@ -644,18 +878,23 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
 
 }  // namespace
 
-bool matmul_exact_blocks(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
-                         int64_t ldy) {
+void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   switch (wt) {
-    case DType::Q4_0: return matmul_t<DType::Q4_0>(xq, M, K, w, n0, n1, y, ldy), true;
-    case DType::Q8_0: return matmul_t<DType::Q8_0>(xq, M, K, w, n0, n1, y, ldy), true;
-    case DType::I8: return matmul_t<DType::I8>(xq, M, K, w, n0, n1, y, ldy), true;
-    case DType::Q4_K: return matmul_t<DType::Q4_K>(xq, M, K, w, n0, n1, y, ldy), true;
-    case DType::Q5_K: return matmul_t<DType::Q5_K>(xq, M, K, w, n0, n1, y, ldy), true;
-    case DType::Q4_1: return matmul_t<DType::Q4_1>(xq, M, K, w, n0, n1, y, ldy), true;
-    case DType::Q5_0: return matmul_t<DType::Q5_0>(xq, M, K, w, n0, n1, y, ldy), true;
-    case DType::Q5_1: return matmul_t<DType::Q5_1>(xq, M, K, w, n0, n1, y, ldy), true;
-    default: return false;
+    case DType::Q4_0: return matmul_t<DType::Q4_0>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q8_0: return matmul_t<DType::Q8_0>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I8: return matmul_t<DType::I8>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q4_K: return matmul_t<DType::Q4_K>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q5_K: return matmul_t<DType::Q5_K>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q6_K: return matmul_t<DType::Q6_K>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4: return matmul_t<DType::I4>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4G32: return matmul_t<DType::I4G32>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4G64: return matmul_t<DType::I4G64>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4G128: return matmul_t<DType::I4G128>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::I4G256: return matmul_t<DType::I4G256>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q4_1: return matmul_t<DType::Q4_1>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q5_0: return matmul_t<DType::Q5_0>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q5_1: return matmul_t<DType::Q5_1>(xq, M, K, w, n0, n1, y, ldy);
+    default: return;  // not a type uses_q8 names
   }
 }
 
