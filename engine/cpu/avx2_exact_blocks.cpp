@@ -88,10 +88,11 @@ inline __m128 widen4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
 }
 
 // 16 bytes of packed nibbles to 32 unsigned bytes: values 0-15 (low nibbles), then 16-31 (high ones).
+// The 16 bytes go to both halves in the load itself and the upper half is shifted by a per-lane count,
+// which keeps the shuffle port free (an insert would take it).
 inline __m256i nibbles(const uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i low = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low), _mm_and_si128(v, low));
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 // What the kernels need of a block type: its 32 values as bytes, signed (kSigned) or unsigned with an
