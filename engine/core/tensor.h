@@ -35,6 +35,8 @@ struct Tensor {
   // A fresh zero-filled tensor (64-byte aligned) of any dtype; matrices of block types hold whole rows.
   static Tensor zeros(DType dtype, std::vector<int64_t> shape);
   static Tensor zeros_f32(std::vector<int64_t> shape) { return zeros(DType::F32, std::move(shape)); }
+  // The same, its bytes left as they are: for an output the op writing it fills completely.
+  static Tensor uninitialized(DType dtype, std::vector<int64_t> shape);
   // A fresh tensor of any dtype holding a copy of `bytes`.
   static Tensor copy_of(DType dtype, std::vector<int64_t> shape, const void* bytes);
 };

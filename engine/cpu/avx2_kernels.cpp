@@ -151,9 +151,79 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
   for (; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
+// e^x, eight at once: x = k ln2 + r with |r| <= ln2 / 2, e^r by Cephes expf's degree-6 polynomial
+// (within 2 ulp of expf), 2^k put into the exponent. Inputs are clamped to where e^x is a normal float.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // ln2 in two parts, so k * ln2 is taken off without rounding away r.
+  const __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x));
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 er = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i two_k = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(er, _mm256_castsi256_ps(two_k));
+}
+
+// f over n floats eight at a time; the last few go through the same eight-lane f (padded), so an
+// element's value does not depend on where a call's tail falls.
+template <typename F>
+inline void map8(int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) f(i, 8);
+  if (i < n) f(i, int(n - i));
+}
+
+inline __m256 load_part(const float* p, int count) {
+  if (count == 8) return _mm256_loadu_ps(p);
+  alignas(32) float v[8] = {};
+  std::copy(p, p + count, v);
+  return _mm256_load_ps(v);
+}
+
+// v in the first count lanes, fill in the rest.
+inline __m256 first_lanes(__m256 v, int count, __m256 fill) {
+  const __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_blendv_ps(fill, v, _mm256_castsi256_ps(below));
+}
+
+inline void store_part(float* p, __m256 v, int count) {
+  if (count == 8) return _mm256_storeu_ps(p, v);
+  alignas(32) float out[8];
+  _mm256_store_ps(out, v);
+  std::copy(out, out + count, p);
+}
+
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  // expf dominates and is exact here; this op is a small share of a layer's work.
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  map8(n, [&](int64_t i, int count) {
+    const __m256 g = load_part(gate + i, count);
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    store_part(out + i, _mm256_mul_ps(silu, load_part(up + i, count)), count);
+  });
+}
+
+void softmax(float* x, int64_t n) {
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  map8(n, [&](int64_t i, int count) {
+    mx = _mm256_max_ps(mx, first_lanes(load_part(x + i, count), count, _mm256_set1_ps(-INFINITY)));
+  });
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const __m256 top = _mm256_set1_ps(_mm_cvtss_f32(m4));
+  __m256 sum = _mm256_setzero_ps();
+  map8(n, [&](int64_t i, int count) {
+    __m256 e = exp8(_mm256_sub_ps(load_part(x + i, count), top));
+    if (count < 8) e = first_lanes(e, count, _mm256_setzero_ps());
+    sum = _mm256_add_ps(sum, e);
+    store_part(x + i, e, count);
+  });
+  const __m256 inv = _mm256_set1_ps(1.0f / hsum(sum));
+  map8(n, [&](int64_t i, int count) { store_part(x + i, _mm256_mul_ps(load_part(x + i, count), inv), count); });
 }
 
 template <DType T>
@@ -227,12 +297,12 @@ void weighted_sum(const float* w, const float* const* values, int64_t n, int64_t
 
 // The AVX-512 VNNI table differs only in the integer dot products; the float kernels stay AVX2.
 const Kernels& avx512vnni_kernel_table() {
-  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
+  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, softmax, to_f32, scores, weighted_sum};
   return k;
 }
 
 const Kernels& avx2_kernel_table() {
-  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
+  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, softmax, to_f32, scores, weighted_sum};
   return k;
 }
 

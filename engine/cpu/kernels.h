@@ -37,6 +37,7 @@ struct Kernels {
   // out = x / sqrt(mean(x^2) + eps) * w
   void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);  // silu(gate) * up
+  void (*softmax)(float* x, int64_t n);  // in place: e^(x - max x), over their sum
   // One row of n values of any dtype (a whole row of a block type) to float32.
   void (*to_f32)(DType t, const void* src, float* dst, int64_t n);
   // Attention's two halves for one query: out[j] = scale * (q . keys[j]), and out = sum_j w[j] * values[j],

@@ -76,6 +76,14 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void softmax(float* x, int64_t n) {
+  const float top = *std::max_element(x, x + n);
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - top));
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
 void to_f32(DType t, const void* src, float* dst, int64_t n) { quant::dequantize_row(t, src, dst, n); }
 
 void scores(const float* q, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
@@ -90,7 +98,7 @@ void weighted_sum(const float* w, const float* const* values, int64_t n, int64_t
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, scores, weighted_sum};
+  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, quantize_q8_256, dot, axpy, rmsnorm, silu_mul, softmax, to_f32, scores, weighted_sum};
   return k;
 }
 

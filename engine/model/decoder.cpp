@@ -329,8 +329,8 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   const int64_t T = h.dim(0), d = c.head_dim, q_dim = heads * d, kv_dim = kv_heads * d;
   const float eps = float(c.rms_norm_eps);
   auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
-  Tensor q = ops::zeros(ctx, {T, q_dim}), k = ops::zeros(ctx, {T, kv_dim}), v = ops::zeros(ctx, {T, kv_dim});
-  Tensor attn = ops::zeros(ctx, {T, q_dim});
+  Tensor q = ops::scratch(ctx, {T, q_dim}), k = ops::scratch(ctx, {T, kv_dim}), v = ops::scratch(ctx, {T, kv_dim});
+  Tensor attn = ops::scratch(ctx, {T, q_dim});
   ops::AttentionShape shape{heads, kv_heads, d, B, 0, 1.0f / std::sqrt(float(d))};
   if (spec_.sliding_window && c.sliding_window) shape.window = *c.sliding_window;
   ops::linear(ctx, h, L.q, opt(L.q_bias), q);
@@ -350,7 +350,7 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
 void DecoderModel::dense_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const {
   auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
   const int64_t T = h.dim(0), I = L.gate.dim(0);
-  Tensor gate = ops::zeros(ctx, {T, I}), up = ops::zeros(ctx, {T, I});
+  Tensor gate = ops::scratch(ctx, {T, I}), up = ops::scratch(ctx, {T, I});
   ops::linear(ctx, h, L.gate, opt(L.gate_bias), gate);
   ops::linear(ctx, h, L.up, opt(L.up_bias), up);
   ops::silu_mul(ctx, gate, up, gate);
@@ -427,7 +427,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
   Tensor last = ops::zeros(head_ctx, {R, H}), normed = ops::zeros(head_ctx, {R, H});
   ops::gather_rows(head_ctx, x, b.logit_rows, last);
   ops::rmsnorm(head_ctx, last, final_norm_, eps, normed);
-  Tensor logits = ops::zeros(head_ctx, {R, c.vocab_size});
+  Tensor logits = ops::scratch(head_ctx, {R, c.vocab_size});
   ops::linear(head_ctx, normed, lm_head_, nullptr, logits);
   return logits_on_host ? ops::to_device(logits, Device::cpu()) : logits;
 }

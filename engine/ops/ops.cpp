@@ -37,6 +37,11 @@ Tensor zeros([[maybe_unused]] Device device, std::vector<int64_t> shape) {
   return Tensor::zeros_f32(std::move(shape));
 }
 
+Tensor scratch(const Context& ctx, std::vector<int64_t> shape) {
+  if (ctx.device.is_cuda()) return zeros(ctx.device, std::move(shape));
+  return Tensor::uninitialized(DType::F32, std::move(shape));
+}
+
 bool all_reduce_sum(const std::vector<Tensor*>& parts) {
 #if defined(FTLLM_WITH_CUDA)
   return cuda::all_reduce_sum(parts);
@@ -299,17 +304,17 @@ void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, con
       scores.resize(size_t(n));
       keys.resize(size_t(n));
       values.resize(size_t(n));
-      for (int64_t p = first; p <= last; ++p) {
-        const int64_t at = int64_t(table[p / sh.block_tokens]) * kv.block_floats + (p % sh.block_tokens) * kv.row_floats + kvh * d;
-        keys[size_t(p - first)] = kv.keys + at;
-        values[size_t(p - first)] = kv.values + at;
+      // Block by block: one table lookup per block, not a division per key.
+      for (int64_t p = first; p <= last;) {
+        const int64_t block = p / sh.block_tokens, end = std::min(last + 1, (block + 1) * sh.block_tokens);
+        int64_t at = int64_t(table[block]) * kv.block_floats + (p - block * sh.block_tokens) * kv.row_floats + kvh * d;
+        for (; p < end; ++p, at += kv.row_floats) {
+          keys[size_t(p - first)] = kv.keys + at;
+          values[size_t(p - first)] = kv.values + at;
+        }
       }
       k.scores(qv, keys.data(), n, d, sh.scale, scores.data());
-      const float max_score = *std::max_element(scores.begin(), scores.end());
-      float sum = 0;
-      for (float& s : scores) sum += (s = std::exp(s - max_score));
-      const float inv = 1.0f / sum;
-      for (float& s : scores) s *= inv;
+      k.softmax(scores.data(), n);
       k.weighted_sum(scores.data(), values.data(), n, vd, out.as<float>() + (t * sh.heads + h) * vd);
     }
   });
