@@ -781,26 +781,46 @@ constexpr int kTransposeOffset =
 #endif
 
 template <DType T>
-[[gnu::noinline]] void transpose_rows(const Q8Block* xq, int64_t M, int64_t nb, std::vector<Octet>& out) {
+void transpose_rows(const Q8Block* xq, int64_t M, int64_t nb, std::vector<Octet>& out) {
   const int64_t groups = (M + 7) / 8;
-  out.assign(size_t(groups * nb), Octet{});
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t i = 0; i < 8 && g * 8 + i < M; ++i) {
-      const Q8Block* row = xq + (g * 8 + i) * nb;
-      for (int64_t b = 0; b < nb; ++b) {
-        Octet& o = out[size_t(g * nb + b)];
-        for (int c = 0; c < 8; ++c) std::memcpy(&o.chunk[c][4 * i], row[b].q + 4 * c, 4);
-        o.d[i] = row[b].d;
-        o.s[i] = min_operand<T>(row[b]);
-        o.start[i] = -kTransposeOffset<T> * row[b].sum;
-        if (b % 2 == 0 && b + 1 < nb) o.sum_pairs[i] = int32_t(uint32_t(uint16_t(row[b].sum)) | uint32_t(row[b + 1].sum) << 16);
-        if constexpr (T == DType::Q6_K) {
-          int32_t first = 0, last = 0;
-          for (int j = 0; j < 16; ++j) first += row[b].q[j], last += row[b].q[16 + j];
-          o.half_sums[i] = int32_t(uint32_t(uint16_t(first)) | uint32_t(last) << 16);
-        }
+  out.resize(size_t(groups * nb));
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t rows = std::min<int64_t>(8, M - g * 8);
+    const Q8Block* first = xq + g * 8 * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      Octet& o = out[size_t(g * nb + b)];
+      // The eight rows' 32 bytes as an 8 x 8 matrix of 4-byte words, transposed: word c of row i goes to
+      // chunk c, lane i (rows past M are zeros).
+      __m256i r[8];
+      for (int i = 0; i < 8; ++i) r[i] = i < rows ? load32(first[i * nb + b].q) : _mm256_setzero_si256();
+      __m256i t[8], u[8];
+      for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+      for (int i = 0; i < 8; i += 4)
+        for (int j = 0; j < 2; ++j)
+          u[i + j] = _mm256_unpacklo_epi64(t[i + j], t[i + j + 2]), u[i + j + 2] = _mm256_unpackhi_epi64(t[i + j], t[i + j + 2]);
+      // After the two unpack rounds (within 128-bit halves) u[k] holds one word of rows 0-3, word
+      // kWord[k] in its low half and kWord[k] + 4 in its high one; u[4 + k] the same for rows 4-7.
+      constexpr int kWord[4] = {0, 2, 1, 3};  // which word of each half u[k] carries
+      for (int k = 0; k < 4; ++k) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o.chunk[kWord[k]]), _mm256_permute2x128_si256(u[k], u[4 + k], 0x20));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o.chunk[kWord[k] + 4]), _mm256_permute2x128_si256(u[k], u[4 + k], 0x31));
+      }
+      for (int i = 0; i < 8; ++i) {
+        const Q8Block* x = i < rows ? &first[i * nb + b] : nullptr;
+        o.d[i] = x ? x->d : 0.0f;
+        o.s[i] = x ? min_operand<T>(*x) : 0.0f;
+        o.start[i] = x ? -kTransposeOffset<T> * x->sum : 0;
+        o.sum_pairs[i] = x && b % 2 == 0 && b + 1 < nb ? int32_t(uint32_t(uint16_t(x->sum)) | uint32_t(x[1].sum) << 16) : 0;
+        o.half_sums[i] = 0;
+        if constexpr (T == DType::Q6_K)
+          if (x) {
+            int32_t low = 0, high = 0;
+            for (int j = 0; j < 16; ++j) low += x->q[j], high += x->q[16 + j];
+            o.half_sums[i] = int32_t(uint32_t(uint16_t(low)) | uint32_t(high) << 16);
+          }
       }
     }
+  }
 }
 
 #ifdef FTLLM_VNNI
