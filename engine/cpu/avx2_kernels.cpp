@@ -247,51 +247,88 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
 // Four keys per pass: each chunk of q is loaded once for the four, and the four sums are reduced together.
 // A key's sum always runs the same tree, so its score does not depend on its neighbours; a short last
 // group repeats its last key and drops the extra results.
-void scores(const float* q, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
+// Q queries (1 or 2) against keys j..j+3 (the last repeated past n), into s[Q][4]: each query's four
+// sums over d in 8-lane chunks, then each key's lanes summed in hsum's order (halves, then lanes i and
+// i + 2, then the pair) - the same bits as dot(), four keys transposed side by side. A pair shares
+// each key chunk it loads.
+template <int Q>
+inline void scores_block(const float* q, const float* const* keys, int64_t j, int64_t n, int64_t d, float (*s)[4]) {
   const int64_t d8 = d & ~int64_t(7);
-  for (int64_t j = 0; j < n; j += 4) {
-    const float* k[4];
-    for (int64_t i = 0; i < 4; ++i) k[i] = keys[std::min(j + i, n - 1)];
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t i = 0; i < d8; i += 8) {
-      const __m256 qv = _mm256_loadu_ps(q + i);
-      a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[0] + i), a0);
-      a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[1] + i), a1);
-      a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[2] + i), a2);
-      a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[3] + i), a3);
+  const float* k[4];
+  for (int64_t i = 0; i < 4; ++i) k[i] = keys[std::min(j + i, n - 1)];
+  __m256 a[Q][4];
+  for (int r = 0; r < Q; ++r)
+    for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < d8; c += 8) {
+    const __m256 k0 = _mm256_loadu_ps(k[0] + c), k1 = _mm256_loadu_ps(k[1] + c), k2 = _mm256_loadu_ps(k[2] + c),
+                 k3 = _mm256_loadu_ps(k[3] + c);
+    for (int r = 0; r < Q; ++r) {
+      const __m256 qv = _mm256_loadu_ps(q + r * d + c);
+      a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(qv, k1, a[r][1]);
+      a[r][2] = _mm256_fmadd_ps(qv, k2, a[r][2]);
+      a[r][3] = _mm256_fmadd_ps(qv, k3, a[r][3]);
     }
-    // Each key's eight lanes are summed in hsum's order (halves, then lanes i and i+2, then the pair),
-    // so a score is the same bits as dot()'s: four keys transposed side by side instead of one by one.
-    auto fold = [](__m256 v) { return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); };
-    __m128 v0 = fold(a0), v1 = fold(a1), v2 = fold(a2), v3 = fold(a3);
+  }
+  auto fold = [](__m256 v) { return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); };
+  for (int r = 0; r < Q; ++r) {
+    __m128 v0 = fold(a[r][0]), v1 = fold(a[r][1]), v2 = fold(a[r][2]), v3 = fold(a[r][3]);
     _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
-    float s[4];
-    _mm_storeu_ps(s, _mm_add_ps(_mm_add_ps(v0, v2), _mm_add_ps(v1, v3)));
-    for (int64_t i = 0; i < 4 && j + i < n; ++i) {
-      for (int64_t x = d8; x < d; ++x) s[i] = std::fma(q[x], k[i][x], s[i]);
-      out[j + i] = s[i] * scale;
+    _mm_storeu_ps(s[r], _mm_add_ps(_mm_add_ps(v0, v2), _mm_add_ps(v1, v3)));
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t x = d8; x < d; ++x) s[r][i] = std::fma(q[r * d + x], k[i][x], s[r][i]);
+  }
+}
+
+void scores(const float* q, int64_t nq, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
+  for (int64_t r = 0; r < nq; r += 2) {
+    const int pair = r + 1 < nq;
+    for (int64_t j = 0; j < n; j += 4) {
+      float s[2][4];
+      if (pair) scores_block<2>(q + r * d, keys, j, n, d, s);
+      else scores_block<1>(q + r * d, keys, j, n, d, s);
+      for (int p = 0; p <= pair; ++p)
+        for (int64_t i = 0; i < 4 && j + i < n; ++i) out[(r + p) * n + j + i] = s[p][i] * scale;
     }
   }
 }
 
-// Up to 64 output floats stay in eight registers while every value row streams through once.
-void weighted_sum(const float* w, const float* const* values, int64_t n, int64_t d, float* out) {
-  const int64_t d8 = d & ~int64_t(7);
-  for (int64_t c = 0; c < d8; c += 64) {
-    const int64_t lanes = std::min<int64_t>(8, (d8 - c) / 8);
-    __m256 acc[8];
-    for (int64_t u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n; ++j) {
-      const __m256 wj = _mm256_set1_ps(w[j]);
-      const float* v = values[j] + c;
-      for (int64_t u = 0; u < lanes; ++u) acc[u] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 8 * u), acc[u]);
+// Q queries' outputs over `chunks` 8-float chunks from column c: every element summed over j in order,
+// so a query's result does not depend on the tile or on its partner. A pair shares each value chunk.
+template <int Q, int kChunks>
+inline void weighted_block(const float* w, const float* const* values, int64_t n, int64_t d, int64_t c, int64_t chunks, float* out) {
+  __m256 acc[Q][kChunks];
+  for (int r = 0; r < Q; ++r)
+    for (int u = 0; u < kChunks; ++u) acc[r][u] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const float* v = values[j] + c;
+    __m256 wj[Q];
+    for (int r = 0; r < Q; ++r) wj[r] = _mm256_set1_ps(w[r * n + j]);
+    for (int64_t u = 0; u < chunks; ++u) {
+      const __m256 vu = _mm256_loadu_ps(v + 8 * u);
+      for (int r = 0; r < Q; ++r) acc[r][u] = _mm256_fmadd_ps(wj[r], vu, acc[r][u]);
     }
-    for (int64_t u = 0; u < lanes; ++u) _mm256_storeu_ps(out + c + 8 * u, acc[u]);
   }
-  for (int64_t x = d8; x < d; ++x) {
-    float s = 0;
-    for (int64_t j = 0; j < n; ++j) s = std::fma(w[j], values[j][x], s);
-    out[x] = s;
+  for (int r = 0; r < Q; ++r)
+    for (int64_t u = 0; u < chunks; ++u) _mm256_storeu_ps(out + r * d + c + 8 * u, acc[r][u]);
+}
+
+void weighted_sum(const float* w, int64_t nq, const float* const* values, int64_t n, int64_t d, float* out) {
+  const int64_t d8 = d & ~int64_t(7);
+  for (int64_t r = 0; r < nq; r += 2) {
+    const bool pair = r + 1 < nq;
+    // A pair holds 2 x 4 accumulators, a single query 8 (16 registers either way with the loads).
+    for (int64_t c = 0; c < d8; c += pair ? 32 : 64) {
+      const int64_t chunks = std::min<int64_t>(pair ? 4 : 8, (d8 - c) / 8);
+      if (pair) weighted_block<2, 4>(w + r * n, values, n, d, c, chunks, out + r * d);
+      else weighted_block<1, 8>(w + r * n, values, n, d, c, chunks, out + r * d);
+    }
+    for (int64_t p = r; p < std::min(nq, r + 2); ++p)
+      for (int64_t x = d8; x < d; ++x) {
+        float s = 0;
+        for (int64_t j = 0; j < n; ++j) s = std::fma(w[p * n + j], values[j][x], s);
+        out[p * d + x] = s;
+      }
   }
 }
 

@@ -40,10 +40,12 @@ struct Kernels {
   void (*softmax)(float* x, int64_t n);  // in place: e^(x - max x), over their sum
   // One row of n values of any dtype (a whole row of a block type) to float32.
   void (*to_f32)(DType t, const void* src, float* dst, int64_t n);
-  // Attention's two halves for one query: out[j] = scale * (q . keys[j]), and out = sum_j w[j] * values[j],
-  // over n rows of d floats. Each key's score is summed in the same order whichever keys share its call.
-  void (*scores)(const float* q, const float* const* keys, int64_t n, int64_t d, float scale, float* out);
-  void (*weighted_sum)(const float* w, const float* const* values, int64_t n, int64_t d, float* out);
+  // Attention's two halves for nq queries sharing their keys (the heads of one key-value head), each
+  // query and output row d floats after the last: out[i * n + j] = scale * (q_i . keys[j]), and
+  // out_i = sum_j w[i * n + j] * values[j], over n rows of d floats. A query's scores and sums are the
+  // same bits whichever queries and keys share its call.
+  void (*scores)(const float* q, int64_t nq, const float* const* keys, int64_t n, int64_t d, float scale, float* out);
+  void (*weighted_sum)(const float* w, int64_t nq, const float* const* values, int64_t n, int64_t d, float* out);
 };
 
 // Q4_K, Q5_K and Q6_K take their activations with one scale per 256 values (llama.cpp's q8_K): every block

@@ -86,13 +86,16 @@ void softmax(float* x, int64_t n) {
 
 void to_f32(DType t, const void* src, float* dst, int64_t n) { quant::dequantize_row(t, src, dst, n); }
 
-void scores(const float* q, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
-  for (int64_t j = 0; j < n; ++j) out[j] = dot(q, keys[j], d) * scale;
+void scores(const float* q, int64_t nq, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t j = 0; j < n; ++j) out[i * n + j] = dot(q + i * d, keys[j], d) * scale;
 }
 
-void weighted_sum(const float* w, const float* const* values, int64_t n, int64_t d, float* out) {
-  std::fill(out, out + d, 0.0f);
-  for (int64_t j = 0; j < n; ++j) axpy(w[j], values[j], out, d);
+void weighted_sum(const float* w, int64_t nq, const float* const* values, int64_t n, int64_t d, float* out) {
+  for (int64_t i = 0; i < nq; ++i) {
+    std::fill(out + i * d, out + (i + 1) * d, 0.0f);
+    for (int64_t j = 0; j < n; ++j) axpy(w[i * n + j], values[j], out + i * d, d);
+  }
 }
 
 }  // namespace

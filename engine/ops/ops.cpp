@@ -291,17 +291,24 @@ void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, con
   const int64_t T = q.dim(0), d = sh.head_dim, group = sh.heads / sh.kv_heads;
   const int64_t vd = sh.value_dim ? sh.value_dim : d;
   const auto& k = ctx.kernels;
-  ctx.pool.parallel_for(T * sh.heads, 1, [&](int64_t i0, int64_t i1) {
+  // A work item is a token's key-value head and the query heads that share it (or a part of them,
+  // when there are too few items to keep every thread busy): the keys' addresses are found once and
+  // each key row loaded once for two heads at a time. A head's result does not depend on the grouping.
+  const int64_t items = T * sh.kv_heads;
+  const int64_t parts = std::clamp<int64_t>((4 * ctx.pool.size() + items - 1) / items, 1, group);
+  const int64_t per_part = (group + parts - 1) / parts;
+  ctx.pool.parallel_for(items * parts, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores;
     std::vector<const float*> keys, values;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / sh.heads, h = i % sh.heads, kvh = h / group;
+      const int64_t t = i / (sh.kv_heads * parts), kvh = i / parts % sh.kv_heads, part = i % parts;
+      const int64_t h0 = kvh * group + part * per_part, h1 = std::min(kvh * group + group, h0 + per_part);
+      if (h0 >= h1) continue;
       const int32_t* table = b.block_table.data() + b.table_start[size_t(b.seq[size_t(t)])];
       const int64_t last = b.pos[size_t(t)];
       const int64_t first = sh.window > 0 ? std::max<int64_t>(0, last - sh.window + 1) : 0;
       const int64_t n = last - first + 1;
-      const float* qv = q.as<float>() + (t * sh.heads + h) * d;
-      scores.resize(size_t(n));
+      scores.resize(size_t((h1 - h0) * n));
       keys.resize(size_t(n));
       values.resize(size_t(n));
       // Block by block: one table lookup per block, not a division per key.
@@ -313,9 +320,9 @@ void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, con
           values[size_t(p - first)] = kv.values + at;
         }
       }
-      k.scores(qv, keys.data(), n, d, sh.scale, scores.data());
-      k.softmax(scores.data(), n);
-      k.weighted_sum(scores.data(), values.data(), n, vd, out.as<float>() + (t * sh.heads + h) * vd);
+      k.scores(q.as<float>() + (t * sh.heads + h0) * d, h1 - h0, keys.data(), n, d, sh.scale, scores.data());
+      for (int64_t h = 0; h < h1 - h0; ++h) k.softmax(scores.data() + h * n, n);
+      k.weighted_sum(scores.data(), h1 - h0, values.data(), n, vd, out.as<float>() + (t * sh.heads + h0) * vd);
     }
   });
 }

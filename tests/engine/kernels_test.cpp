@@ -172,24 +172,34 @@ BOOST_AUTO_TEST_CASE(attention_scores_and_weighted_sums) {
   std::mt19937 rng(4);
   for (int64_t d : {8, 60, 64, 128, 200}) {
     for (int64_t n : {1, 3, 4, 9, 33}) {
-      BOOST_TEST_CONTEXT("d=" << d << " n=" << n) {
-        auto q = random_floats(size_t(d), rng), rows = random_floats(size_t(n * d), rng), w = random_floats(size_t(n), rng);
-        std::vector<const float*> ptr(static_cast<size_t>(n));
-        for (int64_t j = 0; j < n; ++j) ptr[size_t(j)] = rows.data() + j * d;
-        std::vector<float> want(static_cast<size_t>(std::max(n, d))), got(want.size());
-        ref.scores(q.data(), ptr.data(), n, d, 0.125f, want.data());
-        fast.scores(q.data(), ptr.data(), n, d, 0.125f, got.data());
-        check_close(std::vector<float>(got.begin(), got.begin() + n), std::vector<float>(want.begin(), want.begin() + n),
-                    double(d), "scores");
-        for (int64_t j = 0; j < n; ++j) {
-          float alone;
-          fast.scores(q.data(), ptr.data() + j, 1, d, 0.125f, &alone);
-          BOOST_REQUIRE_EQUAL(float_bits(alone), float_bits(got[size_t(j)]));
+      for (int64_t nq : {1, 2, 3, 7}) {
+        BOOST_TEST_CONTEXT("d=" << d << " n=" << n << " queries=" << nq) {
+          auto q = random_floats(size_t(nq * d), rng), rows = random_floats(size_t(n * d), rng), w = random_floats(size_t(nq * n), rng);
+          std::vector<const float*> ptr(static_cast<size_t>(n));
+          for (int64_t j = 0; j < n; ++j) ptr[size_t(j)] = rows.data() + j * d;
+          std::vector<float> want(size_t(nq * std::max(n, d))), got(want.size());
+          ref.scores(q.data(), nq, ptr.data(), n, d, 0.125f, want.data());
+          fast.scores(q.data(), nq, ptr.data(), n, d, 0.125f, got.data());
+          check_close(std::vector<float>(got.begin(), got.begin() + nq * n), std::vector<float>(want.begin(), want.begin() + nq * n),
+                      double(d), "scores");
+          // A score is the same bits alone (one query, one key) as among the others.
+          for (int64_t i = 0; i < nq; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              float alone;
+              fast.scores(q.data() + i * d, 1, ptr.data() + j, 1, d, 0.125f, &alone);
+              BOOST_REQUIRE_EQUAL(float_bits(alone), float_bits(got[size_t(i * n + j)]));
+            }
+          ref.weighted_sum(w.data(), nq, ptr.data(), n, d, want.data());
+          fast.weighted_sum(w.data(), nq, ptr.data(), n, d, got.data());
+          check_close(std::vector<float>(got.begin(), got.begin() + nq * d), std::vector<float>(want.begin(), want.begin() + nq * d),
+                      double(n), "weighted_sum");
+          // And a query's sum the same bits alone as beside another.
+          for (int64_t i = 0; i < nq; ++i) {
+            std::vector<float> alone(static_cast<size_t>(d));
+            fast.weighted_sum(w.data() + i * n, 1, ptr.data(), n, d, alone.data());
+            for (int64_t x = 0; x < d; ++x) BOOST_REQUIRE_EQUAL(float_bits(alone[size_t(x)]), float_bits(got[size_t(i * d + x)]));
+          }
         }
-        ref.weighted_sum(w.data(), ptr.data(), n, d, want.data());
-        fast.weighted_sum(w.data(), ptr.data(), n, d, got.data());
-        check_close(std::vector<float>(got.begin(), got.begin() + d), std::vector<float>(want.begin(), want.begin() + d),
-                    double(n), "weighted_sum");
       }
     }
   }
