@@ -835,44 +835,49 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
   thread_local std::vector<Octet> octets;
   transpose_rows<T>(xq, M, nb, octets);
   const int64_t groups = (M + 7) / 8;
-  // Cache blocking: a tile of weight rows stays in L2 while the activation groups stream past it, in
-  // tiles of about 256 KB.
+  // Cache blocking: tiles of about 256 KB of weight rows and of activation groups, one of them held in
+  // L2 while the other streams past it.
   const int64_t group_bytes = nb * int64_t(sizeof(Octet));
   const int64_t g_tile = std::max<int64_t>(2, (256 << 10) / std::max<int64_t>(group_bytes, 1) / 2 * 2);
   const int64_t n_tile = std::max<int64_t>(kTileRows, int64_t((256 << 10) / row_bytes) / kTileRows * kTileRows);
-  for (int64_t nt = n0; nt < n1; nt += n_tile) {
-    const int64_t nt_end = std::min(n1, nt + n_tile);
-    for (int64_t gt = 0; gt < groups; gt += g_tile) {
-      const int64_t gt_end = std::min(groups, gt + g_tile);
-      auto run = [&]<int W, int G>(int64_t n, int64_t g) {
-        const Octet* xs[G];
-        for (int j = 0; j < G; ++j) xs[j] = octets.data() + (g + j) * nb;
-        const uint8_t* rows[W];
-        for (int i = 0; i < W; ++i) rows[i] = w + size_t(n + i) * row_bytes;
-        __m256 out[W * G];
-        if constexpr (T == DType::Q6_K) tile_q6k<W, G>(xs, nb, rows, out);
-        else if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, out);
-        else tile<T, W, G>(xs, nb, rows, out);
-        for (int i = 0; i < W; ++i)
-          for (int j = 0; j < G; ++j) {
-            alignas(32) float lanes[8];
-            _mm256_store_ps(lanes, out[i * G + j]);
-            for (int l = 0; l < 8 && (g + j) * 8 + l < M; ++l) y[((g + j) * 8 + l) * ldy + n + i] = finish<T>(rows[i], lanes[l]);
-          }
-      };
-      int64_t n = nt;
-      for (; n + kTileRows <= nt_end; n += kTileRows) {
-        int64_t g = gt;
-        for (; g + 2 <= gt_end; g += 2) run.template operator()<kTileRows, 2>(n, g);
-        if (g < gt_end) run.template operator()<kTileRows, 1>(n, g);
+  // W weight rows from n against G activation groups from g.
+  auto run = [&]<int W, int G>(int64_t n, int64_t g) {
+    const Octet* xs[G];
+    for (int j = 0; j < G; ++j) xs[j] = octets.data() + (g + j) * nb;
+    const uint8_t* rows[W];
+    for (int i = 0; i < W; ++i) rows[i] = w + size_t(n + i) * row_bytes;
+    __m256 out[W * G];
+    if constexpr (T == DType::Q6_K) tile_q6k<W, G>(xs, nb, rows, out);
+    else if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, out);
+    else tile<T, W, G>(xs, nb, rows, out);
+    for (int i = 0; i < W; ++i)
+      for (int j = 0; j < G; ++j) {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, out[i * G + j]);
+        for (int l = 0; l < 8 && (g + j) * 8 + l < M; ++l) y[((g + j) * 8 + l) * ldy + n + i] = finish<T>(rows[i], lanes[l]);
       }
-      for (; n < nt_end; ++n) {
-        int64_t g = gt;
-        for (; g + 2 <= gt_end; g += 2) run.template operator()<1, 2>(n, g);
-        if (g < gt_end) run.template operator()<1, 1>(n, g);
-      }
+  };
+  // Weight rows [nt, nt_end) against activation groups [gt, gt_end).
+  auto tiles = [&](int64_t nt, int64_t nt_end, int64_t gt, int64_t gt_end) {
+    int64_t n = nt;
+    for (; n + kTileRows <= nt_end; n += kTileRows) {
+      int64_t g = gt;
+      for (; g + 2 <= gt_end; g += 2) run.template operator()<kTileRows, 2>(n, g);
+      if (g < gt_end) run.template operator()<kTileRows, 1>(n, g);
     }
-  }
+    for (; n < nt_end; ++n) {
+      int64_t g = gt;
+      for (; g + 2 <= gt_end; g += 2) run.template operator()<1, 2>(n, g);
+      if (g < gt_end) run.template operator()<1, 1>(n, g);
+    }
+  };
+  // Whichever operand is larger streams through once; the smaller is read again for each of its tiles.
+  const bool weights_outer = int64_t(n1 - n0) * int64_t(row_bytes) >= groups * group_bytes;
+  for (int64_t a = weights_outer ? n0 : 0, a_end = weights_outer ? n1 : groups; a < a_end; a += weights_outer ? n_tile : g_tile)
+    for (int64_t b = weights_outer ? 0 : n0, b_end = weights_outer ? groups : n1; b < b_end; b += weights_outer ? g_tile : n_tile) {
+      if (weights_outer) tiles(a, std::min(n1, a + n_tile), b, std::min(groups, b + g_tile));
+      else tiles(b, std::min(n1, b + n_tile), a, std::min(groups, a + g_tile));
+    }
 }
 
 constexpr int64_t kFewRows = 6;
