@@ -569,12 +569,14 @@ struct alignas(32) Octet {
 
 // W weight rows against G groups of eight activation rows, over all nb blocks: out[w][g] (eight lanes).
 template <DType T, int W, int G>
-[[gnu::always_inline]] inline void tile(const Octet* const* x, int64_t nb, const uint8_t* const* rows, __m256* out) {
+[[gnu::always_inline]] inline void tile(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
   __m256 acc[W][G];
   for (int w = 0; w < W; ++w)
     for (int g = 0; g < G; ++g) acc[w][g] = _mm256_setzero_ps();
   alignas(32) uint8_t unpacked[W][32];
   for (int64_t b = 0; b < nb; ++b) {
+    if (ahead)  // the rows the next tile will read, from memory while these are summed
+      for (int w = 0; w < W; ++w) _mm_prefetch(static_cast<const char*>(static_cast<const void*>(Weights<T>::at(rows[w] + ahead, b))), _MM_HINT_T0);
     __m256i dots[W][G];
     for (int g = 0; g < G; ++g) {
       const __m256i start = _mm256_load_si256(reinterpret_cast<const __m256i*>(x[g][b].start));
@@ -638,8 +640,17 @@ template <DType T, int W, int G>
 }
 
 // Q4_K and Q5_K: W weight rows against G groups of eight activation rows, a super-block at a time.
+// The super-block sb of rows + ahead (the next tile's rows) asked for from memory.
+template <typename Block, int W>
+inline void prefetch_superblock(const uint8_t* const* rows, size_t ahead, int64_t sb) {
+  if (!ahead) return;
+  for (int w = 0; w < W; ++w)
+    for (size_t line = 0; line < sizeof(Block); line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[w] + ahead + sizeof(Block) * size_t(sb) + line), _MM_HINT_T0);
+}
+
 template <DType T, int W, int G>
-[[gnu::always_inline]] inline void tile_k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, __m256* out) {
+[[gnu::always_inline]] inline void tile_k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
   using K = Weights<T>;
   __m256 acc[W][G];
   for (int w = 0; w < W; ++w)
@@ -647,6 +658,7 @@ template <DType T, int W, int G>
   alignas(32) uint8_t nibbles[W][8][32];
   alignas(8) uint8_t sc[W][8], mn[W][8];
   for (int64_t sb = 0; sb < nb / 8; ++sb) {
+    prefetch_superblock<typename K::Block, W>(rows, ahead, sb);
     for (int w = 0; w < W; ++w) {
       K::unpack(K::block(rows[w], sb), nibbles[w]);
       k_scale_bytes(K::block(rows[w], sb).scales, sc[w], mn[w]);
@@ -706,13 +718,14 @@ template <DType T, int W, int G>
 
 // Q6_K: W weight rows against G groups of eight activation rows, a super-block at a time.
 template <int W, int G>
-[[gnu::always_inline]] inline void tile_q6k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, __m256* out) {
+[[gnu::always_inline]] inline void tile_q6k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
   using K = Weights<DType::Q6_K>;
   __m256 acc[W][G];
   for (int w = 0; w < W; ++w)
     for (int g = 0; g < G; ++g) acc[w][g] = _mm256_setzero_ps();
   alignas(32) uint8_t values[W][8][32];
   for (int64_t sb = 0; sb < nb / 8; ++sb) {
+    prefetch_superblock<quant::BlockQ6_K, W>(rows, ahead, sb);
     for (int w = 0; w < W; ++w) K::unpack(K::block(rows[w], sb), values[w]);
     __m256i isum[W][G];
     for (int w = 0; w < W; ++w)
@@ -840,16 +853,18 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
   const int64_t group_bytes = nb * int64_t(sizeof(Octet));
   const int64_t g_tile = std::max<int64_t>(2, (256 << 10) / std::max<int64_t>(group_bytes, 1) / 2 * 2);
   const int64_t n_tile = std::max<int64_t>(kTileRows, int64_t((256 << 10) / row_bytes) / kTileRows * kTileRows);
-  // W weight rows from n against G activation groups from g.
-  auto run = [&]<int W, int G>(int64_t n, int64_t g) {
+  // W weight rows from n against G activation groups from g; the last groups of a tile (g_end) prefetch
+  // the next W rows.
+  auto run = [&]<int W, int G>(int64_t n, int64_t g, int64_t g_end) {
     const Octet* xs[G];
     for (int j = 0; j < G; ++j) xs[j] = octets.data() + (g + j) * nb;
     const uint8_t* rows[W];
     for (int i = 0; i < W; ++i) rows[i] = w + size_t(n + i) * row_bytes;
     __m256 out[W * G];
-    if constexpr (T == DType::Q6_K) tile_q6k<W, G>(xs, nb, rows, out);
-    else if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, out);
-    else tile<T, W, G>(xs, nb, rows, out);
+    const size_t ahead = g + G >= g_end && n + 2 * W <= n1 ? W * row_bytes : 0;
+    if constexpr (T == DType::Q6_K) tile_q6k<W, G>(xs, nb, rows, ahead, out);
+    else if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, ahead, out);
+    else tile<T, W, G>(xs, nb, rows, ahead, out);
     for (int i = 0; i < W; ++i)
       for (int j = 0; j < G; ++j) {
         alignas(32) float lanes[8];
@@ -862,13 +877,13 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
     int64_t n = nt;
     for (; n + kTileRows <= nt_end; n += kTileRows) {
       int64_t g = gt;
-      for (; g + 2 <= gt_end; g += 2) run.template operator()<kTileRows, 2>(n, g);
-      if (g < gt_end) run.template operator()<kTileRows, 1>(n, g);
+      for (; g + 2 <= gt_end; g += 2) run.template operator()<kTileRows, 2>(n, g, gt_end);
+      if (g < gt_end) run.template operator()<kTileRows, 1>(n, g, gt_end);
     }
     for (; n < nt_end; ++n) {
       int64_t g = gt;
-      for (; g + 2 <= gt_end; g += 2) run.template operator()<1, 2>(n, g);
-      if (g < gt_end) run.template operator()<1, 1>(n, g);
+      for (; g + 2 <= gt_end; g += 2) run.template operator()<1, 2>(n, g, gt_end);
+      if (g < gt_end) run.template operator()<1, 1>(n, g, gt_end);
     }
   };
   // Whichever operand is larger streams through once; the smaller is read again for each of its tiles.
