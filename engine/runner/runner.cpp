@@ -286,7 +286,13 @@ void Runner::step() {
       logits = ops::to_device(logits, Device::cpu());
       std::vector<float*> rows;
       for (size_t r = 0; r < plan.items.size(); ++r) rows.push_back(logits.as<float>() + int64_t(r) * c.vocab_size);
-      sampled = scheduler_.commit(plan, rows, c.vocab_size);
+      // One sequence per task: sampling reads the whole vocabulary (152K exponentials for Qwen at a
+      // temperature), which for 16 sequences took longer than the step's forward pass on one thread.
+      sampled = scheduler_.commit(plan, rows, c.vocab_size, [&](int64_t n, const std::function<void(int64_t)>& fn) {
+        ctx.pool.parallel_for(n, 1, [&](int64_t k0, int64_t k1) {
+          for (int64_t k = k0; k < k1; ++k) fn(k);
+        });
+      });
     }
   } catch (const std::exception& e) {
     for (const auto& item : plan.items) scheduler_.fail(item.seq_id, std::string("generation failed: ") + e.what());

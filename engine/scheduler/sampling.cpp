@@ -13,11 +13,13 @@ namespace {
 constexpr float kRemoved = -INFINITY;
 
 // Softmax probabilities of the logits (removed tokens get 0).
+// Each exponential in float (e^(l - max) <= 1 there; a double exp cost 3x as much over a 152K vocabulary),
+// summed and divided in double.
 std::vector<double> softmax(std::span<const float> logits) {
   float max = *std::max_element(logits.begin(), logits.end());
   std::vector<double> p(logits.size());
   double sum = 0;
-  for (size_t i = 0; i < logits.size(); ++i) sum += (p[i] = std::exp(double(logits[i]) - double(max)));
+  for (size_t i = 0; i < logits.size(); ++i) sum += (p[i] = double(std::exp(logits[i] - max)));
   for (double& x : p) x /= sum;
   return p;
 }

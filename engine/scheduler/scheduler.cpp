@@ -117,20 +117,33 @@ void Scheduler::accept(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator i
     finish(it, FinishReason::Length);
 }
 
-std::vector<Scheduler::Sampled> Scheduler::commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab) {
-  std::vector<Sampled> sampled;
+std::vector<Scheduler::Sampled> Scheduler::commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab,
+                                                  const ForEach& for_each) {
+  // Which items sample (a prompt slice that is not the last does not), then the sampling itself, each
+  // item touching only its own sequence (its sampler, its logits row), then the tokens taken in order.
+  std::vector<std::map<uint64_t, std::unique_ptr<Sequence>>::iterator> at;
+  std::vector<size_t> rows;
   for (size_t i = 0; i < plan.items.size(); ++i) {
     auto it = fed(plan.items[i]);
     if (it == sequences_.end()) continue;
-    Sequence& s = *it->second;
+    at.push_back(it);
+    rows.push_back(i);
+  }
+  std::vector<Sampled> sampled(at.size());
+  auto sample = [&](int64_t k) {
+    Sequence& s = *at[size_t(k)]->second;
+    float* row = logits[rows[size_t(k)]];
     std::span<const int32_t> output(s.context.data() + s.prompt_size, s.context.size() - s.prompt_size);
     std::vector<float> raw;
-    if (s.request.logprobs >= 0) raw.assign(logits[i], logits[i] + vocab);  // sampling rewrites the logits
-    int32_t token = s.sampler.next(std::span<float>(logits[i], size_t(vocab)), s.context, output);
-    sampled.push_back({s.id, token, std::nullopt});
-    if (s.request.logprobs >= 0) sampled.back().logprob = logprobs_of(raw, token, s.request.logprobs);
-    accept(it, token);
-  }
+    if (s.request.logprobs >= 0) raw.assign(row, row + vocab);  // sampling rewrites the logits
+    const int32_t token = s.sampler.next(std::span<float>(row, size_t(vocab)), s.context, output);
+    sampled[size_t(k)] = {s.id, token, std::nullopt};
+    if (s.request.logprobs >= 0) sampled[size_t(k)].logprob = logprobs_of(raw, token, s.request.logprobs);
+  };
+  if (for_each) for_each(int64_t(at.size()), sample);
+  else
+    for (int64_t k = 0; k < int64_t(at.size()); ++k) sample(k);
+  for (size_t k = 0; k < at.size(); ++k) accept(at[k], sampled[k].token);
   return sampled;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,7 +62,10 @@ class Scheduler {
     int32_t token;
     std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
   };
-  std::vector<Sampled> commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab);
+  // for_each(n, fn) calls fn(0..n-1), in any order and on any threads (the runner's pool): each call
+  // samples one sequence, over the whole vocabulary. Empty: one after another, here.
+  using ForEach = std::function<void(int64_t, const std::function<void(int64_t)>&)>;
+  std::vector<Sampled> commit(const StepPlan& plan, std::span<float* const> logits, int64_t vocab, const ForEach& for_each = {});
   // Whether every sequence of the step samples by plain argmax (temperature 0, no penalties, bias or
   // logprobs), so the step's tokens can be chosen where the logits are (on the GPU) without copying them.
   bool plain_greedy(const StepPlan& plan) const;
