@@ -69,7 +69,8 @@ constexpr int64_t kChunksPerThread = 4;
 void ThreadPool::set_range(size_t r, int64_t begin, int64_t end, int64_t chunk) {
   // The job about to be published is the next number (only the calling thread publishes jobs).
   const uint64_t next = published_generation_.load(std::memory_order_relaxed) + 1;
-  ranges_[r].end.store(end, std::memory_order_relaxed);
+  ranges_[r].end.store(tag_of(next) | uint64_t(end), std::memory_order_relaxed);
+  if (race_hook_) race_hook_("end set");
   ranges_[r].chunk.store(chunk, std::memory_order_relaxed);
   ranges_[r].claim.store(tag_of(next) | uint64_t(begin), std::memory_order_relaxed);
 }
@@ -80,7 +81,10 @@ void ThreadPool::work_on_job(int group, uint64_t job) {
   uint64_t claim = r.claim.load(std::memory_order_acquire);
   for (;;) {
     if ((claim & ~kIndexMask) != tag) return;  // another job's range: this one is over
-    const int64_t begin = int64_t(claim & kIndexMask), end = r.end.load(std::memory_order_relaxed);
+    if (race_hook_) race_hook_("claim read");
+    const uint64_t end_word = r.end.load(std::memory_order_acquire);
+    if ((end_word & ~kIndexMask) != tag) return;  // the next job's range is being set: this one is over
+    const int64_t begin = int64_t(claim & kIndexMask), end = int64_t(end_word & kIndexMask);
     if (begin >= end) return;
     const int64_t stop = std::min(end, begin + r.chunk.load(std::memory_order_relaxed));
     if (!r.claim.compare_exchange_weak(claim, tag | uint64_t(stop), std::memory_order_acq_rel, std::memory_order_acquire))

@@ -48,15 +48,19 @@ class ThreadPool {
   // For tests: called by a worker each time it wakes for a job, before it looks for work (a worker that
   // is late by as long as `hook` takes). Set before the pool runs jobs.
   void set_wake_hook_for_tests(std::function<void()> hook) { wake_hook_ = std::move(hook); }
+  // Called where a race can open: "claim read" (a thread has read its job's next index and is about to
+  // read the end) and "end set" (the caller has set the next job's end, not yet its first index).
+  void set_race_hook_for_tests(std::function<void(const char* where)> hook) { race_hook_ = std::move(hook); }
 
  private:
   // A group's range of the current job. `claim` packs the job's number (its low 24 bits, high in the
-  // word) with the next index to hand out (the low 40 bits): a thread takes a chunk only by a compare-exchange naming its job, so a thread
-  // woken for an earlier job takes nothing from a later one.
+  // word) with the next index to hand out (the low 40 bits), and `end` packs it with the range's end:
+  // a thread takes a chunk only by a compare-exchange naming its job, against an end naming the same
+  // job, so a thread still in an earlier job takes nothing from a later one (an end of the next job
+  // read beside a claim of the last one once let a late thread run the finished job's function).
   struct alignas(64) GroupRange {  // one cache line each: groups do not contend on their counters
-    std::atomic<uint64_t> claim{0};
-    // Read by threads that may be late for the job that set them (they then take nothing): atomic.
-    std::atomic<int64_t> end{0}, chunk{1};
+    std::atomic<uint64_t> claim{0}, end{0};
+    std::atomic<int64_t> chunk{1};  // any job's chunk size is safe to use: it only cuts the range finer
   };
   void set_range(size_t r, int64_t begin, int64_t end, int64_t chunk);
   void worker_loop(int group);
@@ -79,6 +83,7 @@ class ThreadPool {
   std::unique_ptr<GroupRange[]> ranges_;
   std::atomic<int64_t> remaining_{0};  // items of the current job not yet done
   std::function<void()> wake_hook_;
+  std::function<void(const char*)> race_hook_;
 };
 
 // Bounds of `parts` row shares of `rows` ([0] = 0, [parts] = rows), each a multiple of 16 rows where it

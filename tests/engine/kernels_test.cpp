@@ -6,6 +6,7 @@
 #include <thread>
 #include <cmath>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include <atomic>
@@ -283,6 +284,38 @@ BOOST_AUTO_TEST_CASE(thread_pool_jobs_do_not_wait_for_a_late_worker) {
 
 // --device numa: group g's threads take exactly share g of the rows, and every row is done once. On a
 // one-node machine the groups are all node 0, which exercises the same split.
+BOOST_AUTO_TEST_CASE(a_thread_late_for_a_finished_job_takes_nothing_from_the_next) {
+  // A worker reads its job's (spent) next index, is held up, and reads the end only once the caller has
+  // set the next job's end but not yet its first index: it must see that the job is over, not run the
+  // finished job's function on the next job's range (which had crashed and hung ftllmd at shutdown).
+  cpu::ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> armed{false};
+  pool.set_race_hook_for_tests([&](const char* where) {
+    if (!armed.load()) return;
+    if (std::string_view(where) == "claim read" && std::this_thread::get_id() != caller)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    else if (std::string_view(where) == "end set")
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  });
+  // Short jobs (two chunks: the worker's last read is of a spent range) alternate with long ones; every
+  // index of every job must be worked on exactly once, checked after the job and again at the end.
+  std::vector<std::vector<std::atomic<int>>> hits;
+  for (int j = 0; j < 40; ++j) hits.emplace_back(j % 2 ? 2 : 1000);
+  for (int j = 0; j < 40; ++j) {
+    armed = j > 0;
+    auto& mine = hits[size_t(j)];
+    pool.parallel_for(int64_t(mine.size()), 1, [&mine](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) mine[size_t(i)] += 1;
+    });
+    for (auto& h : mine) BOOST_REQUIRE_EQUAL(h.load(), 1);
+  }
+  armed = false;
+  pool.parallel_for(1000, 1, [](int64_t, int64_t) {});
+  for (auto& job : hits)
+    for (auto& h : job) BOOST_REQUIRE_EQUAL(h.load(), 1);
+}
+
 BOOST_AUTO_TEST_CASE(grouped_pool_gives_each_group_its_row_share) {
   for (int threads : {2, 3, 5}) {
     cpu::ThreadPool pool(threads, std::vector<int>{0, 0});
