@@ -33,16 +33,6 @@ std::shared_ptr<void> aligned_buffer(size_t bytes) {
 }
 }  // namespace
 
-Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
-  Tensor t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.owner = aligned_buffer(t.bytes());
-  t.data = t.owner.get();
-  std::memset(t.data, 0, t.bytes());
-  return t;
-}
-
 Tensor Tensor::uninitialized(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.dtype = dtype;
@@ -52,12 +42,14 @@ Tensor Tensor::uninitialized(DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
+Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
+  Tensor t = uninitialized(dtype, std::move(shape));
+  std::memset(t.data, 0, t.bytes());
+  return t;
+}
+
 Tensor Tensor::copy_of(DType dtype, std::vector<int64_t> shape, const void* bytes) {
-  Tensor t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.owner = aligned_buffer(t.bytes());
-  t.data = t.owner.get();
+  Tensor t = uninitialized(dtype, std::move(shape));
   std::memcpy(t.data, bytes, t.bytes());
   return t;
 }

@@ -269,16 +269,19 @@ struct Weights<DType::Q6_K> {
   static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
   // The values in activation order: block 4h + k of the super-block is quarter k of half h (low nibbles
   // of ql's 64 bytes for quarters 0 and 1, high ones for 2 and 3; the top two bits from qh, 2k up).
-  static void unpack(const Block& blk, uint8_t (*out)[32]) {
+  // quarters() gives a half's four blocks of unsigned values (0..63); unpack() stores all eight.
+  static void quarters(const Block& blk, int half, __m256i* u) {
     const __m256i mask = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+    const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32), qh = load32(blk.qh + 32 * half);
+    const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
+                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask)};
+    for (int k = 0; k < 4; ++k) u[k] = _mm256_or_si256(low[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4));
+  }
+  static void unpack(const Block& blk, uint8_t (*out)[32]) {
     for (int half = 0; half < 2; ++half) {
-      const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32), qh = load32(blk.qh + 32 * half);
-      const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
-                              _mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask)};
-      for (int k = 0; k < 4; ++k) {
-        const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out[4 * half + k]), _mm256_or_si256(low[k], _mm256_slli_epi16(top, 4)));
-      }
+      __m256i u[4];
+      quarters(blk, half, u);
+      for (int k = 0; k < 4; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(out[4 * half + k]), u[k]);
     }
   }
 };
@@ -397,11 +400,20 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
   }
 }
 
+// The super-block sb of rows + ahead (rows to come) asked for from memory.
+template <typename Block, int W>
+inline void prefetch_superblock(const uint8_t* const* rows, size_t ahead, int64_t sb) {
+  if (!ahead) return;
+  for (int w = 0; w < W; ++w)
+    for (size_t line = 0; line < sizeof(Block); line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[w] + ahead + sizeof(Block) * size_t(sb) + line), _MM_HINT_T0);
+}
+
 // One K-quant weight row's super-block sb against R activation rows (nb blocks each, one after another):
 // per row, the sub-block dots times their scales (as lanes to be added) and the minimums' sum_j mn_j * sum(x_j).
 template <DType T, int R>
-[[gnu::always_inline]] inline void super_dots(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum,
-                                              int32_t* msum) {
+[[gnu::always_inline]] inline void super_dots_k(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum,
+                                                int32_t* msum) {
   const __m256i low = _mm256_set1_epi8(0x0F);
   const auto& blk = Weights<T>::block(row, sb);
   alignas(8) uint8_t sc[8], mn[8];
@@ -433,15 +445,14 @@ template <DType T, int R>
 // sum_runs sc_r * ((q - 32) . x)_r as lanes to be added (the offset taken off the byte pairs).
 template <int R>
 [[gnu::always_inline]] inline void super_dots_q6k(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum) {
-  const __m256i mask = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
+  const __m256i offset = _mm256_set1_epi8(32);
   const auto& blk = Weights<DType::Q6_K>::block(row, sb);
   for (int i = 0; i < R; ++i) isum[i] = _mm256_setzero_si256();
   for (int half = 0; half < 2; ++half) {
-    const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32), qh = load32(blk.qh + 32 * half);
-    const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
-                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask)};
+    __m256i values[4];
+    Weights<DType::Q6_K>::quarters(blk, half, values);
     for (int k = 0; k < 4; ++k) {
-      const __m256i u = _mm256_or_si256(low[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4));
+      const __m256i u = values[k];
       const int8_t* sc = blk.scales + 8 * half + 2 * k;
       const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
       for (int i = 0; i < R; ++i) {
@@ -454,55 +465,20 @@ template <int R>
   }
 }
 
-// Q6_K: weight rows [n0, n1) against R activation rows, as rows_times_k_few.
-template <int R>
-void rows_times_q6k_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
-                        int64_t ldy) {
-  using K = Weights<DType::Q6_K>;
-  const int64_t supers = nb / 8;
-  constexpr int64_t kAhead = 8;  // rows, as in rows_times_weights_few
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) {
-    const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
-                           w + size_t(n + 3) * row_bytes};
-    const bool ahead = n + 4 + kAhead <= n1;
-    __m128 acc[R];
-    for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
-    for (int64_t sb = 0; sb < supers; ++sb) {
-      if (ahead)
-        for (int q = 0; q < 4; ++q)
-          for (size_t line = 0; line < sizeof(K::Block); line += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(r[q] + size_t(kAhead) * row_bytes + sizeof(K::Block) * size_t(sb) + line), _MM_HINT_T0);
-      __m256i i0[R], i1[R], i2[R], i3[R];
-      super_dots_q6k<R>(x, nb, r[0], sb, i0);
-      super_dots_q6k<R>(x, nb, r[1], sb, i1);
-      super_dots_q6k<R>(x, nb, r[2], sb, i2);
-      super_dots_q6k<R>(x, nb, r[3], sb, i3);
-      const __m128 d = widen4(K::block(r[0], sb).d, K::block(r[1], sb).d, K::block(r[2], sb).d, K::block(r[3], sb).d);
-      for (int i = 0; i < R; ++i)
-        acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes4(i0[i], i1[i], i2[i], i3[i])), _mm_mul_ps(d, _mm_set1_ps(x[i * nb + sb * 8].d)), acc[i]);
-    }
-    for (int i = 0; i < R; ++i) _mm_storeu_ps(y + i * ldy + n, acc[i]);
-  }
-  for (; n < n1; ++n) {
-    const uint8_t* r = w + size_t(n) * row_bytes;
-    float acc[R] = {};
-    for (int64_t sb = 0; sb < supers; ++sb) {
-      __m256i isum[R];
-      super_dots_q6k<R>(x, nb, r, sb, isum);
-      const float d = h2f(K::block(r, sb).d);
-      for (int i = 0; i < R; ++i) acc[i] = std::fma(float(sum_lanes(isum[i])), d * x[i * nb + sb * 8].d, acc[i]);
-    }
-    for (int i = 0; i < R; ++i) y[i * ldy + n] = acc[i];
-  }
+// A super-block's dots for any K-quant (Q6_K has no minimums: msum is left alone).
+template <DType T, int R>
+[[gnu::always_inline]] inline void super_dots(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum, int32_t* msum) {
+  if constexpr (T == DType::Q6_K) super_dots_q6k<R>(x, nb, row, sb, isum);
+  else super_dots_k<T, R>(x, nb, row, sb, isum, msum);
 }
 
-// Q4_K and Q5_K: weight rows [n0, n1) against R activation rows (nb blocks each, one after another), into
-// y (rows ldy apart): four weight rows' super-blocks side by side, each unpacked once for the R rows.
+// Q4_K, Q5_K and Q6_K: weight rows [n0, n1) against R activation rows (nb blocks each, one after another),
+// into y (rows ldy apart): four weight rows' super-blocks side by side, each unpacked once for the R rows.
 template <DType T, int R>
-void rows_times_k_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
+void rows_times_super_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
                       int64_t ldy) {
   using K = Weights<T>;
+  constexpr bool kMins = T != DType::Q6_K;
   const int64_t supers = nb / 8;
   constexpr int64_t kAhead = 8;  // rows, as in rows_times_weights_few
   int64_t n = n0;
@@ -513,11 +489,7 @@ void rows_times_k_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row
     __m128 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
     for (int64_t sb = 0; sb < supers; ++sb) {
-      if (ahead)
-        for (int q = 0; q < 4; ++q)
-          for (size_t line = 0; line < sizeof(typename K::Block); line += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(r[q] + size_t(kAhead) * row_bytes + sizeof(typename K::Block) * size_t(sb) + line),
-                         _MM_HINT_T0);
+      prefetch_superblock<typename K::Block, 4>(r, ahead ? size_t(kAhead) * row_bytes : 0, sb);
       __m256i i0[R], i1[R], i2[R], i3[R];
       int32_t m0[R], m1[R], m2[R], m3[R];
       super_dots<T, R>(x, nb, r[0], sb, i0, m0);
@@ -525,12 +497,15 @@ void rows_times_k_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row
       super_dots<T, R>(x, nb, r[2], sb, i2, m2);
       super_dots<T, R>(x, nb, r[3], sb, i3, m3);
       const __m128 d = widen4(K::block(r[0], sb).d, K::block(r[1], sb).d, K::block(r[2], sb).d, K::block(r[3], sb).d);
-      const __m128 neg_dmin = _mm_sub_ps(_mm_setzero_ps(), widen4(K::block(r[0], sb).dmin, K::block(r[1], sb).dmin,
-                                                                  K::block(r[2], sb).dmin, K::block(r[3], sb).dmin));
+      __m128 neg_dmin = _mm_setzero_ps();
+      if constexpr (kMins)
+        neg_dmin = _mm_sub_ps(_mm_setzero_ps(), widen4(K::block(r[0], sb).dmin, K::block(r[1], sb).dmin, K::block(r[2], sb).dmin,
+                                                       K::block(r[3], sb).dmin));
       for (int i = 0; i < R; ++i) {
         const __m128 xd = _mm_set1_ps(x[i * nb + sb * 8].d);
         acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes4(i0[i], i1[i], i2[i], i3[i])), _mm_mul_ps(d, xd), acc[i]);
-        acc[i] = _mm_fmadd_ps(_mm_mul_ps(neg_dmin, xd), _mm_cvtepi32_ps(_mm_setr_epi32(m0[i], m1[i], m2[i], m3[i])), acc[i]);
+        if constexpr (kMins)
+          acc[i] = _mm_fmadd_ps(_mm_mul_ps(neg_dmin, xd), _mm_cvtepi32_ps(_mm_setr_epi32(m0[i], m1[i], m2[i], m3[i])), acc[i]);
       }
     }
     for (int i = 0; i < R; ++i) _mm_storeu_ps(y + i * ldy + n, acc[i]);
@@ -542,11 +517,11 @@ void rows_times_k_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row
       __m256i isum[R];
       int32_t ms[R];
       super_dots<T, R>(x, nb, r, sb, isum, ms);
-      const float d = h2f(K::block(r, sb).d), neg_dmin = -h2f(K::block(r, sb).dmin);
+      const float d = h2f(K::block(r, sb).d);
       for (int i = 0; i < R; ++i) {
         const float xd = x[i * nb + sb * 8].d;
         acc[i] = std::fma(float(sum_lanes(isum[i])), d * xd, acc[i]);
-        acc[i] = std::fma(neg_dmin * xd, float(ms[i]), acc[i]);
+        if constexpr (kMins) acc[i] = std::fma(-h2f(K::block(r, sb).dmin) * xd, float(ms[i]), acc[i]);
       }
     }
     for (int i = 0; i < R; ++i) y[i * ldy + n] = acc[i];
@@ -640,15 +615,6 @@ template <DType T, int W, int G>
 }
 
 // Q4_K and Q5_K: W weight rows against G groups of eight activation rows, a super-block at a time.
-// The super-block sb of rows + ahead (the next tile's rows) asked for from memory.
-template <typename Block, int W>
-inline void prefetch_superblock(const uint8_t* const* rows, size_t ahead, int64_t sb) {
-  if (!ahead) return;
-  for (int w = 0; w < W; ++w)
-    for (size_t line = 0; line < sizeof(Block); line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(rows[w] + ahead + sizeof(Block) * size_t(sb) + line), _MM_HINT_T0);
-}
-
 template <DType T, int W, int G>
 [[gnu::always_inline]] inline void tile_k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
   using K = Weights<T>;
@@ -906,8 +872,7 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
   if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
   auto few = [&]<int R>(int64_t m) {
-    if constexpr (T == DType::Q6_K) rows_times_q6k_few<R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
-    else if constexpr (kSuper<T>) rows_times_k_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
+    if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
     else rows_times_weights_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
   };
   int64_t m = 0;

@@ -244,13 +244,10 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
-// Four keys per pass: each chunk of q is loaded once for the four, and the four sums are reduced together.
-// A key's sum always runs the same tree, so its score does not depend on its neighbours; a short last
-// group repeats its last key and drops the extra results.
-// Q queries (1 or 2) against keys j..j+3 (the last repeated past n), into s[Q][4]: each query's four
-// sums over d in 8-lane chunks, then each key's lanes summed in hsum's order (halves, then lanes i and
-// i + 2, then the pair) - the same bits as dot(), four keys transposed side by side. A pair shares
-// each key chunk it loads.
+// Q queries (1 or 2) against keys j..j+3, into s[Q][4]: each chunk of a query is loaded once for the
+// four keys, and a pair shares each key chunk it loads. Each key's eight lanes are summed in hsum's order
+// (halves, then lanes i and i + 2, then the pair) - the same bits as dot(), whatever its neighbours; a
+// short last group repeats its last key and the caller drops the extra results.
 template <int Q>
 inline void scores_block(const float* q, const float* const* keys, int64_t j, int64_t n, int64_t d, float (*s)[4]) {
   const int64_t d8 = d & ~int64_t(7);
@@ -282,12 +279,12 @@ inline void scores_block(const float* q, const float* const* keys, int64_t j, in
 
 void scores(const float* q, int64_t nq, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
   for (int64_t r = 0; r < nq; r += 2) {
-    const int pair = r + 1 < nq;
+    const bool pair = r + 1 < nq;
     for (int64_t j = 0; j < n; j += 4) {
       float s[2][4];
       if (pair) scores_block<2>(q + r * d, keys, j, n, d, s);
       else scores_block<1>(q + r * d, keys, j, n, d, s);
-      for (int p = 0; p <= pair; ++p)
+      for (int p = 0; p <= int(pair); ++p)
         for (int64_t i = 0; i < 4 && j + i < n; ++i) out[(r + p) * n + j + i] = s[p][i] * scale;
     }
   }

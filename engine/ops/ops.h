@@ -31,7 +31,7 @@ struct Context {
 // A float32 tensor of zeros on a device (where the context runs).
 Tensor zeros(Device device, std::vector<int64_t> shape);
 inline Tensor zeros(const Context& ctx, std::vector<int64_t> shape) { return zeros(ctx.device, std::move(shape)); }
-// An output the op writing it fills completely (linear, attention, embedding): on the host not zeroed first.
+// An output the op writing it fills completely (linear, attention): on the host not zeroed first.
 Tensor scratch(const Context& ctx, std::vector<int64_t> shape);
 // t on `to` (a copy, or t itself when it is there already): how activations cross between devices.
 Tensor to_device(const Tensor& t, Device to);

@@ -121,18 +121,17 @@ std::vector<Scheduler::Sampled> Scheduler::commit(const StepPlan& plan, std::spa
                                                   const ForEach& for_each) {
   // Which items sample (a prompt slice that is not the last does not), then the sampling itself, each
   // item touching only its own sequence (its sampler, its logits row), then the tokens taken in order.
-  std::vector<std::map<uint64_t, std::unique_ptr<Sequence>>::iterator> at;
-  std::vector<size_t> rows;
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    auto it = fed(plan.items[i]);
-    if (it == sequences_.end()) continue;
-    at.push_back(it);
-    rows.push_back(i);
-  }
+  struct Sampling {
+    std::map<uint64_t, std::unique_ptr<Sequence>>::iterator sequence;
+    float* logits;
+  };
+  std::vector<Sampling> at;
+  for (size_t i = 0; i < plan.items.size(); ++i)
+    if (auto it = fed(plan.items[i]); it != sequences_.end()) at.push_back({it, logits[i]});
   std::vector<Sampled> sampled(at.size());
   auto sample = [&](int64_t k) {
-    Sequence& s = *at[size_t(k)]->second;
-    float* row = logits[rows[size_t(k)]];
+    Sequence& s = *at[size_t(k)].sequence->second;
+    float* row = at[size_t(k)].logits;
     std::span<const int32_t> output(s.context.data() + s.prompt_size, s.context.size() - s.prompt_size);
     std::vector<float> raw;
     if (s.request.logprobs >= 0) raw.assign(row, row + vocab);  // sampling rewrites the logits
@@ -143,7 +142,7 @@ std::vector<Scheduler::Sampled> Scheduler::commit(const StepPlan& plan, std::spa
   if (for_each) for_each(int64_t(at.size()), sample);
   else
     for (int64_t k = 0; k < int64_t(at.size()); ++k) sample(k);
-  for (size_t k = 0; k < at.size(); ++k) accept(at[k], sampled[k].token);
+  for (size_t k = 0; k < at.size(); ++k) accept(at[k].sequence, sampled[k].token);
   return sampled;
 }
 
