@@ -270,7 +270,7 @@ struct Weights<DType::Q6_K> {
   // The values in activation order: block 4h + k of the super-block is quarter k of half h (low nibbles
   // of ql's 64 bytes for quarters 0 and 1, high ones for 2 and 3; the top two bits from qh, 2k up).
   // quarters() gives a half's four blocks of unsigned values (0..63); unpack() stores all eight.
-  static void quarters(const Block& blk, int half, __m256i* u) {
+  [[gnu::always_inline]] static void quarters(const Block& blk, int half, __m256i* u) {
     const __m256i mask = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
     const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32), qh = load32(blk.qh + 32 * half);
     const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
@@ -402,7 +402,7 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
 
 // The super-block sb of rows + ahead (rows to come) asked for from memory.
 template <typename Block, int W>
-inline void prefetch_superblock(const uint8_t* const* rows, size_t ahead, int64_t sb) {
+[[gnu::always_inline]] inline void prefetch_superblock(const uint8_t* const* rows, size_t ahead, int64_t sb) {
   if (!ahead) return;
   for (int w = 0; w < W; ++w)
     for (size_t line = 0; line < sizeof(Block); line += 64)
