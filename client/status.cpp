@@ -121,7 +121,7 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     std::printf("models: none loaded\n");
     return 0;
   }
-  Table model_table({"MODEL", "ARCHITECTURE", "PARAMS", "DTYPES", "PLACEMENT", "WEIGHTS", "KV", "RUNNING", "TOK/S", "SOURCE"});
+  Table model_table({"MODEL", "ARCHITECTURE", "PARAMS", "DTYPES", "PLACEMENT", "WEIGHTS", "KV", "CACHED PAGES", "RUNNING", "TOK/S", "SOURCE"});
   for (auto m : models) {
     auto name = field<std::string_view>(m, admin::key::name);
     auto arch = field<std::string_view>(m, admin::key::architecture);
@@ -135,9 +135,16 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     uint64_t weights = 0, kv = 0;
     if (!m[admin::key::memory].get(mem))
       for (auto [device, use] : mem) weights += field<uint64_t>(use, admin::key::weight_bytes), kv += field<uint64_t>(use, admin::key::kv_bytes);
+    // Pages kept for reuse by the prefix cache, and the share of prompt tokens found there.
+    std::string cached = "off";
+    if (field<std::string_view>(m, admin::key::prefix_cache) != "off") {
+      const uint64_t queries = field<uint64_t>(m, admin::key::prefix_cache_queries);
+      cached = std::to_string(field<int64_t>(m, admin::key::kv_blocks_cached));
+      if (queries) cached += " (" + std::to_string(field<uint64_t>(m, admin::key::prefix_cache_hits) * 100 / queries) + "% hit)";
+    }
     if (args.empty() || name == args[0])
       model_table.add({std::string(name), std::string(arch), params, std::string(field<std::string_view>(m, admin::key::dtypes)), placement,
-                       format_bytes(double(weights)), format_bytes(double(kv)), std::to_string(field<int64_t>(m, admin::key::requests_running)),
+                       format_bytes(double(weights)), format_bytes(double(kv)), cached, std::to_string(field<int64_t>(m, admin::key::requests_running)),
                        tps, std::string(source)});
   }
   std::fputs(model_table.render().c_str(), stdout);

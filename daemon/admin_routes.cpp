@@ -22,6 +22,10 @@ void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
     ModelHandle::Load load = handle->load();
     w.key(admin::key::requests_running).number(uint64_t(load.running)).key(admin::key::requests_waiting).number(uint64_t(load.waiting));
     w.key(admin::key::kv_blocks_used).number(load.kv_blocks_used).key(admin::key::kv_blocks_total).number(load.kv_blocks_total);
+    w.key(admin::key::kv_blocks_cached).number(load.kv_blocks_cached);
+    w.key(admin::key::prefix_cache).string(load.prefix_cache ? "on" : "off");
+    w.key(admin::key::prefix_cache_queries).number(load.prefix_cache_queries);
+    w.key(admin::key::prefix_cache_hits).number(load.prefix_cache_hits).key(admin::key::preemptions).number(load.preemptions);
     w.key(admin::key::context_length).number(handle->context_length()).key(admin::key::threads).number(load.threads);
     w.key(admin::key::tokens_per_second).number(load.tokens_per_second);
     ModelHandle::Footprint f = handle->footprint();

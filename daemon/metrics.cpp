@@ -64,6 +64,15 @@ std::string Metrics::render(const Engine& engine) const {
   out += "# HELP ftllm_requests_running Sequences decoding now.\n# TYPE ftllm_requests_running gauge\n";
   std::string waiting = "# HELP ftllm_requests_waiting Requests queued for a model.\n# TYPE ftllm_requests_waiting gauge\n";
   std::string kv = "# HELP ftllm_kv_cache_usage_ratio Share of KV-cache blocks in use.\n# TYPE ftllm_kv_cache_usage_ratio gauge\n";
+  // vLLM's names' meaning: prompt tokens looked up in the prefix cache, and those found there.
+  std::string queries = "# HELP ftllm_prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
+                        "# TYPE ftllm_prefix_cache_queries_total counter\n";
+  std::string hits = "# HELP ftllm_prefix_cache_hits_total Prompt tokens found in the prefix cache.\n"
+                     "# TYPE ftllm_prefix_cache_hits_total counter\n";
+  std::string cached = "# HELP ftllm_kv_cache_cached_blocks KV-cache blocks kept for reuse (prefix cache).\n"
+                       "# TYPE ftllm_kv_cache_cached_blocks gauge\n";
+  std::string preempted = "# HELP ftllm_preemptions_total Running sequences sent back to the queue for want of KV blocks.\n"
+                          "# TYPE ftllm_preemptions_total counter\n";
   for (const ModelInfo& m : engine.models()) {
     auto h = engine.model(m.name);
     if (!h) continue;
@@ -73,8 +82,13 @@ std::string Metrics::render(const Engine& engine) const {
     std::snprintf(buf, sizeof buf, "ftllm_kv_cache_usage_ratio{model=\"%s\"} %.6f\n", m.name.c_str(),
                   l.kv_blocks_total ? double(l.kv_blocks_used) / double(l.kv_blocks_total) : 0.0);
     kv += buf;
+    const std::string label = "{model=\"" + m.name + "\"} ";
+    queries += "ftllm_prefix_cache_queries_total" + label + std::to_string(l.prefix_cache_queries) + "\n";
+    hits += "ftllm_prefix_cache_hits_total" + label + std::to_string(l.prefix_cache_hits) + "\n";
+    cached += "ftllm_kv_cache_cached_blocks" + label + std::to_string(l.kv_blocks_cached) + "\n";
+    preempted += "ftllm_preemptions_total" + label + std::to_string(l.preemptions) + "\n";
   }
-  return out + waiting + kv;
+  return out + waiting + kv + queries + hits + cached + preempted;
 }
 
 }  // namespace ftllm::daemon

@@ -25,7 +25,12 @@ struct ModelLoadOptions {
   std::string name;            // defaults to the directory's name
   int threads = 0;             // 0: one per core
   int64_t context_length = 0;  // 0: the model's own maximum, capped at kDefaultContextCap
-  int32_t max_sequences = 8;
+  // Sequences decoded at once; the KV cache holds this many at the full context. 0 (the default): the
+  // KV cache holds kDefaultKvSequences at the full context, and as many run as it has room for
+  // (Runner's rule).
+  int32_t max_sequences = 0;
+  int32_t kv_sequences() const { return max_sequences ? max_sequences : kDefaultKvSequences; }
+  std::string prefix_cache = "on";  // "off": no KV pages are kept for reuse between requests
   std::string chat_template;   // a file that overrides the model's own template (--chat_template)
   std::string cache_dir;       // where to find "org/name" models (default $HF_HOME/hub), offline
   std::string device = "cpu";  // fastllm's device syntax (runner/placement.h)
@@ -46,6 +51,7 @@ struct ModelLoadOptions {
 
   // A model's own context is capped here unless --ctx asks for more: the KV cache is sized for it.
   static constexpr int64_t kDefaultContextCap = 8192;
+  static constexpr int32_t kDefaultKvSequences = 8;
 };
 
 // Where an option may be given.
@@ -147,7 +153,8 @@ inline const std::vector<LoadOption>& load_options() {
       {"name", "--name", "", "NAME", "a name", 0, 0, kServing, &O::name},
       {"threads", "--threads", "-t", "N", "a positive number", 1, LoadOption::kUnbounded, kServing | kExport, &O::threads},
       {"context_length", "--ctx", "", "TOKENS", "a positive number of tokens", 1, LoadOption::kUnbounded, kServing, &O::context_length},
-      {"max_sequences", "--max_sequences", "", "N", "a number from 1 to 1024", 1, 1024, kServing, &O::max_sequences},
+      {"max_sequences", "--max_sequences", "", "N", "a number from 0 (sized from the KV cache) to 1024", 0, 1024, kServing, &O::max_sequences},
+      {"prefix_cache", "--prefix_cache", "", "on|off", "on or off", 0, 0, kServing, &O::prefix_cache},
       {"chat_template", "--chat_template", "", "FILE", "a file", 0, 0, kServing | kExport, &O::chat_template},
       {"cache_dir", "--cache_dir", "", "DIR", "a directory", 0, 0, kCommandLine | kAdmin | kExport, &O::cache_dir},
       {"dtype", "--dtype", "", "DTYPE", "a dtype", 0, 0, kServing | kExport, &O::dtype},

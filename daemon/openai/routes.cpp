@@ -96,6 +96,9 @@ struct Reply {
   std::string id;
   int64_t created = 0;
   size_t prompt_tokens = 0, completion_tokens = 0, remaining = 0;
+  // Per prompt: the fewest of its tokens any of its choices read from the prefix cache (a prompt is
+  // counted once, as in prompt_tokens, and computed at least once).
+  std::vector<int64_t> cached_tokens;
   std::vector<std::string> choices;  // finished choices' JSON (whole responses)
   // The model, for cancelling: weak, as the reply lives as long as its exchange; the choices hold it
   // (an unloaded model stays until its running choices end).
@@ -123,12 +126,16 @@ class Generation : public std::enable_shared_from_this<Generation> {
     model_ = std::move(model);
     model_name_ = model_->name();
     prompt_tokens_ = reply_->prompt_tokens;
-    if (body_.stream && body_.chat)
-      send_chunk([](JsonWriter& w) { w.key("role").string("assistant").key("content").string(""); }, nullptr);
   }
 
   void on_event(const TextEvent& e) {
     if (finished_) return;
+    // The role's chunk goes with the first token, not before: a client's time to first token (and the
+    // first byte after the headers) includes the wait in the queue.
+    if (body_.stream && body_.chat && !role_sent_) {
+      role_sent_ = true;
+      send_chunk([](JsonWriter& w) { w.key("role").string("assistant").key("content").string(""); }, nullptr);
+    }
     const auto now = Clock::now();
     if (!e.tokens.empty()) {
       if (first_token_at_ == Clock::time_point{}) {
@@ -273,6 +280,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
     w.key("prompt_tokens").number(int64_t(prompt_tokens_));
     w.key("completion_tokens").number(int64_t(reply_->completion_tokens));
     w.key("total_tokens").number(int64_t(prompt_tokens_ + reply_->completion_tokens));
+    int64_t cached = 0;
+    for (int64_t c : reply_->cached_tokens) cached += std::max<int64_t>(c, 0);
+    w.key("prompt_tokens_details").begin_object().key("cached_tokens").number(cached).end_object();
     w.end_object();
   }
 
@@ -295,6 +305,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
       return ex_->finish();
     }
     reply_->completion_tokens += completion_tokens_;
+    int64_t& cached = reply_->cached_tokens[index_ / size_t(body_.request.n)];
+    cached = cached < 0 ? r.cached_tokens : std::min(cached, r.cached_tokens);
     const char* reason = !calls_.empty() && r.finish != FinishReason::Length ? "tool_calls"
                          : r.stopped                                        ? "stop"
                                                                             : finish_name(r.finish);
@@ -365,6 +377,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   std::string id_, text_, reasoning_;
   int64_t created_;
   Clock::time_point started_, first_token_at_{}, last_token_at_{};
+  bool role_sent_ = false;
   bool finished_ = false;
 };
 
@@ -400,6 +413,7 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
   reply->created = unix_now();
   reply->remaining = body->request.choice_count();
   reply->choices.resize(reply->remaining);
+  reply->cached_tokens.assign(body->request.prompt_count(), -1);
   std::vector<std::shared_ptr<Generation>> choices;
   for (size_t i = 0; i < reply->remaining; ++i) choices.push_back(std::make_shared<Generation>(api, reply, i, body));
   // The engine's events reach the choices on the loop thread. Engine threads hold only weak references,

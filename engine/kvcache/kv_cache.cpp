@@ -1,11 +1,18 @@
 #include "kv_cache.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace ftllm::kvcache {
 
 KvPool::KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_tokens, int64_t num_blocks, bool keys_only)
-    : row_(kv_heads * head_dim), block_tokens_(block_tokens), num_blocks_(num_blocks), kinds_(keys_only ? 1 : 2) {
+    : row_(kv_heads * head_dim),
+      block_tokens_(block_tokens),
+      num_blocks_(num_blocks),
+      kinds_(keys_only ? 1 : 2),
+      holders_(size_t(num_blocks), 0),
+      idle_at_(size_t(num_blocks)),
+      hash_of_(size_t(num_blocks), 0) {
   for (int64_t l = 0; l < layers; ++l) storage_.push_back(host_storage(layer_shape()));
   shards_.resize(size_t(layers));
   free_.reserve(size_t(num_blocks));
@@ -24,26 +31,121 @@ Tensor KvPool::host_storage(std::vector<int64_t> shape) {
 void KvPool::replace_layer(int64_t layer, Tensor storage) { storage_[size_t(layer)] = std::move(storage); }
 
 int32_t KvPool::allocate() {
-  if (free_.empty()) return -1;
-  int32_t b = free_.back();
-  free_.pop_back();
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else if (!idle_.empty()) {  // the least recently used cached block gives way
+    b = idle_.front();
+    idle_.pop_front();
+    published_.erase(std::exchange(hash_of_[size_t(b)], 0));
+  } else {
+    return -1;
+  }
+  holders_[size_t(b)] = 1;
   return b;
 }
 
-void KvPool::release(int32_t block) { free_.push_back(block); }
+void KvPool::retain(int32_t block) {
+  if (holders_[size_t(block)]++ == 0) idle_.erase(idle_at_[size_t(block)]);
+}
+
+void KvPool::release(int32_t block) {
+  if (--holders_[size_t(block)] > 0) return;
+  if (hash_of_[size_t(block)]) idle_at_[size_t(block)] = idle_.insert(idle_.end(), block);
+  else free_.push_back(block);
+}
+
+void KvPool::set_prefix_cache(bool on) {
+  prefix_cache_ = on;
+  if (on) return;
+  // Forget every published block: idle ones are free again, held ones are freed when let go.
+  for (auto& [hash, p] : published_) hash_of_[size_t(p.block)] = 0;
+  published_.clear();
+  for (int32_t b : idle_) free_.push_back(b);
+  idle_.clear();
+}
+
+uint64_t KvPool::chain_hash(uint64_t parent, std::span<const int32_t> tokens) {
+  // 64-bit mixing (splitmix64's finalizer) over the parent and each token; never 0 (0 marks "unpublished").
+  auto mix = [](uint64_t x) {
+    x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27, x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  uint64_t h = mix(parent + 0x9e3779b97f4a7c15ULL);
+  for (int32_t t : tokens) h = mix(h ^ (uint64_t(uint32_t(t)) + 0x9e3779b97f4a7c15ULL + (h << 6)));
+  return h ? h : 1;
+}
+
+int32_t KvPool::lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) const {
+  if (!prefix_cache_) return -1;
+  auto it = published_.find(hash);
+  if (it == published_.end() || it->second.parent != parent || !std::ranges::equal(it->second.tokens, tokens)) return -1;
+  return it->second.block;
+}
+
+int32_t KvPool::publish(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) {
+  if (!prefix_cache_) return block;
+  auto [it, added] = published_.try_emplace(hash, Published{parent, {tokens.begin(), tokens.end()}, block});
+  if (added) hash_of_[size_t(block)] = hash;
+  return it->second.block;
+}
+
+int64_t SequenceKv::attach_prefix(KvPool& pool, std::span<const int32_t> context) {
+  const int64_t bt = pool.block_tokens();
+  const int64_t most = (int64_t(context.size()) - 1) / bt;  // whole blocks before the last token
+  uint64_t parent = chain.empty() ? 0 : chain.back();
+  for (int64_t i = int64_t(blocks.size()); i < most; ++i) {
+    std::span<const int32_t> block_tokens = context.subspan(size_t(i * bt), size_t(bt));
+    const uint64_t hash = KvPool::chain_hash(parent, block_tokens);
+    const int32_t b = pool.lookup(hash, parent, block_tokens);
+    if (b < 0) break;
+    pool.retain(b);
+    blocks.push_back(b);
+    chain.push_back(hash);
+    tokens.insert(tokens.end(), block_tokens.begin(), block_tokens.end());
+    parent = hash;
+  }
+  return int64_t(tokens.size());
+}
+
+void SequenceKv::written(KvPool& pool, std::span<const int32_t> fed) {
+  tokens.insert(tokens.end(), fed.begin(), fed.end());
+  if (!pool.prefix_cache()) return;
+  const int64_t bt = pool.block_tokens();
+  for (int64_t i = int64_t(chain.size()); i < int64_t(tokens.size()) / bt; ++i) {
+    std::span<const int32_t> block_tokens(tokens.data() + i * bt, size_t(bt));
+    const uint64_t parent = chain.empty() ? 0 : chain.back();
+    const uint64_t hash = KvPool::chain_hash(parent, block_tokens);
+    const int32_t published = pool.publish(blocks[size_t(i)], hash, parent, block_tokens);
+    if (published != blocks[size_t(i)]) {
+      // Another sequence computed the same rows first: share its block and free this copy.
+      pool.retain(published);
+      pool.release(std::exchange(blocks[size_t(i)], published));
+    }
+    chain.push_back(hash);
+  }
+}
+
+int64_t SequenceKv::blocks_needed(const KvPool& pool, int64_t tokens) const {
+  return std::max<int64_t>(0, (tokens + pool.block_tokens() - 1) / pool.block_tokens() - int64_t(blocks.size()));
+}
 
 bool SequenceKv::reserve(KvPool& pool, int64_t tokens) {
-  int64_t needed = (tokens + pool.block_tokens() - 1) / pool.block_tokens() - int64_t(blocks.size());
-  if (needed <= 0) return true;
+  const int64_t needed = blocks_needed(pool, tokens);
   if (needed > pool.free_blocks()) return false;
   for (int64_t i = 0; i < needed; ++i) blocks.push_back(pool.allocate());
   return true;
 }
 
 void SequenceKv::release(KvPool& pool) {
-  for (int32_t b : blocks) pool.release(b);
+  // Last block first: the least recently used end of the cache gets a chain's tail before its head, so
+  // what stays cached is always a prefix someone can reach.
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool.release(*b);
   blocks.clear();
-  length = 0;
+  tokens.clear();
+  chain.clear();
 }
 
 }  // namespace ftllm::kvcache

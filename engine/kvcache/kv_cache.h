@@ -3,10 +3,20 @@
 // per model, so sequences of any length share memory without fragmenting it. Each layer's pages live
 // where that layer runs (host memory, or a CUDA device's when the layer is placed there); a block id
 // means the same slots in every layer.
+//
+// Prefix caching: a full block whose rows are written is published under the hash chain of the tokens up
+// to its end; a later sequence whose context starts with the same tokens takes those blocks by reference
+// instead of computing them again. A block is shared by reference count; when the last sequence lets go,
+// a published block stays cached (least recently used first out) until the pool needs it for new rows.
+// The rows depend only on the tokens before them and the model, and a pool belongs to one loaded model
+// (its weights, dtype rules and KV layout), so the tokens are the whole key.
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "../core/tensor.h"
@@ -23,14 +33,29 @@ class KvPool {
   int64_t layers() const { return int64_t(storage_.size()); }
   int64_t block_tokens() const { return block_tokens_; }
   int64_t num_blocks() const { return num_blocks_; }
-  int64_t free_blocks() const { return int64_t(free_.size()); }
+  // Blocks a sequence can take: never used, or cached with no sequence holding them (evicted on taking).
+  int64_t free_blocks() const { return int64_t(free_.size() + idle_.size()); }
+  int64_t used_blocks() const { return num_blocks_ - free_blocks(); }  // held by sequences
+  int64_t cached_blocks() const { return int64_t(published_.size()); }  // published (held or idle)
   int64_t row_floats() const { return row_; }  // kv_heads * head_dim
   int64_t block_floats() const { return block_tokens_ * row_; }
   size_t bytes() const { return layer_bytes() * storage_.size(); }
   size_t layer_bytes() const { return size_t(kinds_ * num_blocks_ * block_tokens_ * row_) * sizeof(float); }
 
-  int32_t allocate();  // -1 when the pool is exhausted
-  void release(int32_t block);
+  int32_t allocate();  // -1 when the pool is exhausted; evicts the least recently used idle cached block
+  void retain(int32_t block);  // one more holder
+  void release(int32_t block);  // one holder fewer
+
+  // Prefix caching: off, nothing is published or found (lookup always misses).
+  void set_prefix_cache(bool on);
+  bool prefix_cache() const { return prefix_cache_; }
+  // The published block whose tokens are `tokens` after the chain `parent` (0 at the start), or -1.
+  // `hash` is chain_hash(parent, tokens).
+  int32_t lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) const;
+  // Publishes a full, written block; returns the block now published under that hash (another one when
+  // the same tokens were published first: the caller may switch to it).
+  int32_t publish(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
+  static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens);
 
   // The key (value) row of one token: kv_heads * head_dim floats, in the layer's memory (a device
   // pointer when the layer is on a device: for kernels, not for the host to read).
@@ -61,17 +86,39 @@ class KvPool {
   int kinds_;  // 2: keys and values; 1: keys only
   std::vector<Tensor> storage_;  // per layer
   std::vector<std::vector<Tensor>> shards_;  // per layer; empty unless split over devices
-  std::vector<int32_t> free_;
+  std::vector<int32_t> free_;  // never used, or unpublished when let go
+
+  // Per block: holders, and where it sits in idle_ when cached with none.
+  std::vector<int32_t> holders_;
+  std::vector<std::list<int32_t>::iterator> idle_at_;
+  std::list<int32_t> idle_;  // cached, held by no sequence: least recently used first
+  struct Published {
+    uint64_t parent;
+    std::vector<int32_t> tokens;  // compared on lookup, so a hash collision is a miss, not wrong rows
+    int32_t block;
+  };
+  std::unordered_map<uint64_t, Published> published_;  // by chain hash
+  std::vector<uint64_t> hash_of_;  // per block: its published hash, or 0
+  bool prefix_cache_ = true;
 };
 
-// One sequence's blocks and how many of its tokens are cached.
+// One sequence's blocks, and the tokens whose rows they hold.
 struct SequenceKv {
   std::vector<int32_t> blocks;
-  int64_t length = 0;
+  std::vector<int32_t> tokens;   // written rows' tokens, in position order (appended by written())
+  std::vector<uint64_t> chain;   // hash chain of the full blocks published or found so far
 
+  // Takes the cached blocks that hold the longest prefix of `context` (whole blocks, leaving at least its
+  // last token to compute, as its logits are wanted). Call on a sequence with no blocks. Returns the tokens
+  // found.
+  int64_t attach_prefix(KvPool& pool, std::span<const int32_t> context);
+  // After a step wrote the rows of `fed` (the next tokens in order): publishes each block they filled.
+  void written(KvPool& pool, std::span<const int32_t> fed);
   // Makes room for `tokens` positions in total. Returns false (allocating nothing) when the pool
   // has too few free blocks.
   bool reserve(KvPool& pool, int64_t tokens);
+  // Blocks still to take for `tokens` positions in total.
+  int64_t blocks_needed(const KvPool& pool, int64_t tokens) const;
   void release(KvPool& pool);
   int32_t block_of(int64_t pos, int64_t block_tokens) const { return blocks[size_t(pos / block_tokens)]; }
 };

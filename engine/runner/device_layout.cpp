@@ -49,13 +49,13 @@ DeviceLayout::DeviceLayout(model::DecoderModel& model, kvcache::KvPool& kv, cons
   }
 }
 
-std::optional<int32_t> DeviceLayout::apply(const Placement& placement, int threads) {
+void DeviceLayout::apply(const Placement& placement, int threads) {
   if (threads <= 0) threads = pool_->size();
   // NUMA mode: one pool whose threads are grouped by node, over weights whose rows are split the same way.
   // --moe_device numa alone: only the experts' rows are split, but the pool is grouped the same way.
   const bool numa_mode = placement.numa_mode();
   if (numa_mode || experts_on_nodes_) place_weights_on_nodes(!numa_mode);
-  const std::optional<int32_t> sequences = move_to_devices(placement);
+  move_to_devices(placement);
   const bool grouped = numa_mode || experts_on_nodes_;
   if (threads != pool_->size() || grouped != (pool_->groups() > 1))
     pool_ = grouped ? std::make_unique<cpu::ThreadPool>(threads, split_nodes_) : std::make_unique<cpu::ThreadPool>(threads);
@@ -82,10 +82,9 @@ std::optional<int32_t> DeviceLayout::apply(const Placement& placement, int threa
     }
   }
   placement_ = placement;
-  return sequences;
 }
 
-std::optional<int32_t> DeviceLayout::move_to_devices(const Placement& placement) {
+void DeviceLayout::move_to_devices(const Placement& placement) {
   using D = model::DecoderModel;
   const model::ModelConfig& c = model_.config();
   const bool first_placement = !placed_;
@@ -147,12 +146,12 @@ std::optional<int32_t> DeviceLayout::move_to_devices(const Placement& placement)
                       " of its " + gib(free_now) + " free is " + gib(budget) + "; place fewer layers there (as {'cuda:" +
                       std::to_string(gpu) + "':3,'cpu':1}), lower --ctx or --max_sequences, use a smaller --dtype, or raise --gpu_memory");
   }
-  std::optional<int32_t> sequences;
   if (blocks < kv_.num_blocks()) {
-    sequences = int32_t(std::min<int64_t>(blocks / per_sequence, options_.max_sequences));
+    const bool prefix_cache = kv_.prefix_cache();
     kv_ = kvcache::KvPool(c.num_layers, 1, c.kv_row_floats(), kKvBlockTokens, blocks, c.kv_keys_only());
+    kv_.set_prefix_cache(prefix_cache);
     notes_.add("the KV cache holds " + std::to_string(blocks / per_sequence) + " sequences of " + std::to_string(context_) +
-               " tokens (not " + std::to_string(options_.max_sequences) + "): that is what --gpu_memory " +
+               " tokens (not " + std::to_string(options_.kv_sequences()) + "): that is what --gpu_memory " +
                share_text(options_.gpu_memory) + " of the GPU's free memory holds");
   }
 
@@ -179,7 +178,6 @@ std::optional<int32_t> DeviceLayout::move_to_devices(const Placement& placement)
   placed_ = true;
   if (!(model_.head_device() == head)) model_.move_head(move_to(head));
   measure_memory();
-  return sequences;
 }
 
 // What sits where now, for status (read on other threads: computed here, between steps).

@@ -41,9 +41,8 @@ class DeviceLayout {
 
   // Moves what `placement` places elsewhere and sets the compute threads (0: as many as now). Throws
   // EngineError, before moving anything, for what cannot go (a GPU's share of memory too small). At the
-  // first placement the KV pool shrinks instead to the whole sequences that fit; the result then says
-  // how many sequences it holds.
-  std::optional<int32_t> apply(const Placement& placement, int threads);
+  // first placement the KV pool shrinks instead to the whole sequences that fit (and says so in the notes).
+  void apply(const Placement& placement, int threads);
 
   const Placement& placement() const { return placement_; }
   cpu::ThreadPool& pool() { return *pool_; }
@@ -55,7 +54,7 @@ class DeviceLayout {
   std::vector<DeviceMemory> memory() const;
 
  private:
-  std::optional<int32_t> move_to_devices(const Placement& placement);
+  void move_to_devices(const Placement& placement);
   void split_kv(int64_t l, const std::vector<model::DecoderModel::ShardSpan>& spans);
   Tensor join_kv_shards(int64_t l);
   // --device numa (every matrix) or --moe_device numa (experts only): rows split over the nodes, once.

@@ -24,7 +24,7 @@ int64_t served_context(const ModelLoadOptions& o, const model::ModelConfig& c) {
 }
 
 int64_t kv_blocks_for(const ModelLoadOptions& o, const model::ModelConfig& c) {
-  return o.max_sequences * ((served_context(o, c) + kKvBlockTokens - 1) / kKvBlockTokens);
+  return o.kv_sequences() * ((served_context(o, c) + kKvBlockTokens - 1) / kKvBlockTokens);
 }
 
 namespace {
@@ -87,6 +87,8 @@ uint64_t available_memory() {
 
 // Refuses a KV cache that cannot fit in the memory available now, with what to change.
 void check_kv_fits(const ModelLoadOptions& o, const model::ModelConfig& c) {
+  if (o.prefix_cache != "on" && o.prefix_cache != "off")
+    throw EngineError("--prefix_cache takes on or off, not \"" + o.prefix_cache + "\"");
   const uint64_t bytes = uint64_t(c.num_layers) * (c.kv_keys_only() ? 1 : 2) * uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens *
                          uint64_t(c.kv_row_floats()) * 4;
   const uint64_t available = available_memory();
@@ -95,7 +97,7 @@ void check_kv_fits(const ModelLoadOptions& o, const model::ModelConfig& c) {
     std::snprintf(msg, sizeof msg,
                   "the KV cache for %d sequences of %lld tokens needs %.1f GiB but only %.1f GiB of memory is available; "
                   "lower the context (--ctx) or the sequences (--max_sequences)",
-                  o.max_sequences, (long long)served_context(o, c), double(bytes) / (1 << 30), double(available) / (1 << 30));
+                  o.kv_sequences(), (long long)served_context(o, c), double(bytes) / (1 << 30), double(available) / (1 << 30));
     throw EngineError(msg);
   }
 }

@@ -13,10 +13,11 @@ ModelInstance::ModelInstance(LoadedModel loaded)
           config().kv_keys_only()),
       layout_(*loaded_.model, kv_, loaded_.options, context_, notes_) {
   std::string note;
-  const std::optional<int32_t> sequences = layout_.apply(Placement::parse(options().device, config().num_layers, &note), 0);
+  kv_.set_prefix_cache(options().prefix_cache != "off");
+  layout_.apply(Placement::parse(options().device, config().num_layers, &note), 0);
   notes_.add(note);
   notes_.add(loaded_.notes);
-  runner_ = std::make_unique<Runner>(*loaded_.model, kv_, layout_, notes_, context_, sequences.value_or(options().max_sequences));
+  runner_ = std::make_unique<Runner>(*loaded_.model, kv_, layout_, notes_, context_, options().max_sequences);
 }
 
 ModelInstance::~ModelInstance() { runner_.reset(); }

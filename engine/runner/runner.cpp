@@ -19,7 +19,9 @@ Runner::Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayo
       layout_(layout),
       notes_(notes),
       context_(context),
-      scheduler_(scheduler::SchedulerLimits{.max_running = max_running}),
+      scheduler_(scheduler::SchedulerLimits{
+          .max_running = max_running ? max_running
+                                     : int32_t(std::clamp<int64_t>(kv.num_blocks() * kv.block_tokens() / kTokensPerRunning, 1, kMaxRunning))}),
       placement_(layout.placement()),
       current_threads_(layout.pool().size()),
       worker_([this] { worker_loop(); }) {}
@@ -107,7 +109,12 @@ ServingLoad Runner::load() const {
   l.running = running_;
   l.waiting = waiting_;
   l.kv_blocks_total = kv_.num_blocks();
-  l.kv_blocks_used = kv_.num_blocks() - kv_.free_blocks();
+  l.kv_blocks_used = kv_.used_blocks();
+  l.kv_blocks_cached = kv_.cached_blocks();
+  l.prefix_cache = kv_.prefix_cache();
+  l.prefix_cache_queries = prefix_queries_;
+  l.prefix_cache_hits = prefix_hits_;
+  l.preemptions = preemptions_;
   l.threads = current_threads_;
   const auto now = std::chrono::steady_clock::now();
   size_t tokens = 0;
@@ -228,11 +235,18 @@ void Runner::fail_all_running(const std::string& message) {
   for (uint64_t id : ids) scheduler_.fail(id, message);
 }
 
+void Runner::release_pages(uint64_t id) {
+  if (auto it = caches_.find(id); it != caches_.end()) {
+    it->second.release(kv_);
+    caches_.erase(it);
+  }
+  std::erase_if(computing_, [&](const auto& entry) { return entry.second == id; });
+}
+
 // Reports finished sequences (cancelled ones included) and frees their pages.
 void Runner::report_finished() {
   for (scheduler::Finished& f : scheduler_.take_finished()) {
-    caches_[f.seq_id].release(kv_);
-    caches_.erase(f.seq_id);
+    release_pages(f.seq_id);
     GenerationCallback cb;
     {
       std::lock_guard lock(mu_);
@@ -248,37 +262,92 @@ void Runner::report_finished() {
   }
 }
 
-void Runner::step() {
-  const model::ModelConfig& c = model_.config();
-  scheduler::StepPlan plan = scheduler_.plan();
-  model::Batch batch;
+scheduler::Admission Runner::admit(uint64_t id, std::span<const int32_t> context) {
+  kvcache::SequenceKv& kv = caches_[id];  // empty: a sequence joining, or rejoining after preemption
+  const int64_t cached = kv.attach_prefix(kv_, context);
+  const int64_t bt = kv_.block_tokens();
+  // The chain of the context's full blocks not found: a waiting sequence whose next block another one is
+  // computing (the choices of n > 1, users of one system prompt) takes it from the cache next step.
+  std::vector<uint64_t> pending;
+  for (uint64_t parent = kv.chain.empty() ? 0 : kv.chain.back(); int64_t(kv.chain.size() + pending.size() + 1) * bt <= int64_t(context.size());) {
+    const size_t i = kv.chain.size() + pending.size();
+    parent = kvcache::KvPool::chain_hash(parent, context.subspan(i * size_t(bt), size_t(bt)));
+    pending.push_back(parent);
+  }
+  auto leave = [&](scheduler::Admission::Kind why) {
+    release_pages(id);
+    return scheduler::Admission{why, 0};
+  };
+  if (kv_.prefix_cache() && !pending.empty())
+    if (auto it = computing_.find(pending.front()); it != computing_.end() && it->second != id) return leave(scheduler::Admission::Skip);
+  // Room for its whole context and its first new token, and a block for each running sequence to grow into.
+  if (kv.blocks_needed(kv_, int64_t(context.size()) + 1) + int64_t(scheduler_.running()) > kv_.free_blocks())
+    return leave(scheduler::Admission::Wait);
+  if (kv_.prefix_cache())
+    for (uint64_t hash : pending) computing_.try_emplace(hash, id);
+  prefix_queries_ += context.size();
+  prefix_hits_ += uint64_t(cached);
+  return {scheduler::Admission::Join, cached};
+}
+
+std::vector<kvcache::SequenceKv*> Runner::reserve_pages(scheduler::StepPlan& plan) {
+  auto needed = [&] {
+    int64_t n = 0;
+    for (const scheduler::StepItem& item : plan.items)
+      n += caches_[item.seq_id].blocks_needed(kv_, item.start_pos + int64_t(item.tokens.size()));
+    return n;
+  };
+  // The newest first: it has waited least, and has the least to compute again.
+  while (plan.items.size() > 1 && needed() > kv_.free_blocks()) {
+    const uint64_t id = plan.items.back().seq_id;
+    plan.items.pop_back();
+    release_pages(id);
+    scheduler_.preempt(id);
+    ++preemptions_;
+  }
   std::vector<kvcache::SequenceKv*> seqs;
-  std::vector<uint64_t> failed;
   for (const scheduler::StepItem& item : plan.items) {
     kvcache::SequenceKv& kv = caches_[item.seq_id];
-    if (!kv.reserve(kv_, item.start_pos + int64_t(item.tokens.size()))) {
-      failed.push_back(item.seq_id);
-      continue;
-    }
-    const int32_t s = int32_t(seqs.size());
+    if (!kv.reserve(kv_, item.start_pos + int64_t(item.tokens.size())))  // one sequence longer than the pool
+      throw EngineError("the KV cache cannot hold " + std::to_string(item.start_pos + item.tokens.size()) +
+                        " tokens; load the model with a larger --max_sequences or a shorter --ctx");
     seqs.push_back(&kv);
+  }
+  return seqs;
+}
+
+void Runner::step() {
+  const model::ModelConfig& c = model_.config();
+  scheduler::StepPlan plan = scheduler_.plan([this](uint64_t id, std::span<const int32_t> context) { return admit(id, context); });
+  std::vector<kvcache::SequenceKv*> seqs;
+  try {
+    seqs = reserve_pages(plan);
+  } catch (const std::exception& e) {
+    for (const auto& item : plan.items) scheduler_.fail(item.seq_id, e.what());
+    return;
+  }
+  model::Batch batch;
+  for (size_t s = 0; s < plan.items.size(); ++s) {
+    const scheduler::StepItem& item = plan.items[s];
     for (size_t j = 0; j < item.tokens.size(); ++j) {
       batch.tokens.push_back(item.tokens[j]);
       batch.positions.push_back(item.start_pos + int64_t(j));
-      batch.seq.push_back(s);
+      batch.seq.push_back(int32_t(s));
     }
     batch.logit_rows.push_back(int64_t(batch.tokens.size()) - 1);
   }
-  for (uint64_t id : failed) scheduler_.fail(id, "the KV cache is full; retry when other requests finish");
-  std::erase_if(plan.items, [&](const scheduler::StepItem& it) {
-    return std::find(failed.begin(), failed.end(), it.seq_id) != failed.end();
-  });
   if (batch.tokens.empty()) return;
 
   ops::Context ctx = layout_.context();
   std::vector<scheduler::Scheduler::Sampled> sampled;
   try {
     Tensor logits = model_.forward(ctx, batch, kv_, seqs, layout_.layer_contexts(), false);
+    // The rows are written: full blocks go into the prefix cache (before sampling, which may end them).
+    for (size_t s = 0; s < plan.items.size(); ++s) {
+      const size_t published = seqs[s]->chain.size();
+      seqs[s]->written(kv_, plan.items[s].tokens);
+      for (size_t i = published; i < seqs[s]->chain.size(); ++i) computing_.erase(seqs[s]->chain[i]);
+    }
     if (logits.device.is_cuda() && scheduler_.plain_greedy(plan)) {
       // Greedy decoding picks on the GPU: R token ids cross instead of R rows of the vocabulary.
       sampled = scheduler_.commit_tokens(plan, ops::argmax_rows(ctx, logits));

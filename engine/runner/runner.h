@@ -3,6 +3,7 @@
 // threads and are applied between two steps, so running generations go on with the same results.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -35,9 +36,14 @@ struct ForwardPass {
 
 class Runner {
  public:
-  // Starts the worker. `max_running`: sequences decoded at once (the KV pool holds that many at `context`).
+  // Starts the worker. At most `max_running` sequences run at once (0: one per kTokensPerRunning tokens
+  // of the KV pool, from 1 to kMaxRunning); one joins only when the pool has room for its whole prompt
+  // (and a block for each running sequence to grow into). When running sequences outgrow the pool, the
+  // newest goes back to the queue and computes its context again later (mostly from the prefix cache).
   Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayout& layout, LoadNotes& notes, int64_t context,
          int32_t max_running);
+  static constexpr int64_t kTokensPerRunning = 64;
+  static constexpr int32_t kMaxRunning = 256;
   ~Runner();  // cancels what is running (each gets its Cancelled event) and stops the worker
 
   // Queues a generation; it joins the running batch at the next step. Returns its id for cancel().
@@ -61,6 +67,11 @@ class Runner {
   void take_arrivals();
   void apply_changes(std::optional<Placement> placement, int threads);
   void step();  // one plan / forward / commit
+  scheduler::Admission admit(uint64_t id, std::span<const int32_t> context);
+  // Takes pages for the plan's items, sending the newest running sequences back to the queue while the
+  // pool is short; returns the items' caches (the plan loses the items sent back).
+  std::vector<kvcache::SequenceKv*> reserve_pages(scheduler::StepPlan& plan);
+  void release_pages(uint64_t id);
   void report_finished();
   void fail_all_running(const std::string& message);
   GenerationCallback* callback_of(uint64_t id);
@@ -74,6 +85,9 @@ class Runner {
   std::mutex compute_mu_;  // the KV pool and the layout: the worker's steps, and exclusive()
   scheduler::Scheduler scheduler_;                  // worker thread only
   std::map<uint64_t, kvcache::SequenceKv> caches_;  // by request id; worker thread only
+  // Full blocks of admitted prompts not yet computed, by chain hash: the sequence computing each. A
+  // waiting sequence whose prefix one of them computes waits a step for it rather than computing it too.
+  std::map<uint64_t, uint64_t> computing_;  // worker thread only
 
   mutable std::mutex mu_;  // everything below
   std::condition_variable wake_;
@@ -91,6 +105,7 @@ class Runner {
   Placement placement_;  // the layout's, copied for other threads
   uint64_t next_id_ = 1;
   size_t running_ = 0, waiting_ = 0;
+  std::atomic<uint64_t> prefix_queries_ = 0, prefix_hits_ = 0, preemptions_ = 0;  // prompt tokens, as ServingLoad has them
   int current_threads_ = 0;
   std::deque<std::pair<std::chrono::steady_clock::time_point, size_t>> recent_tokens_;  // for tokens/s
   bool stop_ = false;

@@ -58,6 +58,7 @@ struct GenerationResult {
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::Length;
   std::string error;  // set when finish == Error
+  int64_t cached_tokens = 0;  // prompt tokens whose KV rows came from the prefix cache
 };
 
 // What a running generation reports, in order: new tokens as they are sampled, then once its end.
@@ -71,7 +72,12 @@ struct GenerationEvent {
 // How busy a model is, for status and admission.
 struct ServingLoad {
   size_t running = 0, waiting = 0;
-  int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0, kv_blocks_total = 0;  // used: held by running sequences
+  int64_t kv_blocks_cached = 0;  // published for reuse (held or idle); idle ones give way to new rows
+  // Prefix cache, since the load: prompt tokens looked up, and those found (vLLM's queries and hits).
+  uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
+  uint64_t preemptions = 0;  // running sequences sent back to the queue for want of KV pages
+  bool prefix_cache = true;
   int threads = 0;
   double tokens_per_second = 0;  // generated over the last 10 seconds
 };

@@ -36,6 +36,7 @@ void Scheduler::finish(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator i
   r.tokens.assign(s.context.begin() + int64_t(s.prompt_size), s.context.end());
   r.finish = why;
   r.error = std::move(error);
+  r.cached_tokens = s.cached.value_or(0);
   finished_.push_back({s.id, std::move(r)});
   std::erase(running_, s.id);
   std::erase(waiting_, s.id);
@@ -52,7 +53,7 @@ void Scheduler::fail(uint64_t seq_id, std::string message) {
   if (it != sequences_.end()) finish(it, FinishReason::Error, std::move(message));
 }
 
-StepPlan Scheduler::plan() {
+StepPlan Scheduler::plan(const Admit& admit) {
   StepPlan plan;
   int64_t budget = limits_.max_batch_tokens;
   // Sequences still feeding their prompt (a long one continues in slices), and decoders.
@@ -63,16 +64,31 @@ StepPlan Scheduler::plan() {
     plan.items.push_back({id, std::vector<int32_t>(s.context.begin() + s.fed, s.context.begin() + s.fed + n), s.fed});
     budget -= n;
   }
-  while (!waiting_.empty() && int32_t(running_.size()) < limits_.max_running && budget > 0) {
-    uint64_t id = waiting_.front();
-    waiting_.pop_front();
-    running_.push_back(id);
+  for (auto it = waiting_.begin(); it != waiting_.end() && int32_t(running_.size()) < limits_.max_running && budget > 0;) {
+    const uint64_t id = *it;
     Sequence& s = *sequences_.at(id);
-    int64_t n = std::min<int64_t>(int64_t(s.context.size()), budget);
-    plan.items.push_back({id, std::vector<int32_t>(s.context.begin(), s.context.begin() + n), 0});
+    const Admission a = admit ? admit(id, s.context) : Admission{};
+    if (a.kind == Admission::Wait) break;
+    if (a.kind == Admission::Skip) {
+      ++it;
+      continue;
+    }
+    it = waiting_.erase(it);
+    running_.push_back(id);
+    if (!s.cached) s.cached = a.cached;
+    s.fed = a.cached;
+    const int64_t n = std::min<int64_t>(int64_t(s.context.size()) - s.fed, budget);
+    plan.items.push_back({id, std::vector<int32_t>(s.context.begin() + s.fed, s.context.begin() + s.fed + n), s.fed});
     budget -= n;
   }
   return plan;
+}
+
+void Scheduler::preempt(uint64_t seq_id) {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end() || std::erase(running_, seq_id) == 0) return;
+  it->second->fed = 0;
+  waiting_.push_front(seq_id);
 }
 
 namespace {

@@ -36,6 +36,17 @@ struct StepPlan {
   bool empty() const { return items.empty(); }
 };
 
+// What the runner says of a waiting sequence before it joins a step.
+struct Admission {
+  enum Kind {
+    Join,  // it runs from this step on, feeding from token `cached` (the ones before are in the cache)
+    Skip,  // not this step (another sequence is computing its prefix); later ones may join
+    Wait,  // not this step, nor anyone behind it (no room in the KV cache)
+  } kind = Join;
+  int64_t cached = 0;
+};
+using Admit = std::function<Admission(uint64_t seq_id, std::span<const int32_t> context)>;
+
 struct Finished {
   uint64_t seq_id;
   GenerationResult result;
@@ -52,9 +63,14 @@ class Scheduler {
   // Ends a sequence with an error (for example when no cache memory is left for it).
   void fail(uint64_t seq_id, std::string message);
 
-  // Running sequences each feed their newest token; waiting ones join while there is room, feeding
-  // their whole prompt (a prompt longer than max_batch_tokens is fed over several steps).
-  StepPlan plan();
+  // Running sequences each feed their newest token (or their prompt's next slice); waiting ones join in
+  // order while the step has room, each as `admit` says (without one they all join with nothing
+  // cached), feeding their whole prompt (one longer than max_batch_tokens over several steps).
+  StepPlan plan(const Admit& admit = {});
+  // Puts a running sequence back at the head of the queue: its pages were taken back for others. It
+  // feeds its whole context (prompt and tokens so far) again when it rejoins, then carries on sampling
+  // where it stopped.
+  void preempt(uint64_t seq_id);
   // logits[i] is the next-token distribution after the last token of plan.items[i] (vocab floats);
   // consumed (rewritten) by sampling. Returns the tokens sampled.
   struct Sampled {
@@ -73,8 +89,6 @@ class Scheduler {
   std::vector<Sampled> commit_tokens(const StepPlan& plan, std::span<const int32_t> tokens);
 
   std::vector<Finished> take_finished();
-  // Fewer sequences decode at once from the next plan on (the KV cache was sized down); the rest wait.
-  void set_max_running(int32_t n) { limits_.max_running = n; }
   bool idle() const { return running_.empty() && waiting_.empty(); }
   size_t running() const { return running_.size(); }
   size_t waiting() const { return waiting_.size(); }
@@ -88,6 +102,7 @@ class Scheduler {
     size_t prompt_size;
     int64_t fed = 0;               // tokens already given to the model
     Sampler sampler;
+    std::optional<int64_t> cached = {};  // prompt tokens found in the prefix cache when it first joined
   };
   void finish(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator it, FinishReason why, std::string error = {});
   // The item's sequence after the step fed it, or nullptr when it was cancelled or fed only a prompt slice.

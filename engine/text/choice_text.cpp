@@ -32,6 +32,7 @@ TextEvent ChoiceText::on(const GenerationEvent& e) {
     out.finished = true;
     out.finish = e.result.finish;
     out.error = e.result.error;
+    out.cached_tokens = e.result.cached_tokens;
     out.stopped = stop_.stopped();
   }
   return out;

@@ -67,6 +67,7 @@ struct TextEvent {
   FinishReason finish = FinishReason::Length;  // when finished
   bool stopped = false;             // a stop string ended it
   std::string error;                // when finish == Error
+  int64_t cached_tokens = 0;        // when finished: prompt tokens read from the prefix cache
 };
 
 // Called on the model's worker thread; must not block.

@@ -67,21 +67,34 @@ inline std::vector<float> decode_logits(ModelInstance& m, const std::vector<int3
   return out;
 }
 
+// A generation's result and, when its request asked for them, each token's log-probabilities.
+struct Traced {
+  GenerationResult result;
+  std::vector<TokenLogprob> logprobs;
+};
+
 // Runs the requests to completion through the model's queue, batched together; results in request order.
-inline std::vector<GenerationResult> generate(ModelInstance& m, std::vector<GenerationRequest> requests) {
+inline std::vector<Traced> generate_traced(ModelInstance& m, std::vector<GenerationRequest> requests) {
   std::mutex done_mu;
   std::condition_variable done_cv;
-  std::vector<GenerationResult> results(requests.size());
+  std::vector<Traced> results(requests.size());
   size_t remaining = requests.size();
   for (size_t i = 0; i < requests.size(); ++i)
     m.runner().submit(std::move(requests[i]), [&, i](const GenerationEvent& e) {
-      if (!e.finished) return;
       std::lock_guard lock(done_mu);
-      results[i] = e.result;
+      results[i].logprobs.insert(results[i].logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      if (!e.finished) return;
+      results[i].result = e.result;
       if (--remaining == 0) done_cv.notify_all();
     });
   std::unique_lock lock(done_mu);
   done_cv.wait(lock, [&] { return remaining == 0; });
+  return results;
+}
+
+inline std::vector<GenerationResult> generate(ModelInstance& m, std::vector<GenerationRequest> requests) {
+  std::vector<GenerationResult> results;
+  for (Traced& t : generate_traced(m, std::move(requests))) results.push_back(std::move(t.result));
   return results;
 }
 

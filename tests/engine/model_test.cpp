@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <bit>
 #include <boost/test/unit_test.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <cmath>
@@ -33,13 +34,15 @@ using test::read_reference;
 using test::Reference;
 using test::relative_error;
 
-std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& dtype = "auto") {
+std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& dtype = "auto",
+                                    const std::string& prefix_cache = "on", int32_t max_sequences = 4, int64_t context = 256) {
   ModelLoadOptions o;
   o.path = (kModels / name).string();
   o.dtype = dtype;
   o.threads = 2;
-  o.context_length = 256;
-  o.max_sequences = 4;
+  o.context_length = context;
+  o.max_sequences = max_sequences;
+  o.prefix_cache = prefix_cache;
   return ModelInstance::load(o);
 }
 
@@ -95,6 +98,111 @@ BOOST_DATA_TEST_CASE(batched_sequences_decode_as_if_alone, bdata::make(fixture_n
   BOOST_TEST(together[1].tokens == alone_short[0].tokens, boost::test_tools::per_element());
   BOOST_TEST(together[2].tokens == alone_other[0].tokens, boost::test_tools::per_element());
   BOOST_TEST(together[2].tokens.size() <= 9u);
+}
+
+namespace {
+
+// Token ids from a seed, all inside the vocabulary.
+std::vector<int32_t> some_tokens(uint32_t seed, int n, int64_t vocab) {
+  std::vector<int32_t> v;
+  for (int i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    v.push_back(int32_t((seed >> 8) % uint32_t(vocab)));
+  }
+  return v;
+}
+
+GenerationRequest sampled(std::vector<int32_t> prompt, uint64_t seed, int32_t n) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0.9f;
+  r.sampling.seed = seed;
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  r.logprobs = 2;
+  return r;
+}
+
+std::vector<int32_t> joined(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Same tokens, same log-probabilities to the last bit.
+void require_identical(const std::vector<test::Traced>& a, const std::vector<test::Traced>& b, const std::string& what) {
+  BOOST_REQUIRE_EQUAL(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    BOOST_TEST_CONTEXT(what << ", request " << i) {
+      BOOST_TEST(a[i].result.error == "");
+      BOOST_TEST(a[i].result.tokens == b[i].result.tokens, boost::test_tools::per_element());
+      BOOST_REQUIRE_EQUAL(a[i].logprobs.size(), b[i].logprobs.size());
+      for (size_t t = 0; t < a[i].logprobs.size(); ++t) {
+        BOOST_TEST(std::bit_cast<uint32_t>(a[i].logprobs[t].logprob) == std::bit_cast<uint32_t>(b[i].logprobs[t].logprob));
+        BOOST_TEST((a[i].logprobs[t].top == b[i].logprobs[t].top));
+      }
+    }
+  }
+}
+
+int64_t cached_tokens(const std::vector<test::Traced>& runs) {
+  int64_t n = 0;
+  for (const test::Traced& t : runs) n += t.result.cached_tokens;
+  return n;
+}
+
+}  // namespace
+
+// A chat's traffic through a model with its prefix cache and one without: a system prompt of 37 tokens
+// (two full pages and a part) shared by many users, a multi-turn chat growing on its own replies, and
+// four choices of one new prompt (n = 4) sampled together. Every token and log-probability is the same.
+BOOST_DATA_TEST_CASE(the_prefix_cache_changes_no_token_or_logprob, bdata::make(fixture_names()), name) {
+  auto cached = load(name, "auto", "on"), plain = load(name, "auto", "off");
+  const int64_t vocab = cached->config().vocab_size;
+  const std::vector<int32_t> system = some_tokens(1, 37, vocab);
+  auto both = [&](const std::vector<GenerationRequest>& requests, const std::string& what) {
+    auto with = test::generate_traced(*cached, requests), without = test::generate_traced(*plain, requests);
+    require_identical(with, without, what);
+    BOOST_TEST(cached_tokens(without) == 0);
+    return with;
+  };
+  both({sampled(joined(system, some_tokens(2, 9, vocab)), 1, 6)}, "first user");
+  std::vector<GenerationRequest> users;
+  for (uint32_t u = 0; u < 5; ++u) users.push_back(sampled(joined(system, some_tokens(10 + u, 5 + int(u) * 7, vocab)), u, 8));
+  BOOST_TEST(cached_tokens(both(users, "five users of one system prompt")) == 5 * 32);
+
+  std::vector<int32_t> chat = system;
+  for (uint32_t turn = 0; turn < 3; ++turn) {
+    chat = joined(chat, some_tokens(20 + turn, 11, vocab));
+    auto reply = both({sampled(chat, turn, 12)}, "turn " + std::to_string(turn));
+    if (turn > 0) BOOST_TEST(reply[0].result.cached_tokens >= int64_t(chat.size()) - 11 - 16);
+    chat = joined(chat, reply[0].result.tokens);
+  }
+
+  const std::vector<GenerationRequest> choices(4, sampled(some_tokens(30, 50, vocab), 7, 10));
+  std::vector<GenerationRequest> seeded = choices;
+  for (size_t i = 0; i < seeded.size(); ++i) seeded[i].sampling.seed = i;
+  auto n4 = both(seeded, "n = 4");
+  // The first choice computes the prompt's three full pages; the others wait a step and share them.
+  BOOST_TEST(cached_tokens(n4) == 3 * 48);
+  BOOST_TEST(cached->runner().load().prefix_cache_hits > 0u);
+  BOOST_TEST(plain->runner().load().prefix_cache_hits == 0u);
+}
+
+// A context of 128 tokens and max_sequences 0: a pool of 64 pages (8 sequences at the full context) and
+// up to 16 running. Sixteen requests of 120 tokens each need 128 pages: they wait for pages, running ones
+// go back to the queue when the pool runs short, and cached pages give way to new ones. Every request
+// completes with the tokens it has with room to spare.
+BOOST_DATA_TEST_CASE(a_pool_smaller_than_the_work_stays_exact, bdata::make(fixture_names()), name) {
+  auto small = load(name, "auto", "on", 0, 128), roomy = load(name, "auto", "off", 16, 256);
+  const int64_t vocab = small->config().vocab_size;
+  std::vector<GenerationRequest> requests;
+  for (uint32_t i = 0; i < 16; ++i) requests.push_back(sampled(joined(some_tokens(40, 32, vocab), some_tokens(50 + i, 28, vocab)), i, 60));
+  require_identical(test::generate_traced(*small, requests), test::generate_traced(*roomy, requests), "sixteen requests");
+  const ServingLoad load = small->runner().load();
+  BOOST_TEST(load.kv_blocks_total == 64);
+  BOOST_TEST(load.preemptions > 0u);
+  BOOST_TEST(load.kv_blocks_used == 0);
+  BOOST_TEST(roomy->runner().load().preemptions == 0u);
 }
 
 // --dtype converts while loading; the logits move by the quantization (weights, and with the fast kernels

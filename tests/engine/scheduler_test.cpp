@@ -300,6 +300,151 @@ BOOST_AUTO_TEST_CASE(cancel_and_errors) {
   BOOST_TEST(s.idle());
 }
 
+BOOST_AUTO_TEST_CASE(admission_waits_skips_and_preempted_sequences_feed_their_context_again) {
+  Scheduler s({64, 8});
+  FakeModel m;
+  const uint64_t a = s.add(greedy({1, 2, 3, 4, 5}, 4), {});
+  const uint64_t b = s.add(greedy({6, 7}, 4), {});
+  const uint64_t c = s.add(greedy({8}, 4), {});
+  // a joins with 3 tokens cached (it feeds from position 3); b is skipped; c joins; then wait.
+  StepPlan p = s.plan([&](uint64_t id, std::span<const int32_t>) {
+    if (id == a) return Admission{Admission::Join, 3};
+    if (id == b) return Admission{Admission::Skip, 0};
+    return Admission{Admission::Join, 0};
+  });
+  BOOST_REQUIRE_EQUAL(p.items.size(), 2u);
+  BOOST_TEST(p.items[0].seq_id == a);
+  BOOST_TEST(p.items[0].start_pos == 3);
+  BOOST_TEST(p.items[0].tokens == std::vector<int32_t>({4, 5}), boost::test_tools::per_element());
+  BOOST_TEST(p.items[1].seq_id == c);
+  BOOST_TEST(s.waiting() == 1u);
+  s.commit(p, m.step(p, 7), m.vocab);
+  // Nobody joins while the admission says wait; running ones decode.
+  p = s.plan([](uint64_t, std::span<const int32_t>) { return Admission{Admission::Wait, 0}; });
+  BOOST_TEST(p.items.size() == 2u);
+  // a goes back to the queue's head: it joins again before b and feeds prompt and output so far.
+  s.preempt(a);
+  BOOST_TEST(s.running() == 1u);
+  p = s.plan();
+  BOOST_REQUIRE_EQUAL(p.items.size(), 3u);
+  BOOST_TEST(p.items[0].seq_id == c);
+  BOOST_TEST(p.items[1].seq_id == a);
+  BOOST_TEST(p.items[1].start_pos == 0);
+  BOOST_TEST(p.items[1].tokens == std::vector<int32_t>({1, 2, 3, 4, 5, 7}), boost::test_tools::per_element());
+  BOOST_TEST(p.items[2].seq_id == b);
+  for (int step = 0; step < 4; ++step) {
+    s.commit(p, m.step(p, 7), m.vocab);
+    p = s.plan();
+  }
+  std::map<uint64_t, GenerationResult> done;
+  for (auto& f : s.take_finished()) done[f.seq_id] = f.result;
+  BOOST_REQUIRE_EQUAL(done.size(), 3u);
+  BOOST_TEST(done[a].tokens == std::vector<int32_t>({7, 7, 7, 7}), boost::test_tools::per_element());
+  BOOST_TEST(done[a].cached_tokens == 3);  // as found when it first joined
+  BOOST_TEST(done[b].cached_tokens == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(prefix_cache)
+
+namespace {
+std::vector<int32_t> count_from(int32_t first, int n) {
+  std::vector<int32_t> v;
+  for (int i = 0; i < n; ++i) v.push_back(first + i);
+  return v;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(full_blocks_are_found_by_their_tokens_and_kept_after_release) {
+  kvcache::KvPool pool(1, 1, 4, 16, 8);
+  kvcache::SequenceKv a;
+  const std::vector<int32_t> context = count_from(100, 40);  // two full blocks and 8 tokens
+  BOOST_TEST(a.attach_prefix(pool, context) == 0);
+  BOOST_REQUIRE(a.reserve(pool, 40));
+  a.written(pool, std::span(context).first(20));
+  BOOST_TEST(pool.cached_blocks() == 1);
+  a.written(pool, std::span(context).subspan(20));
+  BOOST_TEST(pool.cached_blocks() == 2);
+  const std::vector<int32_t> held = a.blocks;
+  a.release(pool);
+  // Both full blocks stay cached and still count as free; the partial one is free.
+  BOOST_TEST(pool.free_blocks() == 8);
+  BOOST_TEST(pool.used_blocks() == 0);
+  BOOST_TEST(pool.cached_blocks() == 2);
+
+  kvcache::SequenceKv b;
+  BOOST_TEST(b.attach_prefix(pool, std::span(context).first(35)) == 32);
+  BOOST_TEST(b.blocks == std::vector<int32_t>(held.begin(), held.begin() + 2), boost::test_tools::per_element());
+  BOOST_TEST(pool.used_blocks() == 2);
+  b.release(pool);
+  // The last token is computed, never found: a context of exactly 32 tokens takes one block.
+  BOOST_TEST(b.attach_prefix(pool, std::span(context).first(32)) == 16);
+  b.release(pool);
+  // A different token in the second block: only the first matches; in the first: nothing.
+  std::vector<int32_t> other = context;
+  other[20] = 7;
+  BOOST_TEST(b.attach_prefix(pool, other) == 16);
+  b.release(pool);
+  other[3] = 7;
+  BOOST_TEST(b.attach_prefix(pool, other) == 0);
+  // Turned off: nothing is found, and the cached blocks are plain free ones.
+  pool.set_prefix_cache(false);
+  BOOST_TEST(b.attach_prefix(pool, context) == 0);
+  BOOST_TEST(pool.cached_blocks() == 0);
+  BOOST_TEST(pool.free_blocks() == 8);
+}
+
+BOOST_AUTO_TEST_CASE(the_least_recently_used_blocks_give_way_tails_first) {
+  kvcache::KvPool pool(1, 1, 4, 16, 6);
+  const std::vector<int32_t> first = count_from(1, 33), second = count_from(500, 33);
+  for (const auto* context : {&first, &second}) {
+    kvcache::SequenceKv s;
+    BOOST_REQUIRE(s.reserve(pool, 33));
+    s.written(pool, *context);
+    s.release(pool);
+  }
+  BOOST_TEST(pool.cached_blocks() == 4);
+  // Using `first` again makes `second` the least recently used.
+  kvcache::SequenceKv s;
+  BOOST_TEST(s.attach_prefix(pool, first) == 32);
+  s.release(pool);
+  // A new sequence takes the two never-cached blocks, then the tail of `second`: its head stays findable.
+  kvcache::SequenceKv t;
+  BOOST_REQUIRE(t.reserve(pool, 48));
+  BOOST_TEST(pool.cached_blocks() == 3);
+  BOOST_TEST(s.attach_prefix(pool, second) == 16);
+  s.release(pool);
+  BOOST_TEST(s.attach_prefix(pool, first) == 32);
+  // The last idle block goes too; with everything held, nothing is left to take.
+  BOOST_REQUIRE(t.reserve(pool, 64));
+  BOOST_TEST(pool.free_blocks() == 0);
+  BOOST_TEST(pool.cached_blocks() == 2);
+  BOOST_TEST(!t.reserve(pool, 80));
+  s.release(pool);
+  t.release(pool);
+  BOOST_TEST(pool.free_blocks() == 6);
+}
+
+BOOST_AUTO_TEST_CASE(the_same_rows_computed_twice_are_kept_once) {
+  kvcache::KvPool pool(1, 1, 4, 16, 6);
+  const std::vector<int32_t> context = count_from(9, 20);
+  kvcache::SequenceKv a, b;
+  BOOST_REQUIRE(a.reserve(pool, 20));
+  BOOST_REQUIRE(b.reserve(pool, 20));
+  BOOST_TEST(pool.free_blocks() == 2);
+  a.written(pool, context);
+  b.written(pool, context);
+  // b's first block was a copy of a's: b now shares a's, and its own is free again.
+  BOOST_TEST(b.blocks[0] == a.blocks[0]);
+  BOOST_TEST(pool.free_blocks() == 3);
+  a.release(pool);
+  BOOST_TEST(pool.used_blocks() == 2);  // b holds the shared block and its own partial one
+  b.release(pool);
+  BOOST_TEST(pool.free_blocks() == 6);
+  BOOST_TEST(pool.cached_blocks() == 1);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_CASE(kv_pages_are_shared_and_returned) {

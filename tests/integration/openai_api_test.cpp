@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "../common/real_model.h"
@@ -433,13 +434,26 @@ BOOST_AUTO_TEST_CASE(a_full_queue_answers_503_with_retry_after) {
   };
   send_busy();
   wait_for("ftllm_requests_running{model=\"smollm2\"} 1\n");
-  send_busy();
+  // The waiting one streams: it gets its headers, but no chunk (not even the role's) before its first token.
+  const std::string waiting_out = dir.file("waiting.sse");
+  busy.emplace_back([&] {
+    run_command("curl -s -N --max-time 120 -H 'Content-Type: application/json' -d '" +
+                chat_body("Wait", R"("max_tokens": 2, "stream": true)") + "' " + d.base_url() + "/v1/chat/completions > " + waiting_out);
+  });
   wait_for("ftllm_requests_waiting{model=\"smollm2\"} 1\n");
+  usleep(300000);
+  std::stringstream so_far;
+  so_far << std::ifstream(waiting_out).rdbuf();
+  BOOST_TEST(so_far.str().find("data:") == std::string::npos, so_far.str());
   const Reply refused = http("POST", d.base_url() + "/v1/chat/completions", chat_body("Me too", R"("max_tokens": 1)"), "-i");
   BOOST_TEST(refused.body.find("HTTP/1.1 503") != std::string::npos, refused.body);
   BOOST_TEST(refused.body.find("Retry-After: 1") != std::string::npos);
   BOOST_TEST(refused.body.find("queue_full") != std::string::npos);
   for (auto& t : busy) t.join();
+  std::stringstream answered;
+  answered << std::ifstream(waiting_out).rdbuf();
+  BOOST_TEST(answered.str().find(R"("role":"assistant")") != std::string::npos, answered.str());
+  BOOST_TEST(answered.str().find("[DONE]") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(api_key_is_required_when_set) {
@@ -504,10 +518,62 @@ BOOST_AUTO_TEST_CASE(thinking_templates_send_reasoning_content) {
   BOOST_TEST(joined == reasoning);
 }
 
+// A chat sent twice: the second reads the prompt's whole pages from the prefix cache and says so in usage,
+// /metrics and `ftllmctl status`, with the same answer; --prefix_cache off computes it again.
+BOOST_AUTO_TEST_CASE(a_repeated_prompt_is_read_from_the_prefix_cache) {
+  std::string question;
+  for (int i = 0; i < 60; ++i) question += "Item " + std::to_string(i) + " is on the list. ";
+  const std::string body = chat_body(question + "How many items are there?", R"("max_tokens": 8, "temperature": 0)");
+  auto ask = [&](const DaemonProcess& d, const std::string& b) {
+    Reply r = http("POST", d.base_url() + "/v1/chat/completions", b);
+    BOOST_REQUIRE_EQUAL(r.status, 200);
+    return r.body;
+  };
+  auto cached_of = [](simdjson::dom::element usage) { return int64_t(usage["prompt_tokens_details"]["cached_tokens"]); };
+  for (const char* setting : {"on", "off"}) {
+    TempDir dir;
+    DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "2", "--ctx", "1024", "--prefix_cache", setting});
+    const bool on = std::string(setting) == "on";
+    simdjson::dom::parser p1, p2, p3;
+    simdjson::dom::element first = p1.parse(ask(d, body)), second = p2.parse(ask(d, body));
+    const int64_t prompt = int64_t(first["usage"]["prompt_tokens"]);
+    BOOST_TEST(prompt > 500);
+    BOOST_TEST(cached_of(first["usage"]) == 0);
+    // Whole 16-token pages, the last prompt token always computed.
+    BOOST_TEST(cached_of(second["usage"]) == (on ? (prompt - 1) / 16 * 16 : 0));
+    BOOST_TEST(std::string_view(first["choices"].at(0)["message"]["content"]) ==
+               std::string_view(second["choices"].at(0)["message"]["content"]));
+    // A stream's usage chunk says the same.
+    std::string streamed = ask(d, body.substr(0, body.size() - 1) + R"(, "stream": true, "stream_options": {"include_usage": true}})");
+    const size_t usage_at = streamed.rfind("data: {");
+    BOOST_REQUIRE(usage_at != std::string::npos);
+    simdjson::dom::element last = p3.parse(streamed.substr(usage_at + 6, streamed.find("\n\n", usage_at) - usage_at - 6));
+    BOOST_TEST(cached_of(last["usage"]) == (on ? (prompt - 1) / 16 * 16 : 0));
+
+    const std::string metrics = http("GET", d.base_url() + "/metrics").body;
+    auto series = [&](const std::string& name) {
+      const size_t at = metrics.find("\n" + name + "{model=\"smollm2\"} ");
+      BOOST_REQUIRE_MESSAGE(at != std::string::npos, name + " missing");
+      return std::stoll(metrics.substr(metrics.find("} ", at) + 2));
+    };
+    BOOST_TEST(series("ftllm_prefix_cache_queries_total") == 3 * prompt);
+    BOOST_TEST(series("ftllm_prefix_cache_hits_total") == (on ? 2 * ((prompt - 1) / 16 * 16) : 0));
+    BOOST_TEST((series("ftllm_kv_cache_cached_blocks") > 0) == on);
+
+    CommandResult status = run_command(env_or_fail("FTLLMCTL") + " --socket " + d.socket_path() + " status");
+    BOOST_TEST(status.exit_code == 0);
+    BOOST_TEST(status.out.find("CACHED PAGES") != std::string::npos, status.out);
+    BOOST_TEST(status.out.find(on ? "% hit)" : " off ") != std::string::npos, status.out);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_bad_model_on_the_command_line_stops_startup_with_the_reason) {
   CommandResult r = run_command(env_or_fail("FTLLMD") + " /nonexistent/model.gguf --listen 127.0.0.1:0 --admin-socket /tmp/ftllm-x.sock");
   BOOST_TEST(r.exit_code == 1);
   BOOST_TEST(r.err.find("cannot load /nonexistent/model.gguf") != std::string::npos, r.err);
+  r = run_command(env_or_fail("FTLLMD") + " " + smollm2_gguf_path() + " --prefix_cache maybe --listen 127.0.0.1:0 --admin-socket /tmp/ftllm-x.sock");
+  BOOST_TEST(r.exit_code == 1);
+  BOOST_TEST(r.err.find("--prefix_cache takes on or off, not \"maybe\"") != std::string::npos, r.err);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
