@@ -1,8 +1,9 @@
 // Paged attention on the device: the cache in blocks of block_tokens rows, each sequence's blocks listed
 // in the step's block table. One thread block per (token, head, split of its keys): scores for 64 keys
 // at a time (a warp per key, lanes across the head), an online softmax, and the weighted values summed
-// with the output held in registers. A long sequence with few queries (decode) splits its keys over
-// several blocks whose partial softmaxes a second kernel merges (flash-decoding).
+// with the output held in registers. A token with many keys splits them over several blocks whose
+// partial softmaxes a second kernel merges (flash-decoding), by a rule of its own key count alone
+// (attention_plan.h): a token's result never depends on what else the step holds.
 #include <algorithm>
 
 #include "attention_plan.h"
@@ -67,7 +68,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
   const int th = blockIdx.x, split = blockIdx.y;
   const int t = th / heads, h = th % heads, kvh = h / (heads / kv_heads);
   const int last = pos[t], first = window > 0 ? max(0, last - window + 1) : 0, n = last - first + 1;
-  const int chunk = (n + splits - 1) / splits;
+  const int chunk = int(attention_split_keys(n));  // this token's splits; the step's other splits stay empty
   const int begin = first + split * chunk, end = min(last + 1, begin + chunk);
   const int32_t* table = block_table + table_start[seq[t]];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -116,12 +117,13 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
   }
 
   if (splits == 1) {
-    const float inv = 1.0f / running_sum;
+    // A division, as the merge does: a one-split token gets the same bits either way (the merge's
+    // rescaling of its one split is by expf(0) = 1).
     float* o = out + (int64_t(t) * heads + h) * value_dim;
 #pragma unroll
     for (int i = 0; i < kMaxValuePerThread; ++i) {
       const int d = threadIdx.x + i * kThreads;
-      if (d < value_dim) o[d] = acc[i] * inv;
+      if (d < value_dim) o[d] = acc[i] / running_sum;
     }
     return;
   }
@@ -192,7 +194,7 @@ void paged_attention(const AttentionIndex& ix, const Tensor& q, const KvLayer& k
     throw EngineError("cuda attention: values of " + std::to_string(vd) + " floats per head (at most " +
                       std::to_string(kThreads * kMaxValuePerThread) + ")");
   const int64_t longest = p.window > 0 ? std::min<int64_t>(ix.longest, p.window) : ix.longest;
-  const int splits = attention_splits(ix.tokens * p.heads, longest, s.sm_count);
+  const int splits = attention_splits(longest);
   const size_t shared = size_t(p.head_dim + kChunk) * sizeof(float);
   std::shared_ptr<void> partial;
   if (splits > 1) partial = device_bytes(s, size_t(ix.tokens * p.heads) * splits * size_t(vd + 2) * sizeof(float));

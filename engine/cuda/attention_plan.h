@@ -1,19 +1,32 @@
-// How the attention kernel splits a long sequence's keys (flash-decoding), as host code the CPU tests
-// check: enough thread blocks to fill the device when the queries are few, never fewer than 256 keys a
-// split (merging more partial softmaxes costs more than it gains), at most 64 splits.
+// How the attention kernel splits a token's keys (flash-decoding), as code the host tests check: by a
+// rule of the token's own key count alone, so its partial sums and their merge run in the same order
+// whatever else the step holds (a batch of other sequences, or a prefix-cache hit that leaves only the
+// prompt's tail to compute). Splits of 1024 keys (64 at most, longer ones take larger splits): a decode
+// of 8k keys fills 8 x heads thread blocks.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
+
+#if defined(__CUDACC__)
+#define FTLLM_HOST_DEVICE __host__ __device__
+#else
+#define FTLLM_HOST_DEVICE
+#endif
 
 namespace ftllm::cuda {
 
-inline int attention_splits(int64_t query_heads, int64_t longest_keys, int sm_count) {
-  const int64_t want_blocks = 2 * int64_t(sm_count);
-  if (query_heads <= 0 || query_heads >= want_blocks) return 1;
-  const int64_t by_keys = std::max<int64_t>(1, longest_keys / 256);
-  const int64_t by_blocks = (want_blocks + query_heads - 1) / query_heads;
-  return int(std::clamp<int64_t>(std::min(by_keys, by_blocks), 1, 64));
+constexpr int64_t kSplitKeys = 1024, kMaxSplits = 64, kSplitAlign = 64;  // kSplitAlign: the kernel's chunk
+
+// Keys per split for a token that sees n keys.
+FTLLM_HOST_DEVICE inline int64_t attention_split_keys(int64_t n) {
+  const int64_t even = (n + kMaxSplits - 1) / kMaxSplits;
+  const int64_t aligned = (even + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  return aligned > kSplitKeys ? aligned : kSplitKeys;
+}
+
+// The splits of a token that sees n keys (at least 1).
+FTLLM_HOST_DEVICE inline int attention_splits(int64_t n) {
+  return n <= 0 ? 1 : int((n + attention_split_keys(n) - 1) / attention_split_keys(n));
 }
 
 }  // namespace ftllm::cuda

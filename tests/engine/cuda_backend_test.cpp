@@ -98,13 +98,21 @@ BOOST_AUTO_TEST_CASE(caching_allocator_reuses_by_size_class_and_frees_its_cache_
   a.free(big);
 }
 
-BOOST_AUTO_TEST_CASE(attention_splits_only_when_queries_are_too_few_to_fill_the_device) {
-  BOOST_TEST(cuda::attention_splits(32 * 512, 512, 132) == 1);  // prefill: plenty of blocks
-  BOOST_TEST(cuda::attention_splits(32, 100, 132) == 1);        // short: not worth a merge
-  BOOST_TEST(cuda::attention_splits(32, 8192, 132) == 9);       // decode of 8k keys: 2 x 132 SMs / 32 heads
-  BOOST_TEST(cuda::attention_splits(8, 1 << 20, 132) == 33);
-  BOOST_TEST(cuda::attention_splits(1, 1 << 20, 132) == 64);    // capped
-  BOOST_TEST(cuda::attention_splits(0, 10, 132) == 1);
+BOOST_AUTO_TEST_CASE(attention_splits_by_the_tokens_own_keys) {
+  BOOST_TEST(cuda::attention_splits(0) == 1);
+  BOOST_TEST(cuda::attention_splits(100) == 1);
+  BOOST_TEST(cuda::attention_splits(1024) == 1);
+  BOOST_TEST(cuda::attention_splits(1025) == 2);
+  BOOST_TEST(cuda::attention_splits(8192) == 8);      // decode of 8k keys: 8 blocks per head
+  BOOST_TEST(cuda::attention_splits(65536) == 64);
+  BOOST_TEST(cuda::attention_splits(1 << 20) == 64);  // capped: splits of 16384 keys
+  BOOST_TEST(cuda::attention_split_keys(1 << 20) == 16384);
+  // Every split is whole chunks of 64 keys and the splits cover the keys.
+  for (int64_t n : {1, 1000, 5000, 70000, 123457, 1 << 22}) {
+    BOOST_TEST(cuda::attention_split_keys(n) % 64 == 0);
+    BOOST_TEST(cuda::attention_splits(n) * cuda::attention_split_keys(n) >= n);
+    BOOST_TEST(cuda::attention_splits(n) <= 64);
+  }
 }
 
 // Rebalance moves a layer's pages as one tensor; a copy holds the same rows and the pool serves them.

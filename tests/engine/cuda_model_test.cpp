@@ -1,6 +1,8 @@
 // Whole models on a GPU: fixture models give the same greedy tokens and logits on cpu and cuda, a layer
 // split equals the all-GPU model, layers move between cpu and cuda while a stream runs, and MoE layers
 // run with their experts on the host (fastllm's hybrid) or on the GPU. Skipped where no GPU is usable.
+#include <unistd.h>
+
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 
@@ -21,8 +23,9 @@ namespace {
 const fs::path kModels = fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data" / "models";
 
 std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& device, const std::string& moe_device = "cpu",
-                                    bool cuda_se = false) {
+                                    bool cuda_se = false, const std::string& prefix_cache = "on") {
   ModelLoadOptions o;
+  o.prefix_cache = prefix_cache;
   o.path = (kModels / name).string();
   o.threads = 2;
   o.context_length = 256;
@@ -98,6 +101,49 @@ BOOST_AUTO_TEST_CASE(rebalance_between_cpu_and_cuda_during_a_stream) {
   BOOST_TEST(applied == moves.size());
   BOOST_TEST(m->placement().to_string() == "cpu:0-" + std::to_string(m->config().num_layers - 1));
   BOOST_TEST(got == want, boost::test_tools::per_element());
+}
+
+// The prefix cache on the GPU: a second request sharing the first's prefix reads its pages, after they
+// moved to another GPU with their layers, and gets the tokens and log-probabilities (to the bit) of a
+// model without the cache that computes everything on one GPU. Dense, MoE and latent attention.
+BOOST_AUTO_TEST_CASE(prefix_cache_pages_on_the_gpu_stay_exact_across_a_rebalance) {
+  for (const char* name : {"qwen3-f32", "qwen2-moe-f32", "deepseek-v2-f32"}) {
+    BOOST_TEST_CONTEXT(name) {
+      auto cached = load(name, "cuda:0", "cpu", false, "on"), plain = load(name, "cuda:0", "cpu", false, "off");
+      const test::Reference ref = test::read_reference(kModels / name);
+      std::vector<int32_t> prefix;
+      while (prefix.size() < 40) prefix.insert(prefix.end(), ref.prompt.begin(), ref.prompt.end());
+      prefix.resize(40);
+      auto request = [&](int32_t extra) {
+        GenerationRequest r;
+        r.prompt = prefix;
+        r.prompt.push_back(extra);
+        r.sampling.temperature = 0.9f;
+        r.sampling.seed = uint64_t(extra);
+        r.max_tokens = 10;
+        r.ignore_eos = true;
+        r.logprobs = 2;
+        return r;
+      };
+      auto same = [](const test::Traced& a, const test::Traced& b) {
+        BOOST_TEST(a.result.tokens == b.result.tokens, boost::test_tools::per_element());
+        BOOST_REQUIRE_EQUAL(a.logprobs.size(), b.logprobs.size());
+        for (size_t i = 0; i < a.logprobs.size(); ++i) {
+          BOOST_TEST(a.logprobs[i].logprob == b.logprobs[i].logprob);
+          BOOST_TEST((a.logprobs[i].top == b.logprobs[i].top));
+        }
+      };
+      same(test::generate_traced(*cached, {request(1)})[0], test::generate_traced(*plain, {request(1)})[0]);
+      const int64_t layers = cached->config().num_layers;
+      cached->runner().set_placement(Placement::parse("cuda:1", layers));
+      for (int i = 0; i < 500 && cached->placement().to_string().find("cuda:1") == std::string::npos; ++i) usleep(10000);
+      BOOST_REQUIRE(cached->placement().to_string().find("cuda:1") != std::string::npos);
+      BOOST_TEST(cached->runner().load().kv_blocks_cached > 0);
+      const test::Traced second = test::generate_traced(*cached, {request(2)})[0];
+      BOOST_TEST(second.result.cached_tokens == 32);
+      same(second, test::generate_traced(*plain, {request(2)})[0]);
+    }
+  }
 }
 
 // fastllm's hybrid: the dense part on the GPU, the routed experts in host memory (--moe_device cpu), or

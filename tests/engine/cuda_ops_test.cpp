@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "../common/gpu.h"
@@ -270,6 +271,22 @@ BOOST_AUTO_TEST_CASE(paged_attention_matches_the_cpu) {
       Tensor od = cuda::zeros(kGpu, DType::F32, {T, c.heads * vd});
       ops::paged_attention(gctx, on_gpu(q, {T, c.heads * c.head_dim}), b, kd, shape, od);
       BOOST_TEST(error_of(to_host(od), std::vector<float>(oh.as<float>(), oh.as<float>() + oh.numel())) < 1e-5);
+      // Each token alone in its step gets the bits it got in the batch (the 5000-key one splits, the others
+      // do not, and the batch's launch has splits for the longest): batching and prefix-cache hits, which
+      // change what else a step holds, never change a token's attention.
+      const std::vector<float> batched = to_host(od);
+      for (int64_t t = 0; t < T; ++t) {
+        ops::AttentionBatch one;
+        one.block_table = b.block_table;
+        one.table_start = b.table_start;
+        one.pos = std::span(pos).subspan(size_t(t), 1);
+        one.seq = std::span(seq).subspan(size_t(t), 1);
+        Tensor alone = cuda::zeros(kGpu, DType::F32, {1, c.heads * vd});
+        const std::vector<float> qt(q.begin() + t * c.heads * c.head_dim, q.begin() + (t + 1) * c.heads * c.head_dim);
+        ops::paged_attention(gctx, on_gpu(qt, {1, c.heads * c.head_dim}), one, kd, shape, alone);
+        const std::vector<float> got = to_host(alone);
+        BOOST_TEST(std::memcmp(got.data(), batched.data() + t * c.heads * vd, got.size() * sizeof(float)) == 0, "token " << t);
+      }
 
       // store_kv writes each token's row where the CPU would.
       const std::vector<float> k = random_floats(size_t(T * pool.row_floats()), rng);
