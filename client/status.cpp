@@ -144,7 +144,7 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     }
     if (args.empty() || name == args[0])
       model_table.add({std::string(name), std::string(arch), params, std::string(field<std::string_view>(m, admin::key::dtypes)), placement,
-                       format_bytes(double(weights)), format_bytes(double(kv)), cached, std::to_string(field<int64_t>(m, admin::key::requests_running)),
+                       format_bytes(double(weights)), format_bytes(double(kv)) + " " + std::string(field<std::string_view>(m, admin::key::kv_dtype)), cached, std::to_string(field<int64_t>(m, admin::key::requests_running)),
                        tps, std::string(source)});
   }
   std::fputs(model_table.render().c_str(), stdout);

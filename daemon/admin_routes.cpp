@@ -30,6 +30,7 @@ void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
     w.key(admin::key::tokens_per_second).number(load.tokens_per_second);
     ModelHandle::Footprint f = handle->footprint();
     w.key(admin::key::parameters).number(f.parameters).key(admin::key::dtypes).string(f.dtypes);
+    w.key(admin::key::kv_dtype).string(f.kv_dtype);
     // "cpu:0-14 numa:0:15-29" as [{"device": "cpu", "layers": "0-14"}, ...]
     w.key(admin::key::placement).begin_array();
     std::string placement = handle->placement();

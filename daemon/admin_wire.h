@@ -44,6 +44,7 @@ inline constexpr const char* threads = "threads";
 inline constexpr const char* tokens_per_second = "tokens_per_second";
 inline constexpr const char* parameters = "parameters";
 inline constexpr const char* dtypes = "dtypes";
+inline constexpr const char* kv_dtype = "kv_dtype";
 inline constexpr const char* placement = "placement";  // [{"device": ..., "layers": "0-14"}]
 inline constexpr const char* device = "device";
 inline constexpr const char* layers = "layers";

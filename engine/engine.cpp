@@ -57,8 +57,8 @@ std::string ModelHandle::placement() const { return impl_->placement().to_string
 ModelHandle::Load ModelHandle::load() const { return impl_->runner().load(); }
 
 ModelHandle::Footprint ModelHandle::footprint() const {
-  return {impl_->model().parameter_count(), impl_->model().weight_bytes(), impl_->kv_bytes(), impl_->dtypes(), impl_->load_notes(),
-          impl_->config().num_layers, impl_->memory_by_device()};
+  return {impl_->model().parameter_count(), impl_->model().weight_bytes(), impl_->kv_bytes(), impl_->dtypes(),
+          impl_->options().kv_dtype, impl_->load_notes(), impl_->config().num_layers, impl_->memory_by_device()};
 }
 
 Engine::Engine() = default;

@@ -59,6 +59,7 @@ class ModelHandle {
   struct Footprint {
     uint64_t parameters = 0, weight_bytes = 0, kv_bytes = 0;
     std::string dtypes;  // "bfloat16", "float32", ...
+    std::string kv_dtype;  // how the KV cache stores keys and values: "f16", "q8_0", ...
     std::string load_notes;  // tensors --dtype could not convert and why, how --device was taken; empty when none
     int64_t layers = 0;
     std::vector<DeviceMemory> memory;  // where the bytes above are, the host first

@@ -31,6 +31,10 @@ struct ModelLoadOptions {
   int32_t max_sequences = 0;
   int32_t kv_sequences() const { return max_sequences ? max_sequences : kDefaultKvSequences; }
   std::string prefix_cache = "on";  // "off": no KV pages are kept for reuse between requests
+  // How the KV cache stores keys and values: f16 (the default: half of f32's memory, and f16's 10-bit
+  // mantissa keeps attention within 1e-3 of f32, where bf16 gives 1e-2), bf16, f32 (exact: the fixture
+  // tests' setting), q8_0 or fp8 (a quarter of f32's memory).
+  std::string kv_dtype = "f16";
   std::string chat_template;   // a file that overrides the model's own template (--chat_template)
   std::string cache_dir;       // where to find "org/name" models (default $HF_HOME/hub), offline
   std::string device = "cpu";  // fastllm's device syntax (runner/placement.h)
@@ -155,6 +159,7 @@ inline const std::vector<LoadOption>& load_options() {
       {"context_length", "--ctx", "", "TOKENS", "a positive number of tokens", 1, LoadOption::kUnbounded, kServing, &O::context_length},
       {"max_sequences", "--max_sequences", "", "N", "a number from 0 (sized from the KV cache) to 1024", 0, 1024, kServing, &O::max_sequences},
       {"prefix_cache", "--prefix_cache", "", "on|off", "on or off", 0, 0, kServing, &O::prefix_cache},
+      {"kv_dtype", "--kv_dtype", "", "f16|bf16|f32|q8_0|fp8", "a KV cache dtype", 0, 0, kServing, &O::kv_dtype},
       {"chat_template", "--chat_template", "", "FILE", "a file", 0, 0, kServing | kExport, &O::chat_template},
       {"cache_dir", "--cache_dir", "", "DIR", "a directory", 0, 0, kCommandLine | kAdmin | kExport, &O::cache_dir},
       {"dtype", "--dtype", "", "DTYPE", "a dtype", 0, 0, kServing | kExport, &O::dtype},

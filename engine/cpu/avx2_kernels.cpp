@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../quant/block_decode.h"
 #include "../quant/quant.h"
 #include "avx2_quant.h"
 #include "avx2_util.h"
@@ -244,21 +245,56 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
+// Eight cached values from value c of a head's row (c a multiple of 8), as floats: the stored type read
+// directly. `at` reads one (the rows' tails).
+struct KvF32 {
+  static __m256 load8(const uint8_t* row, int64_t c) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c); }
+};
+struct KvF16 {
+  static __m256 load8(const uint8_t* row, int64_t c) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+  }
+};
+struct KvBF16 {
+  static __m256 load8(const uint8_t* row, int64_t c) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+};
+struct KvQ8_0 {
+  static __m256 load8(const uint8_t* row, int64_t c) {
+    const uint8_t* block = row + c / 32 * 34;
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + c % 32))));
+    return _mm256_mul_ps(_mm256_set1_ps(quant::decode::half(quant::decode::u16(block))), q);
+  }
+};
+struct KvFP8 {
+  static __m256 load8(const uint8_t* row, int64_t c) {
+    static const std::vector<float> table = [] {
+      std::vector<float> t(256);
+      for (int b = 0; b < 256; ++b) t[size_t(b)] = quant::decode::e4m3(uint8_t(b));
+      return t;
+    }();
+    const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 4 + c)));
+    return _mm256_mul_ps(_mm256_set1_ps(quant::decode::f32(row)), _mm256_i32gather_ps(table.data(), codes, 4));
+  }
+};
+
 // Q queries (1 or 2) against keys j..j+3, into s[Q][4]: each chunk of a query is loaded once for the
 // four keys, and a pair shares each key chunk it loads. Each key's eight lanes are summed in hsum's order
-// (halves, then lanes i and i + 2, then the pair) - the same bits as dot(), whatever its neighbours; a
-// short last group repeats its last key and the caller drops the extra results.
-template <int Q>
-inline void scores_block(const float* q, const float* const* keys, int64_t j, int64_t n, int64_t d, float (*s)[4]) {
+// (halves, then lanes i and i + 2, then the pair) - the same bits whatever its neighbours; a short last
+// group repeats its last key and the caller drops the extra results.
+template <int Q, typename L>
+inline void scores_block(const float* q, const uint8_t* const* keys, kvcache::KvDtype t, int64_t j, int64_t n, int64_t d,
+                         float (*s)[4]) {
   const int64_t d8 = d & ~int64_t(7);
-  const float* k[4];
+  const uint8_t* k[4];
   for (int64_t i = 0; i < 4; ++i) k[i] = keys[std::min(j + i, n - 1)];
   __m256 a[Q][4];
   for (int r = 0; r < Q; ++r)
     for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
   for (int64_t c = 0; c < d8; c += 8) {
-    const __m256 k0 = _mm256_loadu_ps(k[0] + c), k1 = _mm256_loadu_ps(k[1] + c), k2 = _mm256_loadu_ps(k[2] + c),
-                 k3 = _mm256_loadu_ps(k[3] + c);
+    const __m256 k0 = L::load8(k[0], c), k1 = L::load8(k[1], c), k2 = L::load8(k[2], c), k3 = L::load8(k[3], c);
     for (int r = 0; r < Q; ++r) {
       const __m256 qv = _mm256_loadu_ps(q + r * d + c);
       a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);
@@ -273,17 +309,19 @@ inline void scores_block(const float* q, const float* const* keys, int64_t j, in
     _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
     _mm_storeu_ps(s[r], _mm_add_ps(_mm_add_ps(v0, v2), _mm_add_ps(v1, v3)));
     for (int64_t i = 0; i < 4; ++i)
-      for (int64_t x = d8; x < d; ++x) s[r][i] = std::fma(q[r * d + x], k[i][x], s[r][i]);
+      for (int64_t x = d8; x < d; ++x) s[r][i] = std::fma(q[r * d + x], kvcache::kv_value(t, k[i], x), s[r][i]);
   }
 }
 
-void scores(const float* q, int64_t nq, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
+template <typename L>
+void scores_of(const float* q, int64_t nq, const uint8_t* const* keys, kvcache::KvDtype t, int64_t n, int64_t d, float scale,
+               float* out) {
   for (int64_t r = 0; r < nq; r += 2) {
     const bool pair = r + 1 < nq;
     for (int64_t j = 0; j < n; j += 4) {
       float s[2][4];
-      if (pair) scores_block<2>(q + r * d, keys, j, n, d, s);
-      else scores_block<1>(q + r * d, keys, j, n, d, s);
+      if (pair) scores_block<2, L>(q + r * d, keys, t, j, n, d, s);
+      else scores_block<1, L>(q + r * d, keys, t, j, n, d, s);
       for (int p = 0; p <= int(pair); ++p)
         for (int64_t i = 0; i < 4 && j + i < n; ++i) out[(r + p) * n + j + i] = s[p][i] * scale;
     }
@@ -292,17 +330,17 @@ void scores(const float* q, int64_t nq, const float* const* keys, int64_t n, int
 
 // Q queries' outputs over `chunks` 8-float chunks from column c: every element summed over j in order,
 // so a query's result does not depend on the tile or on its partner. A pair shares each value chunk.
-template <int Q, int kChunks>
-inline void weighted_block(const float* w, const float* const* values, int64_t n, int64_t d, int64_t c, int64_t chunks, float* out) {
+template <int Q, int kChunks, typename L>
+inline void weighted_block(const float* w, const uint8_t* const* values, int64_t n, int64_t d, int64_t c, int64_t chunks,
+                           float* out) {
   __m256 acc[Q][kChunks];
   for (int r = 0; r < Q; ++r)
     for (int u = 0; u < kChunks; ++u) acc[r][u] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
-    const float* v = values[j] + c;
     __m256 wj[Q];
     for (int r = 0; r < Q; ++r) wj[r] = _mm256_set1_ps(w[r * n + j]);
     for (int64_t u = 0; u < chunks; ++u) {
-      const __m256 vu = _mm256_loadu_ps(v + 8 * u);
+      const __m256 vu = L::load8(values[j], c + 8 * u);
       for (int r = 0; r < Q; ++r) acc[r][u] = _mm256_fmadd_ps(wj[r], vu, acc[r][u]);
     }
   }
@@ -310,22 +348,44 @@ inline void weighted_block(const float* w, const float* const* values, int64_t n
     for (int64_t u = 0; u < chunks; ++u) _mm256_storeu_ps(out + r * d + c + 8 * u, acc[r][u]);
 }
 
-void weighted_sum(const float* w, int64_t nq, const float* const* values, int64_t n, int64_t d, float* out) {
+template <typename L>
+void weighted_sum_of(const float* w, int64_t nq, const uint8_t* const* values, kvcache::KvDtype t, int64_t n, int64_t d,
+                     float* out) {
   const int64_t d8 = d & ~int64_t(7);
   for (int64_t r = 0; r < nq; r += 2) {
     const bool pair = r + 1 < nq;
     // A pair holds 2 x 4 accumulators, a single query 8 (16 registers either way with the loads).
     for (int64_t c = 0; c < d8; c += pair ? 32 : 64) {
       const int64_t chunks = std::min<int64_t>(pair ? 4 : 8, (d8 - c) / 8);
-      if (pair) weighted_block<2, 4>(w + r * n, values, n, d, c, chunks, out + r * d);
-      else weighted_block<1, 8>(w + r * n, values, n, d, c, chunks, out + r * d);
+      if (pair) weighted_block<2, 4, L>(w + r * n, values, n, d, c, chunks, out + r * d);
+      else weighted_block<1, 8, L>(w + r * n, values, n, d, c, chunks, out + r * d);
     }
     for (int64_t p = r; p < std::min(nq, r + 2); ++p)
       for (int64_t x = d8; x < d; ++x) {
         float s = 0;
-        for (int64_t j = 0; j < n; ++j) s = std::fma(w[p * n + j], values[j][x], s);
+        for (int64_t j = 0; j < n; ++j) s = std::fma(w[p * n + j], kvcache::kv_value(t, values[j], x), s);
         out[p * d + x] = s;
       }
+  }
+}
+
+void scores(const float* q, int64_t nq, const uint8_t* const* keys, kvcache::KvDtype t, int64_t n, int64_t d, float scale, float* out) {
+  switch (t) {
+    case kvcache::KvDtype::F32: return scores_of<KvF32>(q, nq, keys, t, n, d, scale, out);
+    case kvcache::KvDtype::F16: return scores_of<KvF16>(q, nq, keys, t, n, d, scale, out);
+    case kvcache::KvDtype::BF16: return scores_of<KvBF16>(q, nq, keys, t, n, d, scale, out);
+    case kvcache::KvDtype::Q8_0: return scores_of<KvQ8_0>(q, nq, keys, t, n, d, scale, out);
+    case kvcache::KvDtype::FP8: return scores_of<KvFP8>(q, nq, keys, t, n, d, scale, out);
+  }
+}
+
+void weighted_sum(const float* w, int64_t nq, const uint8_t* const* values, kvcache::KvDtype t, int64_t n, int64_t d, float* out) {
+  switch (t) {
+    case kvcache::KvDtype::F32: return weighted_sum_of<KvF32>(w, nq, values, t, n, d, out);
+    case kvcache::KvDtype::F16: return weighted_sum_of<KvF16>(w, nq, values, t, n, d, out);
+    case kvcache::KvDtype::BF16: return weighted_sum_of<KvBF16>(w, nq, values, t, n, d, out);
+    case kvcache::KvDtype::Q8_0: return weighted_sum_of<KvQ8_0>(w, nq, values, t, n, d, out);
+    case kvcache::KvDtype::FP8: return weighted_sum_of<KvFP8>(w, nq, values, t, n, d, out);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "../core/dtype.h"
+#include "../kvcache/kv_format.h"
 
 namespace ftllm::cpu {
 
@@ -42,10 +43,13 @@ struct Kernels {
   void (*to_f32)(DType t, const void* src, float* dst, int64_t n);
   // Attention's two halves for nq queries sharing their keys (the heads of one key-value head), each
   // query and output row d floats after the last: out[i * n + j] = scale * (q_i . keys[j]), and
-  // out_i = sum_j w[i * n + j] * values[j], over n rows of d floats. A query's scores and sums are the
-  // same bits whichever queries and keys share its call.
-  void (*scores)(const float* q, int64_t nq, const float* const* keys, int64_t n, int64_t d, float scale, float* out);
-  void (*weighted_sum)(const float* w, int64_t nq, const float* const* values, int64_t n, int64_t d, float* out);
+  // out_i = sum_j w[i * n + j] * values[j], over n cached head rows stored as `t` (kv_format.h; the
+  // first d of their values). A query's scores and sums are the same bits whichever queries and keys
+  // share its call.
+  void (*scores)(const float* q, int64_t nq, const uint8_t* const* keys, kvcache::KvDtype t, int64_t n, int64_t d, float scale,
+                 float* out);
+  void (*weighted_sum)(const float* w, int64_t nq, const uint8_t* const* values, kvcache::KvDtype t, int64_t n, int64_t d,
+                       float* out);
 };
 
 // Q4_K, Q5_K and Q6_K take their activations with one scale per 256 values (llama.cpp's q8_K): every block

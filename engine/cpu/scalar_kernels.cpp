@@ -86,15 +86,21 @@ void softmax(float* x, int64_t n) {
 
 void to_f32(DType t, const void* src, float* dst, int64_t n) { quant::dequantize_row(t, src, dst, n); }
 
-void scores(const float* q, int64_t nq, const float* const* keys, int64_t n, int64_t d, float scale, float* out) {
+// The cached rows read value by value, in the one order.
+void scores(const float* q, int64_t nq, const uint8_t* const* keys, kvcache::KvDtype t, int64_t n, int64_t d, float scale, float* out) {
   for (int64_t i = 0; i < nq; ++i)
-    for (int64_t j = 0; j < n; ++j) out[i * n + j] = dot(q + i * d, keys[j], d) * scale;
+    for (int64_t j = 0; j < n; ++j) {
+      float s = 0;
+      for (int64_t x = 0; x < d; ++x) s += q[i * d + x] * kvcache::kv_value(t, keys[j], x);
+      out[i * n + j] = s * scale;
+    }
 }
 
-void weighted_sum(const float* w, int64_t nq, const float* const* values, int64_t n, int64_t d, float* out) {
+void weighted_sum(const float* w, int64_t nq, const uint8_t* const* values, kvcache::KvDtype t, int64_t n, int64_t d, float* out) {
   for (int64_t i = 0; i < nq; ++i) {
     std::fill(out + i * d, out + (i + 1) * d, 0.0f);
-    for (int64_t j = 0; j < n; ++j) axpy(w[i * n + j], values[j], out + i * d, d);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t x = 0; x < d; ++x) out[i * d + x] += w[i * n + j] * kvcache::kv_value(t, values[j], x);
   }
 }
 

@@ -5,6 +5,10 @@
 // partial softmaxes a second kernel merges (flash-decoding), by a rule of its own key count alone
 // (attention_plan.h): a token's result never depends on what else the step holds.
 #include <algorithm>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "attention_plan.h"
 #include "cuda_ops.h"
@@ -49,17 +53,18 @@ namespace {
 
 constexpr int kThreads = 128, kChunk = 64, kMaxValuePerThread = 8;
 
-__device__ __forceinline__ const float* cache_row(const float* base, const int32_t* table, int64_t block_floats,
-                                                  int64_t row_floats, int block_tokens, int p) {
-  return base + int64_t(table[p / block_tokens]) * block_floats + int64_t(p % block_tokens) * row_floats;
+__device__ __forceinline__ const uint8_t* cache_row(const uint8_t* base, const int32_t* table, int64_t block_bytes,
+                                                    int64_t row_bytes, int block_tokens, int p) {
+  return base + int64_t(table[p / block_tokens]) * block_bytes + int64_t(p % block_tokens) * row_bytes;
 }
 
 // partial: [T * heads, splits, value_dim + 2] (sum of weighted values, running max, running sum) when
-// splits > 1; else the normalised output goes straight to out.
+// splits > 1; else the normalised output goes straight to out. The cache holds heads of type T.
+template <kvcache::KvDtype T>
 __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ pos,
                                  const int32_t* __restrict__ seq, const int32_t* __restrict__ block_table,
-                                 const int32_t* __restrict__ table_start, const float* __restrict__ keys,
-                                 const float* __restrict__ values, int64_t block_floats, int64_t row_floats, int heads,
+                                 const int32_t* __restrict__ table_start, const uint8_t* __restrict__ keys,
+                                 const uint8_t* __restrict__ values, int64_t block_bytes, int64_t row_bytes, int heads,
                                  int kv_heads, int head_dim, int value_dim, int block_tokens, int window, float scale,
                                  int splits, float* __restrict__ out, float* __restrict__ partial) {
   extern __shared__ float shared[];
@@ -72,6 +77,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
   const int begin = first + split * chunk, end = min(last + 1, begin + chunk);
   const int32_t* table = block_table + table_start[seq[t]];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t head_bytes = kvcache::kv_head_bytes(T, head_dim);
 
   for (int i = threadIdx.x; i < head_dim; i += kThreads) qs[i] = q[(int64_t(t) * heads + h) * head_dim + i];
   __syncthreads();
@@ -84,9 +90,9 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
   for (int c0 = begin; c0 < end; c0 += kChunk) {
     const int count = min(kChunk, end - c0);
     for (int j = warp; j < count; j += kThreads / 32) {
-      const float* k = cache_row(keys, table, block_floats, row_floats, block_tokens, c0 + j) + kvh * head_dim;
+      const uint8_t* k = cache_row(keys, table, block_bytes, row_bytes, block_tokens, c0 + j) + kvh * head_bytes;
       float s = 0.0f;
-      for (int i = lane; i < head_dim; i += 32) s += qs[i] * k[i];
+      for (int i = lane; i < head_dim; i += 32) s += qs[i] * kvcache::kv_value(T, k, i);
       s = warp_sum(s);
       if (lane == 0) sc[j] = s * scale;
     }
@@ -105,12 +111,12 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
 #pragma unroll
     for (int i = 0; i < kMaxValuePerThread; ++i) acc[i] *= correction;
     for (int j = 0; j < count; ++j) {
-      const float* v = cache_row(values, table, block_floats, row_floats, block_tokens, c0 + j) + kvh * head_dim;
+      const uint8_t* v = cache_row(values, table, block_bytes, row_bytes, block_tokens, c0 + j) + kvh * head_bytes;
       const float p = sc[j];
 #pragma unroll
       for (int i = 0; i < kMaxValuePerThread; ++i) {
         const int d = threadIdx.x + i * kThreads;
-        if (d < value_dim) acc[i] += p * v[d];
+        if (d < value_dim) acc[i] += p * kvcache::kv_value(T, v, d);
       }
     }
     __syncthreads();  // sc is rewritten by the next chunk
@@ -159,30 +165,73 @@ __global__ void merge_kernel(const float* __restrict__ partial, int splits, int 
   }
 }
 
+// One thread per (token, head): the head's row of d floats into its cache slot as T (kv_format.h's
+// rules, as kv_store_head does on the host).
+template <kvcache::KvDtype T>
 __global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v, const int32_t* __restrict__ pos,
                                 const int32_t* __restrict__ seq, const int32_t* __restrict__ block_table,
-                                const int32_t* __restrict__ table_start, int64_t T, int64_t row, float* keys,
-                                float* values, int64_t block_floats, int block_tokens) {
-  const size_t total = size_t(T * row);
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
-    const int64_t t = int64_t(i / size_t(row)), j = int64_t(i % size_t(row));
-    const int p = pos[t];
-    const int64_t at = int64_t(block_table[table_start[seq[t]] + p / block_tokens]) * block_floats +
-                       int64_t(p % block_tokens) * row + j;
-    keys[at] = k[i];
-    if (v) values[at] = v[i];
+                                const int32_t* __restrict__ table_start, int64_t T_tokens, int64_t heads, int64_t d,
+                                uint8_t* keys, uint8_t* values, int64_t block_bytes, int64_t row_bytes, int block_tokens) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= T_tokens * heads) return;
+  const int64_t t = i / heads, h = i % heads, head_bytes = kvcache::kv_head_bytes(T, d);
+  const int p = pos[t];
+  const int64_t at = int64_t(block_table[table_start[seq[t]] + p / block_tokens]) * block_bytes +
+                     int64_t(p % block_tokens) * row_bytes + h * head_bytes;
+  for (int kind = 0; kind < (v ? 2 : 1); ++kind) {
+    const float* x = (kind ? v : k) + (t * heads + h) * d;
+    uint8_t* out = (kind ? values : keys) + at;
+    if (T == kvcache::KvDtype::F32) {
+      for (int64_t j = 0; j < d; ++j) reinterpret_cast<float*>(out)[j] = x[j];
+    } else if (T == kvcache::KvDtype::F16) {
+      for (int64_t j = 0; j < d; ++j) reinterpret_cast<__half*>(out)[j] = __float2half_rn(x[j]);
+    } else if (T == kvcache::KvDtype::BF16) {
+      for (int64_t j = 0; j < d; ++j) reinterpret_cast<__nv_bfloat16*>(out)[j] = __float2bfloat16_rn(x[j]);
+    } else if (T == kvcache::KvDtype::Q8_0) {
+      for (int64_t b = 0; b < d / 32; ++b) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+        uint8_t* block = out + b * 34;
+        *reinterpret_cast<__half*>(block) = __float2half_rn(scale);
+        for (int j = 0; j < 32; ++j) block[2 + j] = uint8_t(int8_t(roundf(x[b * 32 + j] * inverse)));
+      }
+    } else {  // FP8
+      float amax = 0.0f;
+      for (int64_t j = 0; j < d; ++j) amax = fmaxf(amax, fabsf(x[j]));
+      const float scale = amax / 448.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+      *reinterpret_cast<float*>(out) = scale;
+      for (int64_t j = 0; j < d; ++j) out[4 + j] = quant::decode::encode_e4m3(x[j] * inverse);
+    }
+  }
+}
+
+// Calls f with the cache's type as a template argument.
+template <typename F>
+void with_kv_dtype(kvcache::KvDtype t, F&& f) {
+  using D = kvcache::KvDtype;
+  switch (t) {
+    case D::F32: return f(std::integral_constant<D, D::F32>());
+    case D::F16: return f(std::integral_constant<D, D::F16>());
+    case D::BF16: return f(std::integral_constant<D, D::BF16>());
+    case D::Q8_0: return f(std::integral_constant<D, D::Q8_0>());
+    case D::FP8: return f(std::integral_constant<D, D::FP8>());
   }
 }
 
 }  // namespace
 
-void store_kv(const AttentionIndex& ix, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens) {
+void store_kv(const AttentionIndex& ix, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens,
+              int64_t head_dim) {
   DeviceState& s = state(k.device);
   if (ix.tokens == 0) return;
-  const int64_t row = k.dim(1);
-  store_kv_kernel<<<blocks_for(size_t(ix.tokens * row), 256), 256, 0, s.stream>>>(
-      k.as<float>(), v ? v->as<float>() : nullptr, ix.pos, ix.seq, ix.block_table, ix.table_start,
-      ix.tokens, row, kv.keys, kv.values, kv.block_floats, int(block_tokens));
+  const int64_t heads = k.dim(1) / head_dim, n = ix.tokens * heads;
+  with_kv_dtype(kv.dtype, [&](auto t) {
+    constexpr kvcache::KvDtype kType = decltype(t)::value;
+    store_kv_kernel<kType><<<unsigned((n + 127) / 128), 128, 0, s.stream>>>(
+        k.as<float>(), v ? v->as<float>() : nullptr, ix.pos, ix.seq, ix.block_table, ix.table_start, ix.tokens, heads,
+        head_dim, kv.keys, kv.values, kv.block_bytes, kv.row_bytes, int(block_tokens));
+  });
   check_launch("store_kv", s.index);
 }
 
@@ -199,10 +248,13 @@ void paged_attention(const AttentionIndex& ix, const Tensor& q, const KvLayer& k
   std::shared_ptr<void> partial;
   if (splits > 1) partial = device_bytes(s, size_t(ix.tokens * p.heads) * splits * size_t(vd + 2) * sizeof(float));
   const dim3 grid(unsigned(ix.tokens * p.heads), unsigned(splits));
-  attention_kernel<<<grid, kThreads, shared, s.stream>>>(
-      q.as<float>(), ix.pos, ix.seq, ix.block_table, ix.table_start, kv.keys, kv.values, kv.block_floats,
-      kv.row_floats, int(p.heads), int(p.kv_heads), int(p.head_dim), int(vd), int(p.block_tokens), int(p.window), p.scale,
-      splits, out.as<float>(), static_cast<float*>(partial.get()));
+  with_kv_dtype(kv.dtype, [&](auto t) {
+    constexpr kvcache::KvDtype kType = decltype(t)::value;
+    attention_kernel<kType><<<grid, kThreads, shared, s.stream>>>(
+        q.as<float>(), ix.pos, ix.seq, ix.block_table, ix.table_start, kv.keys, kv.values, kv.block_bytes, kv.row_bytes,
+        int(p.heads), int(p.kv_heads), int(p.head_dim), int(vd), int(p.block_tokens), int(p.window), p.scale, splits,
+        out.as<float>(), static_cast<float*>(partial.get()));
+  });
   check_launch("attention", s.index);
   if (splits > 1) {
     merge_kernel<<<unsigned(ix.tokens * p.heads), 128, 0, s.stream>>>(static_cast<const float*>(partial.get()), splits,

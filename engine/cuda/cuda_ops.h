@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../core/tensor.h"
+#include "../kvcache/kv_format.h"
 
 namespace ftllm::cuda {
 
@@ -56,16 +57,18 @@ std::shared_ptr<AttentionIndex> make_attention_index(Device device, std::span<co
                                                      std::span<const int32_t> table_start);
 // One layer's paged cache on the device: block b's rows of row_floats start at keys + b * block_floats.
 struct KvLayer {
-  float* keys;
-  float* values;
-  int64_t block_floats, row_floats;
+  uint8_t* keys;
+  uint8_t* values;
+  int64_t block_bytes, row_bytes;
+  kvcache::KvDtype dtype;  // heads of head_dim values each (kv_format.h)
 };
 struct AttentionParams {
   int64_t heads, kv_heads, head_dim, block_tokens, window, value_dim;
   float scale;
 };
 // Writes token t's k (and v, unless null) row into its slot of the cache.
-void store_kv(const AttentionIndex& index, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens);
+void store_kv(const AttentionIndex& index, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens,
+              int64_t head_dim);
 // Causal attention of q[T, heads * head_dim] over each token's own sequence (out [T, heads * value_dim]);
 // long sequences split their keys over several blocks (flash-decoding) and merge the partial softmaxes.
 void paged_attention(const AttentionIndex& index, const Tensor& q, const KvLayer& kv, const AttentionParams& p,

@@ -5,8 +5,12 @@
 
 namespace ftllm::kvcache {
 
-KvPool::KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_tokens, int64_t num_blocks, bool keys_only)
-    : row_(kv_heads * head_dim),
+KvPool::KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_tokens, int64_t num_blocks, bool keys_only,
+               KvDtype dtype)
+    : dtype_(dtype),
+      kv_heads_(kv_heads),
+      head_dim_(head_dim),
+      row_words_((kv_heads * kv_head_bytes(dtype, head_dim) + 3) / 4),
       block_tokens_(block_tokens),
       num_blocks_(num_blocks),
       kinds_(keys_only ? 1 : 2),

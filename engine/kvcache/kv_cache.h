@@ -20,27 +20,38 @@
 #include <vector>
 
 #include "../core/tensor.h"
+#include "kv_format.h"
 
 namespace ftllm::kvcache {
 
 class KvPool {
  public:
-  // keys_only: one row per token serves as key and value (multi-head latent attention's compressed
-  // cache); value() then returns the key row. Every layer starts in host memory.
+  // A token's row holds kv_heads heads of head_dim values, each stored as `dtype` (kv_format.h) at
+  // offset h * head_bytes(); rows are padded to whole 32-bit words. keys_only: one row per token serves
+  // as key and value (multi-head latent attention's compressed cache); value() then returns the key row.
+  // Every layer starts in host memory.
   KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_tokens, int64_t num_blocks,
-         bool keys_only = false);
+         bool keys_only = false, KvDtype dtype = KvDtype::F32);
 
   int64_t layers() const { return int64_t(storage_.size()); }
   int64_t block_tokens() const { return block_tokens_; }
   int64_t num_blocks() const { return num_blocks_; }
+  KvDtype dtype() const { return dtype_; }
+  int64_t kv_heads() const { return kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  int64_t head_bytes() const { return kv_head_bytes(dtype_, head_dim_); }
+  int64_t row_bytes() const { return row_words_ * 4; }  // one token's row, padded
+  int64_t block_bytes() const { return block_tokens_ * row_bytes(); }
   // Blocks a sequence can take: never used, or cached with no sequence holding them (evicted on taking).
   int64_t free_blocks() const { return int64_t(free_.size() + idle_.size()); }
   int64_t used_blocks() const { return num_blocks_ - free_blocks(); }  // held by sequences
   int64_t cached_blocks() const { return int64_t(published_.size()); }  // published (held or idle)
-  int64_t row_floats() const { return row_; }  // kv_heads * head_dim
-  int64_t block_floats() const { return block_tokens_ * row_; }
   size_t bytes() const { return layer_bytes() * storage_.size(); }
-  size_t layer_bytes() const { return size_t(kinds_ * num_blocks_ * block_tokens_ * row_) * sizeof(float); }
+  size_t layer_bytes() const { return size_t(kinds_ * num_blocks_ * block_bytes()); }
+  // Bytes of one token's keys and values over `layers` layers, as sized here (for memory plans).
+  static int64_t token_bytes(int64_t layers, int64_t kv_heads, int64_t head_dim, bool keys_only, KvDtype dtype) {
+    return layers * (keys_only ? 1 : 2) * (kv_heads * kv_head_bytes(dtype, head_dim) + 3) / 4 * 4;
+  }
 
   int32_t allocate();  // -1 when the pool is exhausted; evicts the least recently used idle cached block
   void retain(int32_t block);  // one more holder
@@ -57,32 +68,34 @@ class KvPool {
   int32_t publish(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
   static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens);
 
-  // The key (value) row of one token: kv_heads * head_dim floats, in the layer's memory (a device
-  // pointer when the layer is on a device: for kernels, not for the host to read).
-  float* key(int64_t layer, int32_t block, int64_t slot) { return row_at(layer, 0, block, slot); }
-  float* value(int64_t layer, int32_t block, int64_t slot) { return row_at(layer, kinds_ - 1, block, slot); }
+  // The key (value) row of one token, in the layer's memory (a device pointer when the layer is on a
+  // device: for kernels, not for the host to read).
+  uint8_t* key(int64_t layer, int32_t block, int64_t slot) { return row_at(layer, 0, block, slot); }
+  uint8_t* value(int64_t layer, int32_t block, int64_t slot) { return row_at(layer, kinds_ - 1, block, slot); }
 
-  // Layer l's pages as one tensor [kinds, blocks, block_tokens, row] (kinds: 2, or 1 keys only).
+  // Layer l's pages as one tensor [kinds, blocks, block_tokens, row words] (kinds: 2, or 1 keys only),
+  // float32 only in name: its words hold rows of `dtype` values.
   const Tensor& layer_storage(int64_t layer) const { return storage_[size_t(layer)]; }
   // Puts layer l's pages elsewhere: `storage` holds the same bytes (the caller copied them), so the
   // sequences cached there carry on.
   void replace_layer(int64_t layer, Tensor storage);
-  // One layer's pages as a tensor: [kinds, blocks, block_tokens, row_floats].
-  std::vector<int64_t> layer_shape() const { return {kinds_, num_blocks_, block_tokens_, row_}; }
+  // One layer's pages as a tensor: [kinds, blocks, block_tokens, row words].
+  std::vector<int64_t> layer_shape() const { return {kinds_, num_blocks_, block_tokens_, row_words_}; }
   // Host memory for one layer's pages, not zeroed (pages are touched only as sequences fill them).
   static Tensor host_storage(std::vector<int64_t> shape);
 
-  // Tensor parallelism: layer l's pages as one tensor per shard ([kinds, blocks, block_tokens, the
-  // shard's KV heads x head_dim]), each where its shard runs; an empty list: the layer is whole again
+  // Tensor parallelism: layer l's pages as one tensor per shard ([kinds, blocks, block_tokens, words of
+  // the shard's KV heads]), each where its shard runs; an empty list: the layer is whole again
   // (layer_storage). The caller moves the bytes between the two forms.
   void set_shards(int64_t layer, std::vector<Tensor> shards) { shards_[size_t(layer)] = std::move(shards); }
   const std::vector<Tensor>& shards(int64_t layer) const { return shards_[size_t(layer)]; }
 
  private:
-  float* row_at(int64_t layer, int kind, int32_t block, int64_t slot) {
-    return storage_[size_t(layer)].as<float>() + ((kind * num_blocks_ + block) * block_tokens_ + slot) * row_;
+  uint8_t* row_at(int64_t layer, int kind, int32_t block, int64_t slot) {
+    return reinterpret_cast<uint8_t*>(storage_[size_t(layer)].as<float>() + ((kind * num_blocks_ + block) * block_tokens_ + slot) * row_words_);
   }
-  int64_t row_, block_tokens_, num_blocks_;
+  KvDtype dtype_;
+  int64_t kv_heads_, head_dim_, row_words_, block_tokens_, num_blocks_;
   int kinds_;  // 2: keys and values; 1: keys only
   std::vector<Tensor> storage_;  // per layer
   std::vector<std::vector<Tensor>> shards_;  // per layer; empty unless split over devices

@@ -303,8 +303,8 @@ void DecoderModel::mla_attention(ops::Context& ctx, int64_t l, const LayerWeight
   ops::rope_blocks(ctx, latent, {1, row, lora}, cos, sin, a.rope_interleave);
   const Device on = pool.layer_storage(l).device;
   // The value is the first kv_lora_rank floats of the same row.
-  const ops::KvLayer kv{pool.key(l, 0, 0), pool.key(l, 0, 0), pool.block_floats(), pool.row_floats(), on};
-  ops::store_kv(ctx, ab, latent, nullptr, kv, B);
+  const ops::KvLayer kv{pool.key(l, 0, 0), pool.key(l, 0, 0), pool.block_bytes(), pool.row_bytes(), pool.dtype(), on};
+  ops::store_kv(ctx, ab, latent, nullptr, kv, B, row);
 
   // Each head's query as a row against the cache: [W_uk[h]^T q_nope, q_rot].
   ops::rope_blocks(ctx, q, {heads, qk, nope}, cos, sin, a.rope_interleave);
@@ -342,7 +342,7 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   }
   ops::rope(ctx, q, heads, cos, sin);
   ops::rope(ctx, k, kv_heads, cos, sin);
-  ops::store_kv(ctx, ab, k, &v, kv, B);
+  ops::store_kv(ctx, ab, k, &v, kv, B, d);
   ops::paged_attention(ctx, q, ab, kv, shape, attn);
   ops::linear(ctx, attn, L.o, opt(L.o_bias), out);
 }
@@ -406,8 +406,8 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
     } else if (spec_.mla) {
       mla_attention(ctx, l, L, h, cos, sin, pool, ab, proj);
     } else {
-      const ops::KvLayer kv{pool.key(l, 0, 0), pool.value(l, 0, 0), pool.block_floats(), pool.row_floats(),
-                            pool.layer_storage(l).device};
+      const ops::KvLayer kv{pool.key(l, 0, 0),    pool.value(l, 0, 0), pool.block_bytes(),
+                            pool.row_bytes(),     pool.dtype(),        pool.layer_storage(l).device};
       gqa_attention(ctx, L, c.num_heads, c.num_kv_heads, h, cos, sin, kv, B, ab, proj);
     }
     ops::add(ctx, x, proj);

@@ -79,6 +79,9 @@ struct ModelConfig {
   // values, or MLA's one compressed row.
   int64_t kv_row_floats() const { return mla.kv_lora_rank ? mla.kv_lora_rank + mla.rope_dim : num_kv_heads * head_dim; }
   bool kv_keys_only() const { return mla.kv_lora_rank > 0; }
+  // The cache's heads per token and values per head: MLA caches one compressed row per token.
+  int64_t kv_cache_heads() const { return mla.kv_lora_rank ? 1 : num_kv_heads; }
+  int64_t kv_cache_head_dim() const { return mla.kv_lora_rank ? mla.kv_lora_rank + mla.rope_dim : head_dim; }
 };
 
 // Parses config.json text; `source` names it in errors. Throws EngineError naming a missing or

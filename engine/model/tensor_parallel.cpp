@@ -147,10 +147,11 @@ void DecoderModel::split_sublayer(ops::Context& ctx, int64_t l, bool mlp, const 
       dense_mlp(sc, sh.w, hs, part);
     } else {
       const Tensor& kvp = pages[s];
-      const int64_t row = kvp.dim(3), block_floats = kvp.dim(2) * row;
-      float* keys = kvp.as<float>();
-      const ops::KvLayer kv{keys, keys + kvp.dim(1) * block_floats, block_floats, row, kvp.device};
-      if (row != sh.span.kv_heads * d) throw EngineError("tensor parallel: KV pages do not match the shard's heads");
+      const int64_t row_bytes = kvp.dim(3) * 4, block_bytes = kvp.dim(2) * row_bytes;
+      uint8_t* keys = reinterpret_cast<uint8_t*>(kvp.as<float>());
+      const ops::KvLayer kv{keys, keys + kvp.dim(1) * block_bytes, block_bytes, row_bytes, pool.dtype(), kvp.device};
+      if (row_bytes != (sh.span.kv_heads * kvcache::kv_head_bytes(pool.dtype(), d) + 3) / 4 * 4)
+        throw EngineError("tensor parallel: KV pages do not match the shard's heads");
       const auto [cos, sin] = rope_on(sh.span.device);
       gqa_attention(sc, sh.w, sh.span.kv_heads * group, sh.span.kv_heads, hs, cos, sin, kv, pool.block_tokens(), ab, part);
     }

@@ -262,20 +262,23 @@ const cuda::AttentionIndex& device_index(const AttentionBatch& b, Device d) {
   b.device_index.emplace_back(d, cuda::make_attention_index(d, b.pos, b.seq, b.block_table, b.table_start));
   return *b.device_index.back().second;
 }
-cuda::KvLayer device_kv(const KvLayer& kv) { return {kv.keys, kv.values, kv.block_floats, kv.row_floats}; }
+cuda::KvLayer device_kv(const KvLayer& kv) { return {kv.keys, kv.values, kv.block_bytes, kv.row_bytes, kv.dtype}; }
 }  // namespace
 #endif
 
-void store_kv(Context&, const AttentionBatch& b, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens) {
+void store_kv(Context&, const AttentionBatch& b, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens,
+              int64_t head_dim) {
   if (!(k.device == kv.device)) throw EngineError("store_kv: rows on " + k.device.name() + ", cache on " + kv.device.name());
-  FTLLM_ON_CUDA(k, cuda::store_kv(device_index(b, k.device), k, v, device_kv(kv), block_tokens))
-  const int64_t T = k.dim(0), row = k.dim(1);
+  FTLLM_ON_CUDA(k, cuda::store_kv(device_index(b, k.device), k, v, device_kv(kv), block_tokens, head_dim))
+  const int64_t T = k.dim(0), row = k.dim(1), heads = row / head_dim, head_bytes = kvcache::kv_head_bytes(kv.dtype, head_dim);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t p = b.pos[size_t(t)];
     const int64_t at = int64_t(b.block_table[size_t(b.table_start[size_t(b.seq[size_t(t)])] + p / block_tokens)]) *
-                           kv.block_floats + (p % block_tokens) * kv.row_floats;
-    std::memcpy(kv.keys + at, k.as<float>() + t * row, size_t(row) * 4);
-    if (v) std::memcpy(kv.values + at, v->as<float>() + t * row, size_t(row) * 4);
+                           kv.block_bytes + (p % block_tokens) * kv.row_bytes;
+    for (int64_t h = 0; h < heads; ++h) {
+      kvcache::kv_store_head(kv.dtype, k.as<float>() + t * row + h * head_dim, head_dim, kv.keys + at + h * head_bytes);
+      if (v) kvcache::kv_store_head(kv.dtype, v->as<float>() + t * row + h * head_dim, head_dim, kv.values + at + h * head_bytes);
+    }
   }
 }
 
@@ -297,9 +300,10 @@ void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, con
   const int64_t items = T * sh.kv_heads;
   const int64_t parts = std::clamp<int64_t>((4 * ctx.pool.size() + items - 1) / items, 1, group);
   const int64_t per_part = (group + parts - 1) / parts;
+  const int64_t head_bytes = kvcache::kv_head_bytes(kv.dtype, d);
   ctx.pool.parallel_for(items * parts, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores;
-    std::vector<const float*> keys, values;
+    std::vector<const uint8_t*> keys, values;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / (sh.kv_heads * parts), kvh = i / parts % sh.kv_heads, part = i % parts;
       const int64_t h0 = kvh * group + part * per_part, h1 = std::min(kvh * group + group, h0 + per_part);
@@ -314,15 +318,15 @@ void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, con
       // Block by block: one table lookup per block, not a division per key.
       for (int64_t p = first; p <= last;) {
         const int64_t block = p / sh.block_tokens, end = std::min(last + 1, (block + 1) * sh.block_tokens);
-        int64_t at = int64_t(table[block]) * kv.block_floats + (p - block * sh.block_tokens) * kv.row_floats + kvh * d;
-        for (; p < end; ++p, at += kv.row_floats) {
+        int64_t at = int64_t(table[block]) * kv.block_bytes + (p - block * sh.block_tokens) * kv.row_bytes + kvh * head_bytes;
+        for (; p < end; ++p, at += kv.row_bytes) {
           keys[size_t(p - first)] = kv.keys + at;
           values[size_t(p - first)] = kv.values + at;
         }
       }
-      k.scores(q.as<float>() + (t * sh.heads + h0) * d, h1 - h0, keys.data(), n, d, sh.scale, scores.data());
+      k.scores(q.as<float>() + (t * sh.heads + h0) * d, h1 - h0, keys.data(), kv.dtype, n, d, sh.scale, scores.data());
       for (int64_t h = 0; h < h1 - h0; ++h) k.softmax(scores.data() + h * n, n);
-      k.weighted_sum(scores.data(), h1 - h0, values.data(), n, vd, out.as<float>() + (t * sh.heads + h0) * vd);
+      k.weighted_sum(scores.data(), h1 - h0, values.data(), kv.dtype, n, vd, out.as<float>() + (t * sh.heads + h0) * vd);
     }
   });
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../core/tensor.h"
+#include "../kvcache/kv_format.h"
 
 namespace ftllm::cpu {
 class ThreadPool;
@@ -108,12 +109,14 @@ struct AttentionBatch {
   // The same uploaded to each CUDA device, made by the first layer there that needs it.
   mutable std::vector<std::pair<Device, std::shared_ptr<cuda::AttentionIndex>>> device_index;
 };
-// One layer's cache: block b's rows (of row_floats floats: kv_heads * head_dim) start at
-// keys + b * block_floats (values likewise); on `device`.
+// One layer's cache: block b's rows (of row_bytes each: kv_heads heads of head_dim values stored as
+// `dtype`, head h at h * kv_head_bytes(dtype, head_dim)) start at keys + b * block_bytes (values
+// likewise); on `device`.
 struct KvLayer {
-  float* keys;
-  float* values;
-  int64_t block_floats, row_floats;
+  uint8_t* keys;
+  uint8_t* values;
+  int64_t block_bytes, row_bytes;
+  kvcache::KvDtype dtype;
   Device device;
 };
 struct AttentionShape {
@@ -124,9 +127,10 @@ struct AttentionShape {
   // 0: head_dim. out is [T, heads * value_dim] then.
   int64_t value_dim = 0;
 };
-// Writes row t of k (and of v, unless null) into token t's slot of the layer's cache.
+// Writes row t of k (and of v, unless null) into token t's slot of the layer's cache, as heads of
+// head_dim values in the cache's dtype.
 void store_kv(Context& ctx, const AttentionBatch& b, const Tensor& k, const Tensor* v, const KvLayer& kv,
-              int64_t block_tokens);
+              int64_t block_tokens, int64_t head_dim);
 // Causal attention of each token over its own sequence's cached keys and values (itself included):
 // q[T, heads * d], out[T, heads * value_dim].
 void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, const KvLayer& kv, const AttentionShape& shape,

@@ -4,6 +4,7 @@
 // row is its values [32u, 32u + 32); rows start with their header (int8, int4) as dtype.h lays out.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "../core/dtype.h"
@@ -48,6 +49,24 @@ FTLLM_HD float e4m3(uint8_t b) {
   else if (e == 0) v = float(m) * (1.0f / 512.0f);
   else v = bits_to_float(uint32_t(e + 120) << 23 | uint32_t(m) << 20);  // (8 + m) * 2^(e - 10)
   return (b & 0x80) ? -v : v;
+}
+
+// OCP e4m3 (bias 7, no infinities, 0x7f NaN, largest 448) of f: nearest even, saturating at +-448.
+FTLLM_HD uint8_t encode_e4m3(float f) {
+  if (f != f) return 0x7f;
+  const uint8_t sign = (f < 0.0f || (f == 0.0f && 1.0f / f < 0.0f)) ? 0x80 : 0;
+  const float a = fabsf(f);
+  if (a >= 448.0f) return sign | 0x7e;
+  int code;
+  if (a < 0.015625f) {  // below 2^-6: subnormal steps of 2^-9; 8 is the smallest normal
+    code = int(nearbyintf(a * 512.0f));
+  } else {
+    int e;
+    frexpf(a, &e);  // a = f * 2^e, f in [0.5, 1): the biased exponent is e + 6
+    const int mant = int(nearbyintf(ldexpf(a, 4 - e))) - 8;  // 3 mantissa bits, may carry into 8
+    code = ((e + 6) << 3) + mant;
+  }
+  return uint8_t(sign | (code < 0x7e ? code : 0x7e));
 }
 
 // value j of each 32 in the low nibble of byte j, value j + 16 in the high one (ggml's Q4_0 order).

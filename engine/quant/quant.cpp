@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "block_decode.h"
 #include "ggml_blocks.h"
 
 namespace ftllm::quant {
@@ -215,22 +216,7 @@ float e4m3_to_f32(uint8_t b) {
   return (b & 0x80) ? -v : v;
 }
 
-uint8_t f32_to_e4m3(float f) {
-  if (std::isnan(f)) return 0x7f;
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  const float a = std::fabs(f);
-  if (a >= 448.0f) return sign | 0x7e;
-  int code;
-  if (a < std::ldexp(1.0f, -6)) {
-    code = int(std::nearbyint(std::ldexp(a, 9)));  // subnormal steps of 2^-9; 8 is the smallest normal
-  } else {
-    int e;
-    std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): the biased exponent is e + 6
-    const int mant = int(std::nearbyint(std::ldexp(a, 4 - e))) - 8;  // 3 mantissa bits, may carry into 8
-    code = ((e + 6) << 3) + mant;
-  }
-  return uint8_t(sign | std::min(code, 0x7e));
-}
+uint8_t f32_to_e4m3(float f) { return decode::encode_e4m3(f); }
 
 void dequantize_row(DType t, const void* row, float* y, int64_t k) {
   const int64_t nb = k / dtype_layout(t).block_values;

@@ -147,9 +147,7 @@ void DeviceLayout::move_to_devices(const Placement& placement) {
                       std::to_string(gpu) + "':3,'cpu':1}), lower --ctx or --max_sequences, use a smaller --dtype, or raise --gpu_memory");
   }
   if (blocks < kv_.num_blocks()) {
-    const bool prefix_cache = kv_.prefix_cache();
-    kv_ = kvcache::KvPool(c.num_layers, 1, c.kv_row_floats(), kKvBlockTokens, blocks, c.kv_keys_only());
-    kv_.set_prefix_cache(prefix_cache);
+    kv_ = make_kv_pool(options_, c, blocks);
     notes_.add("the KV cache holds " + std::to_string(blocks / per_sequence) + " sequences of " + std::to_string(context_) +
                " tokens (not " + std::to_string(options_.kv_sequences()) + "): that is what --gpu_memory " +
                share_text(options_.gpu_memory) + " of the GPU's free memory holds");
@@ -214,16 +212,18 @@ std::vector<DeviceMemory> DeviceLayout::memory() const {
 }
 
 void DeviceLayout::split_kv(int64_t l, const std::vector<model::DecoderModel::ShardSpan>& spans) {
-  // [kinds, blocks, slots, row] seen as rows of `row` floats; shard s takes its heads' columns.
+  // [kinds, blocks, slots, row] as rows of bytes; shard s takes its heads' bytes of each row, into rows
+  // padded to whole words as the pool's are.
   const Tensor whole = ops::to_device(kv_.layer_storage(l), Device::cpu());
   const std::vector<int64_t> shape = kv_.layer_shape();
-  const int64_t d = model_.config().head_dim, rows = shape[0] * shape[1] * shape[2];
-  Tensor flat = whole;
-  flat.shape = {rows, shape[3]};
+  const int64_t rows = shape[0] * shape[1] * shape[2], head_bytes = kv_.head_bytes();
   std::vector<Tensor> shards;
   for (const auto& span : spans) {
-    Tensor part = slice_columns(flat, span.kv_head0 * d, (span.kv_head0 + span.kv_heads) * d);
-    part.shape = {shape[0], shape[1], shape[2], span.kv_heads * d};
+    const int64_t bytes = span.kv_heads * head_bytes;
+    Tensor part = kvcache::KvPool::host_storage({shape[0], shape[1], shape[2], (bytes + 3) / 4});
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(reinterpret_cast<uint8_t*>(part.as<float>() + r * part.dim(3)),
+                  reinterpret_cast<const uint8_t*>(whole.as<float>() + r * shape[3]) + span.kv_head0 * head_bytes, size_t(bytes));
     shards.push_back(ops::to_device(part, span.device));
   }
   kv_.set_shards(l, std::move(shards));
@@ -234,13 +234,16 @@ Tensor DeviceLayout::join_kv_shards(int64_t l) {
   const std::vector<int64_t> shape = kv_.layer_shape();
   Tensor whole = kvcache::KvPool::host_storage(shape);
   const int64_t rows = shape[0] * shape[1] * shape[2];
-  int64_t col = 0;
+  int64_t at = 0;  // bytes into a row
   for (const Tensor& s : kv_.shards(l)) {
     const Tensor part = ops::to_device(s, Device::cpu());
-    const int64_t w = part.dim(3);
+    const int64_t w = part.dim(3), bytes = std::min(w * 4, kv_.row_bytes() - at);
+    // A shard's row holds whole heads; its padding (when any) is not copied.
+    const int64_t heads_bytes = bytes / kv_.head_bytes() * kv_.head_bytes();
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(whole.as<float>() + r * shape[3] + col, part.as<float>() + r * w, size_t(w) * 4);
-    col += w;
+      std::memcpy(reinterpret_cast<uint8_t*>(whole.as<float>() + r * shape[3]) + at,
+                  reinterpret_cast<const uint8_t*>(part.as<float>() + r * w), size_t(heads_bytes));
+    at += heads_bytes;
   }
   kv_.set_shards(l, {});
   return whole;

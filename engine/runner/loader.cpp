@@ -27,6 +27,13 @@ int64_t kv_blocks_for(const ModelLoadOptions& o, const model::ModelConfig& c) {
   return o.kv_sequences() * ((served_context(o, c) + kKvBlockTokens - 1) / kKvBlockTokens);
 }
 
+kvcache::KvPool make_kv_pool(const ModelLoadOptions& o, const model::ModelConfig& c, int64_t blocks) {
+  kvcache::KvPool pool(c.num_layers, c.kv_cache_heads(), c.kv_cache_head_dim(), kKvBlockTokens, blocks, c.kv_keys_only(),
+                       *kvcache::parse_kv_dtype(o.kv_dtype));
+  pool.set_prefix_cache(o.prefix_cache != "off");
+  return pool;
+}
+
 namespace {
 
 // Parses a template, or keeps the reason it failed for the first chat request to report: a model with a
@@ -89,8 +96,14 @@ uint64_t available_memory() {
 void check_kv_fits(const ModelLoadOptions& o, const model::ModelConfig& c) {
   if (o.prefix_cache != "on" && o.prefix_cache != "off")
     throw EngineError("--prefix_cache takes on or off, not \"" + o.prefix_cache + "\"");
-  const uint64_t bytes = uint64_t(c.num_layers) * (c.kv_keys_only() ? 1 : 2) * uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens *
-                         uint64_t(c.kv_row_floats()) * 4;
+  const std::optional<kvcache::KvDtype> dtype = kvcache::parse_kv_dtype(o.kv_dtype);
+  if (!dtype) throw EngineError("--kv_dtype " + o.kv_dtype + " is unknown; use f16, bf16, f32, q8_0 or fp8");
+  if (!kvcache::kv_fits(*dtype, c.kv_cache_head_dim()))
+    throw EngineError("--kv_dtype " + o.kv_dtype + " stores heads in blocks of " + (*dtype == kvcache::KvDtype::Q8_0 ? "32" : "4") +
+                      " values, and this model's heads have " + std::to_string(c.kv_cache_head_dim()) + "; use f16, bf16 or f32");
+  const uint64_t bytes = uint64_t(kvcache::KvPool::token_bytes(c.num_layers, c.kv_cache_heads(), c.kv_cache_head_dim(),
+                                                               c.kv_keys_only(), *dtype)) *
+                         uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens;
   const uint64_t available = available_memory();
   if (bytes > available) {
     char msg[512];

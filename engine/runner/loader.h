@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "../kvcache/kv_cache.h"
 #include "../load_options.h"
 #include "../model/decoder.h"
 #include "../text/model_text.h"
@@ -32,5 +33,8 @@ int64_t served_context(const ModelLoadOptions& options, const model::ModelConfig
 
 // KV pages for max_sequences sequences at the served context.
 int64_t kv_blocks_for(const ModelLoadOptions& options, const model::ModelConfig& config);
+
+// The model's KV pool of `blocks` pages in the --kv_dtype the options give (checked at load).
+kvcache::KvPool make_kv_pool(const ModelLoadOptions& options, const model::ModelConfig& config, int64_t blocks);
 
 }  // namespace ftllm

@@ -9,11 +9,9 @@ std::unique_ptr<ModelInstance> ModelInstance::load(const ModelLoadOptions& optio
 ModelInstance::ModelInstance(LoadedModel loaded)
     : loaded_(std::move(loaded)),
       context_(served_context(loaded_.options, config())),
-      kv_(config().num_layers, 1, config().kv_row_floats(), kKvBlockTokens, kv_blocks_for(loaded_.options, config()),
-          config().kv_keys_only()),
+      kv_(make_kv_pool(loaded_.options, config(), kv_blocks_for(loaded_.options, config()))),
       layout_(*loaded_.model, kv_, loaded_.options, context_, notes_) {
   std::string note;
-  kv_.set_prefix_cache(options().prefix_cache != "off");
   layout_.apply(Placement::parse(options().device, config().num_layers, &note), 0);
   notes_.add(note);
   notes_.add(loaded_.notes);

@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 
+#include "../common/exact_options.h"
 #include "../common/fixture_reference.h"
 #include "../common/gpu.h"
 #include "../common/greedy_run.h"
@@ -24,7 +25,7 @@ const fs::path kModels = fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data" / "model
 
 std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& device, const std::string& moe_device = "cpu",
                                     bool cuda_se = false, const std::string& prefix_cache = "on") {
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.prefix_cache = prefix_cache;
   o.path = (kModels / name).string();
   o.threads = 2;
@@ -197,7 +198,7 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_over_two_gpus_equals_the_whole_layer) {
 // --gpu_memory: a load that cannot fit says what to change; one whose KV cache does not fit at its
 // sequences shrinks the cache to whole sequences that do, and says so.
 BOOST_AUTO_TEST_CASE(gpu_memory_bounds_the_weights_and_sizes_the_kv_cache) {
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.path = (kModels / "qwen3-f32").string();
   o.threads = 2;
   o.device = "cuda";

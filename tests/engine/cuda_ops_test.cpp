@@ -223,24 +223,29 @@ BOOST_AUTO_TEST_CASE(embedding_lookups_decode_every_dtype) {
 }
 
 // Paged attention over sequences of 1 to 5000 tokens (the long ones split their keys over several
-// blocks), prefill and decode mixed, grouped heads, a sliding window, and MLA's keys-as-values shape.
+// blocks), prefill and decode mixed, grouped heads, a sliding window, and MLA's keys-as-values shape, for
+// every KV dtype: the device stores the bytes the host stores, and reads them as the host does.
 BOOST_AUTO_TEST_CASE(paged_attention_matches_the_cpu) {
+  using kvcache::KvDtype;
   std::mt19937 rng(9);
   Host h;
   struct Case {
     int64_t heads, kv_heads, head_dim, value_dim, window;
   };
+  for (KvDtype dtype : {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::Q8_0, KvDtype::FP8})
   for (const Case& c : {Case{8, 2, 64, 0, 0}, Case{4, 4, 128, 0, 100}, Case{16, 1, 576, 512, 0}}) {
-    BOOST_TEST_CONTEXT("heads " << c.heads << " kv " << c.kv_heads << " d " << c.head_dim << " window " << c.window) {
+    BOOST_TEST_CONTEXT(kvcache::kv_dtype_name(dtype) << " heads " << c.heads << " kv " << c.kv_heads << " d " << c.head_dim
+                                                   << " window " << c.window) {
       const bool mla = c.value_dim > 0;
       const int64_t B = 16, lengths[] = {1, 17, 300, 5000};
       int64_t blocks = 0;
       for (int64_t n : lengths) blocks += (n + B - 1) / B;
-      kvcache::KvPool pool(1, c.kv_heads, c.head_dim, B, blocks, mla);
+      kvcache::KvPool pool(1, c.kv_heads, c.head_dim, B, blocks, mla, dtype);
+      std::memset(pool.layer_storage(0).data, 0, pool.layer_bytes());  // slots no token fills compare equal below
       std::vector<kvcache::SequenceKv> seqs(4);
-      ops::AttentionBatch b;
-      std::vector<int64_t> pos;
-      std::vector<int32_t> seq;
+      ops::AttentionBatch b, fill;
+      std::vector<int64_t> pos, every_pos;
+      std::vector<int32_t> seq, every_seq;
       for (size_t s = 0; s < 4; ++s) {
         BOOST_REQUIRE(seqs[s].reserve(pool, lengths[s]));
         b.table_start.push_back(int32_t(b.block_table.size()));
@@ -249,24 +254,31 @@ BOOST_AUTO_TEST_CASE(paged_attention_matches_the_cpu) {
         // asks for its first three (a prefill slice).
         const int64_t first = s == 1 ? lengths[s] - 3 : lengths[s] - 1;
         for (int64_t p = first; p < lengths[s]; ++p) pos.push_back(p), seq.push_back(int32_t(s));
+        for (int64_t p = 0; p < lengths[s]; ++p) every_pos.push_back(p), every_seq.push_back(int32_t(s));
       }
       b.pos = pos;
       b.seq = seq;
-      // Random keys and values in every slot.
-      const Tensor& pages = pool.layer_storage(0);
-      std::normal_distribution<float> nd(0.0f, 1.0f);
-      for (int64_t i = 0; i < pages.numel(); ++i) pages.as<float>()[i] = nd(rng);
+      fill.block_table = b.block_table;
+      fill.table_start = b.table_start;
+      fill.pos = every_pos;
+      fill.seq = every_seq;
+      // Random keys and values in every slot, stored by the host.
+      const int64_t row = c.kv_heads * c.head_dim, all = int64_t(every_pos.size());
+      const std::vector<float> keys = random_floats(size_t(all * row), rng), values = random_floats(size_t(all * row), rng);
+      const ops::KvLayer kh{pool.key(0, 0, 0), pool.value(0, 0, 0), pool.block_bytes(), pool.row_bytes(), dtype, Device::cpu()};
+      const Tensor vt = Tensor::copy_of(DType::F32, {all, row}, values.data());
+      ops::store_kv(h.ctx, fill, Tensor::copy_of(DType::F32, {all, row}, keys.data()), mla ? nullptr : &vt, kh, B, c.head_dim);
       const int64_t T = int64_t(pos.size()), vd = mla ? c.value_dim : c.head_dim;
       const std::vector<float> q = random_floats(size_t(T * c.heads * c.head_dim), rng);
       const ops::AttentionShape shape{c.heads, c.kv_heads, c.head_dim, B, c.window, 1.0f / std::sqrt(float(c.head_dim)),
                                       c.value_dim};
-      const ops::KvLayer kh{pool.key(0, 0, 0), pool.value(0, 0, 0), pool.block_floats(), pool.row_floats(), Device::cpu()};
       Tensor oh = Tensor::zeros_f32({T, c.heads * vd});
       ops::paged_attention(h.ctx, Tensor::copy_of(DType::F32, {T, c.heads * c.head_dim}, q.data()), b, kh, shape, oh);
 
+      const Tensor pages = pool.layer_storage(0);
       const Tensor on_device = cuda::to_device(pages, kGpu);
       pool.replace_layer(0, on_device);
-      const ops::KvLayer kd{pool.key(0, 0, 0), pool.value(0, 0, 0), pool.block_floats(), pool.row_floats(), kGpu};
+      const ops::KvLayer kd{pool.key(0, 0, 0), pool.value(0, 0, 0), pool.block_bytes(), pool.row_bytes(), dtype, kGpu};
       ops::Context gctx{h.pool, h.ctx.kernels, kGpu};
       Tensor od = cuda::zeros(kGpu, DType::F32, {T, c.heads * vd});
       ops::paged_attention(gctx, on_gpu(q, {T, c.heads * c.head_dim}), b, kd, shape, od);
@@ -288,17 +300,13 @@ BOOST_AUTO_TEST_CASE(paged_attention_matches_the_cpu) {
         BOOST_TEST(std::memcmp(got.data(), batched.data() + t * c.heads * vd, got.size() * sizeof(float)) == 0, "token " << t);
       }
 
-      // store_kv writes each token's row where the CPU would.
-      const std::vector<float> k = random_floats(size_t(T * pool.row_floats()), rng);
-      Tensor kdev = on_gpu(k, {T, pool.row_floats()});
-      ops::store_kv(gctx, b, kdev, mla ? nullptr : &kdev, kd, B);
+      // store_kv on the device writes every slot's bytes as the host did.
+      Tensor kdev = on_gpu(keys, {all, row}), vdev = on_gpu(values, {all, row});
+      pool.replace_layer(0, cuda::zeros(kGpu, DType::F32, pages.shape));
+      const ops::KvLayer kz{pool.key(0, 0, 0), pool.value(0, 0, 0), pool.block_bytes(), pool.row_bytes(), dtype, kGpu};
+      ops::store_kv(gctx, fill, kdev, mla ? nullptr : &vdev, kz, B, c.head_dim);
       const std::vector<float> back = to_host(pool.layer_storage(0));
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t p = pos[size_t(t)];
-        const int32_t block = seqs[size_t(seq[size_t(t)])].block_of(p, B);
-        const int64_t at = block * pool.block_floats() + (p % B) * pool.row_floats();
-        BOOST_TEST(std::equal(k.begin() + t * pool.row_floats(), k.begin() + (t + 1) * pool.row_floats(), back.begin() + at));
-      }
+      BOOST_TEST(std::memcmp(back.data(), pages.as<float>(), pages.bytes()) == 0);
     }
   }
 }

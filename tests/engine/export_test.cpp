@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "../common/exact_options.h"
 #include "../common/real_model.h"
 #include "runner/model_instance.h"
 #include "../common/model_run.h"
@@ -20,7 +21,7 @@ struct TempDir {
 };
 
 ModelLoadOptions options(const std::string& path, const std::string& dtype) {
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.path = path;
   o.dtype = dtype;
   o.threads = 2;

@@ -8,6 +8,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
+#include "../common/exact_options.h"
 #include "../common/logit_error.h"
 #include "runner/model_instance.h"
 #include "../common/model_run.h"
@@ -34,7 +35,7 @@ const Case kCases[] = {{"llama-f32.gguf", "llama-f32", "float32", 1e-4},
 
 BOOST_AUTO_TEST_CASE(gguf_fixtures_compute_what_transformers_computed) {
   for (const Case& c : kCases) {
-    ModelLoadOptions o;
+    ModelLoadOptions o = test::exact_options();
     o.path = std::string(FTLLM_SOURCE_ROOT "/tests/data/gguf/") + c.gguf;
     o.threads = 2;
     o.context_length = 128;

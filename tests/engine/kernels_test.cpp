@@ -175,38 +175,51 @@ BOOST_AUTO_TEST_CASE(exponential_is_close_to_expf_and_independent_of_position) {
   }
 }
 
+// Every KV dtype: the fast kernels read the stored rows as the scalar ones do (which read value by value,
+// kv_value), and a score or sum is the same bits whatever shares its call.
 BOOST_AUTO_TEST_CASE(attention_scores_and_weighted_sums) {
+  using kvcache::KvDtype;
   const Kernels& ref = cpu::scalar_kernels();
   const Kernels& fast = *cpu::avx2_kernels();
   std::mt19937 rng(4);
-  for (int64_t d : {8, 60, 64, 128, 200}) {
-    for (int64_t n : {1, 3, 4, 9, 33}) {
-      for (int64_t nq : {1, 2, 3, 7}) {
-        BOOST_TEST_CONTEXT("d=" << d << " n=" << n << " queries=" << nq) {
-          auto q = random_floats(size_t(nq * d), rng), rows = random_floats(size_t(n * d), rng), w = random_floats(size_t(nq * n), rng);
-          std::vector<const float*> ptr(static_cast<size_t>(n));
-          for (int64_t j = 0; j < n; ++j) ptr[size_t(j)] = rows.data() + j * d;
-          std::vector<float> want(size_t(nq * std::max(n, d))), got(want.size());
-          ref.scores(q.data(), nq, ptr.data(), n, d, 0.125f, want.data());
-          fast.scores(q.data(), nq, ptr.data(), n, d, 0.125f, got.data());
-          check_close(std::vector<float>(got.begin(), got.begin() + nq * n), std::vector<float>(want.begin(), want.begin() + nq * n),
-                      double(d), "scores");
-          // A score is the same bits alone (one query, one key) as among the others.
-          for (int64_t i = 0; i < nq; ++i)
+  for (KvDtype t : {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::Q8_0, KvDtype::FP8}) {
+    for (int64_t d : {8, 60, 64, 128, 200, 576}) {
+      if (!kvcache::kv_fits(t, d)) continue;
+      for (int64_t n : {1, 3, 4, 9, 33}) {
+        for (int64_t nq : {1, 2, 3, 7}) {
+          BOOST_TEST_CONTEXT(kvcache::kv_dtype_name(t) << " d=" << d << " n=" << n << " queries=" << nq) {
+            auto q = random_floats(size_t(nq * d), rng), rows = random_floats(size_t(n * d), rng), w = random_floats(size_t(nq * n), rng);
+            const int64_t head_bytes = kvcache::kv_head_bytes(t, d);
+            std::vector<uint8_t> stored(size_t(n * head_bytes + 4));
+            std::vector<const uint8_t*> ptr(static_cast<size_t>(n));
             for (int64_t j = 0; j < n; ++j) {
-              float alone;
-              fast.scores(q.data() + i * d, 1, ptr.data() + j, 1, d, 0.125f, &alone);
-              BOOST_REQUIRE_EQUAL(float_bits(alone), float_bits(got[size_t(i * n + j)]));
+              kvcache::kv_store_head(t, rows.data() + j * d, d, stored.data() + j * head_bytes);
+              ptr[size_t(j)] = stored.data() + j * head_bytes;
+              // The stored row holds the row within the dtype's precision.
+              const double step = t == KvDtype::F32 ? 0 : t == KvDtype::F16 ? 1e-3 : t == KvDtype::BF16 ? 8e-3 : t == KvDtype::Q8_0 ? 0.02 : 0.07;
+              for (int64_t x = 0; x < d; ++x)
+                BOOST_REQUIRE_LE(std::fabs(kvcache::kv_value(t, ptr[size_t(j)], x) - rows[size_t(j * d + x)]), step * 3.0 + 1e-30);
             }
-          ref.weighted_sum(w.data(), nq, ptr.data(), n, d, want.data());
-          fast.weighted_sum(w.data(), nq, ptr.data(), n, d, got.data());
-          check_close(std::vector<float>(got.begin(), got.begin() + nq * d), std::vector<float>(want.begin(), want.begin() + nq * d),
-                      double(n), "weighted_sum");
-          // And a query's sum the same bits alone as beside another.
-          for (int64_t i = 0; i < nq; ++i) {
-            std::vector<float> alone(static_cast<size_t>(d));
-            fast.weighted_sum(w.data() + i * n, 1, ptr.data(), n, d, alone.data());
-            for (int64_t x = 0; x < d; ++x) BOOST_REQUIRE_EQUAL(float_bits(alone[size_t(x)]), float_bits(got[size_t(i * d + x)]));
+            std::vector<float> want(size_t(nq * std::max(n, d))), got(want.size());
+            ref.scores(q.data(), nq, ptr.data(), t, n, d, 0.125f, want.data());
+            fast.scores(q.data(), nq, ptr.data(), t, n, d, 0.125f, got.data());
+            check_close(std::vector<float>(got.begin(), got.begin() + nq * n), std::vector<float>(want.begin(), want.begin() + nq * n),
+                        double(d), "scores");
+            for (int64_t i = 0; i < nq; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                float alone;
+                fast.scores(q.data() + i * d, 1, ptr.data() + j, t, 1, d, 0.125f, &alone);
+                BOOST_REQUIRE_EQUAL(float_bits(alone), float_bits(got[size_t(i * n + j)]));
+              }
+            ref.weighted_sum(w.data(), nq, ptr.data(), t, n, d, want.data());
+            fast.weighted_sum(w.data(), nq, ptr.data(), t, n, d, got.data());
+            check_close(std::vector<float>(got.begin(), got.begin() + nq * d), std::vector<float>(want.begin(), want.begin() + nq * d),
+                        double(n), "weighted_sum");
+            for (int64_t i = 0; i < nq; ++i) {
+              std::vector<float> alone(static_cast<size_t>(d));
+              fast.weighted_sum(w.data() + i * n, 1, ptr.data(), t, n, d, alone.data());
+              for (int64_t x = 0; x < d; ++x) BOOST_REQUIRE_EQUAL(float_bits(alone[size_t(x)]), float_bits(got[size_t(i * d + x)]));
+            }
           }
         }
       }

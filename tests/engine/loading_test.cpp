@@ -7,6 +7,7 @@
 
 #include "engine.h"
 #include "model/safetensors.h"
+#include "../common/exact_options.h"
 #include "../common/model_run.h"
 
 namespace fs = std::filesystem;
@@ -26,7 +27,7 @@ std::string read(const fs::path& p) {
 void write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
 ModelLoadOptions opts(const std::string& path, const std::string& name) {
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.path = path;
   o.name = name;
   o.threads = 1;
@@ -242,7 +243,7 @@ BOOST_AUTO_TEST_CASE(repo_ids_resolve_offline_in_the_hugging_face_cache) {
   write(hub / "models--test--tiny-llama" / "refs" / "main", "abc123");
   for (auto& e : fs::directory_iterator(kLlama)) fs::copy(e.path(), snapshot / e.path().filename());
   Engine engine;
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.path = "test/tiny-llama";
   o.cache_dir = hub.string();
   o.threads = 1;
@@ -261,7 +262,7 @@ BOOST_AUTO_TEST_CASE(repo_ids_resolve_offline_in_the_hugging_face_cache) {
 
 BOOST_AUTO_TEST_CASE(a_kv_cache_larger_than_memory_is_refused_with_what_to_change) {
   Engine engine;
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.path = kLlama.string();
   o.context_length = int64_t(1) << 33;  // 8G tokens: no machine has that much memory for it
   o.max_sequences = 8;

@@ -13,6 +13,7 @@
 #include "cpu/numa_topology.h"
 #include "cpu/thread_pool.h"
 #include "model/safetensors.h"
+#include "../common/exact_options.h"
 #include "../common/logit_error.h"
 #include "runner/model_instance.h"
 #include "../common/model_run.h"
@@ -63,7 +64,7 @@ std::vector<float> read_floats(simdjson::dom::element e) {
 using test::relative_error;
 
 ModelLoadOptions options_for(const std::string& name) {
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.path = (kModels / name).string();
   o.threads = 2;
   o.context_length = 256;

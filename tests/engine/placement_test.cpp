@@ -1,6 +1,7 @@
 // fastllm's --device syntax resolved to layer ranges.
 #include <boost/test/unit_test.hpp>
 
+#include "../common/exact_options.h"
 #include "core/error.h"
 #include "cpu/numa_topology.h"
 #include "runner/model_instance.h"
@@ -104,7 +105,7 @@ BOOST_AUTO_TEST_CASE(cuda_devices_resolve_to_layer_ranges) {
 
 // Status reports bytes per device; on the CPU alone everything is the host's.
 BOOST_AUTO_TEST_CASE(memory_is_reported_per_device) {
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.path = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/models/qwen3-f32";
   o.threads = 1;
   o.context_length = 64;

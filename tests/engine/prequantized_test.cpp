@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
+#include "../common/exact_options.h"
 #include "../common/logit_error.h"
 #include "runner/model_instance.h"
 #include "../common/model_run.h"
@@ -14,7 +15,7 @@ namespace {
 
 std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& dtype = "auto",
                                     const std::string& moe_dtype = "auto") {
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.moe_dtype = moe_dtype;
   o.path = FTLLM_SOURCE_ROOT "/tests/data/quantized/" + name;
   o.threads = 2;

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
+#include "../common/exact_options.h"
 #include "../common/logit_error.h"
 #include "../common/real_model.h"
 #include "runner/model_instance.h"
@@ -27,7 +28,7 @@ Continuation continue_prompt(const std::string& kernels) {
   simdjson::dom::parser parser;
   simdjson::dom::element ref = parser.load(FTLLM_SOURCE_ROOT "/tests/data/smollm2.json");
 
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.path = gguf;
   o.threads = 2;
   o.context_length = 256;

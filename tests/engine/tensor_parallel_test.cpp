@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 
+#include "../common/exact_options.h"
 #include "../common/fixture_reference.h"
 #include "../common/greedy_run.h"
 #include "../common/logit_error.h"
@@ -19,7 +20,7 @@ namespace {
 const fs::path kModels = fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data" / "models";
 
 std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& device) {
-  ModelLoadOptions o;
+  ModelLoadOptions o = test::exact_options();
   o.path = (kModels / name).string();
   o.threads = 2;
   o.context_length = 128;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <map>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -162,8 +163,24 @@ BOOST_AUTO_TEST_CASE(load_options_are_checked_by_the_table) {
   r = post(R"({"model": ")" + model + R"(", "cuda_se": "yes"})");
   BOOST_TEST(r.find("\"cuda_se\" is true or false") != std::string::npos, r);
   BOOST_TEST(run_command(ctl(d, "list")).out == "no models loaded (load one with: ftllmctl load MODEL)\n");
+  r = post(R"({"model": ")" + model + R"(", "kv_dtype": "int3"})");
+  BOOST_TEST(r.find("--kv_dtype int3 is unknown; use f16, bf16, f32, q8_0 or fp8") != std::string::npos, r);
   r = post(R"({"model": ")" + model + R"(", "name": "ok", "threads": 1, "context_length": 64, "gpu_memory": 1})");
   BOOST_TEST(r.find("\"event\":\"loaded\"") != std::string::npos, r);
+  // ftllmctl load takes the KV cache's dtype; status shows it beside the cache's bytes, a quarter-ish of
+  // f32's for q8_0 (34 bytes per 32 values), half for the default f16.
+  CommandResult loaded = run_command(ctl(d, "load " + model + " --name q8 -t 1 --ctx 64 --kv_dtype q8_0"));
+  BOOST_TEST(loaded.exit_code == 0, loaded.err);
+  const CommandResult json = run_command(ctl(d, "--json status"));
+  simdjson::dom::parser p;
+  simdjson::dom::element status = p.parse(json.out);
+  std::map<std::string, std::pair<std::string, uint64_t>> kv;
+  for (auto m : status["models"].get_array())
+    kv[std::string(std::string_view(m["name"]))] = {std::string(std::string_view(m["kv_dtype"])), uint64_t(m["memory"]["cpu"]["kv_bytes"])};
+  BOOST_TEST(kv["ok"].first == "f16");
+  BOOST_TEST(kv["q8"].first == "q8_0");
+  BOOST_TEST(kv["q8"].second * 64 == kv["ok"].second * 34);
+  BOOST_TEST(run_command(ctl(d, "status")).out.find(" q8_0 ") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {

@@ -42,7 +42,10 @@ Reply http(const std::string& method, const std::string& url, const std::string&
 // The daemon with the real model, started once for the whole suite.
 DaemonProcess& daemon_with_model() {
   static TempDir dir;
-  static DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "2", "--ctx", "512", "--max_sequences", "16"});
+  // A float32 KV cache: the chat test compares token for token with llama.cpp, whose f16 cache rounds
+  // the queries too.
+  static DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "2", "--ctx", "512", "--max_sequences", "16",
+                               "--kv_dtype", "f32"});
   return d;
 }
 
