@@ -265,18 +265,20 @@ struct KvQ8_0 {
   static __m256 load8(const uint8_t* row, int64_t c) {
     const uint8_t* block = row + c / 32 * 34;
     const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + c % 32))));
-    return _mm256_mul_ps(_mm256_set1_ps(quant::decode::half(quant::decode::u16(block))), q);
+    const __m128 scale = _mm_cvtph_ps(_mm_cvtsi32_si128(quant::decode::u16(block)));  // F16C, as half() reads it
+    return _mm256_mul_ps(_mm256_broadcastss_ps(scale), q);
   }
 };
+// An e4m3 byte moved into a half's bit fields (sign to bit 15, exponent and mantissa under it) is its
+// value times 2^-8, subnormals included (both formats' subnormals scale by the same power): F16C widens
+// eight at once, and the row's scale takes the 2^8 back. (0x7f, e4m3's NaN, reads as 480; the store never
+// writes it for a finite value.)
 struct KvFP8 {
   static __m256 load8(const uint8_t* row, int64_t c) {
-    static const std::vector<float> table = [] {
-      std::vector<float> t(256);
-      for (int b = 0; b < 256; ++b) t[size_t(b)] = quant::decode::e4m3(uint8_t(b));
-      return t;
-    }();
-    const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 4 + c)));
-    return _mm256_mul_ps(_mm256_set1_ps(quant::decode::f32(row)), _mm256_i32gather_ps(table.data(), codes, 4));
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 4 + c)));
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
+                                   _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7));
+    return _mm256_mul_ps(_mm256_set1_ps(quant::decode::f32(row) * 256.0f), _mm256_cvtph_ps(h));
   }
 };
 

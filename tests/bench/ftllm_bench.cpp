@@ -2,6 +2,7 @@
 //
 //   ftllm-bench MODEL [-t THREADS] [--prompt N] [--decode N] [--repeat R] [--batch B] [--dtype D] [--kernels K]
 //               [--device cpu|cuda|{'cuda:0':3,'cpu':1}] [--moe_device cpu|cuda] [--bandwidth GBPS]
+//               [--kv_dtype f16|bf16|f32|q8_0|fp8]
 //
 // Decode moves every weight byte once per step, so its ceiling is (read bandwidth) / (weight bytes): the
 // bandwidth is measured here, a STREAM-like sum over 1 GiB on the same threads, and each decode row
@@ -241,7 +242,7 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
 
 int main(int argc, char** argv) {
   std::string model, make_dir, shape = "qwen2.5-0.5b", dtype = "bf16", compute_dtype = "auto", kernels = "auto";
-  std::string device = "cpu", moe_device = "cpu";
+  std::string device = "cpu", moe_device = "cpu", kv_dtype = ModelLoadOptions().kv_dtype;
   double bandwidth_given = 0;  // GB/s for the roofline instead of measuring the host's
   int threads = 0, repeat = 3, batch = 1;
   int64_t prompt = 128, decode = 64;
@@ -260,6 +261,7 @@ int main(int argc, char** argv) {
     else if (a == "--device") device = value();
     else if (a == "--moe_device") moe_device = value();
     else if (a == "--bandwidth") bandwidth_given = std::stod(value());
+    else if (a == "--kv_dtype") kv_dtype = value();
     else if (a.starts_with("-")) return std::fprintf(stderr, "unknown option %s\n", a.c_str()), 2;
     else model = a;
   }
@@ -277,6 +279,7 @@ int main(int argc, char** argv) {
   o.kernels = kernels;
   o.device = device;
   o.moe_device = moe_device;
+  o.kv_dtype = kv_dtype;
   std::unique_ptr<ModelInstance> m;
   try {
     m = ModelInstance::load(o);
