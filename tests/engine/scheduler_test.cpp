@@ -300,6 +300,30 @@ BOOST_AUTO_TEST_CASE(cancel_and_errors) {
   BOOST_TEST(s.idle());
 }
 
+// The stated budget: a step carries at most max_batch_tokens tokens, every running stream's next token
+// first; a 2000-token prompt arriving among three streams goes in slices beside them, never instead.
+BOOST_AUTO_TEST_CASE(a_long_prompt_never_holds_running_streams_back_more_than_one_step) {
+  Scheduler s({512, 8});
+  FakeModel m;
+  std::vector<uint64_t> streams;
+  for (int32_t i = 0; i < 3; ++i) streams.push_back(s.add(greedy({i + 1}, 50), {}));
+  StepPlan p = s.plan();
+  s.commit(p, m.step(p, 3), m.vocab);
+  const uint64_t long_one = s.add(greedy(std::vector<int32_t>(2000, 5), 2), {});
+  int slices = 0;
+  for (int step = 0; step < 6; ++step) {
+    p = s.plan();
+    int64_t tokens = 0;
+    for (const StepItem& item : p.items) tokens += int64_t(item.tokens.size());
+    BOOST_TEST(tokens <= 512);
+    for (uint64_t id : streams)
+      BOOST_TEST(std::count_if(p.items.begin(), p.items.end(), [&](const StepItem& it) { return it.seq_id == id && it.tokens.size() == 1; }) == 1);
+    slices += int(std::count_if(p.items.begin(), p.items.end(), [&](const StepItem& it) { return it.seq_id == long_one; }));
+    s.commit(p, m.step(p, 3), m.vocab);
+  }
+  BOOST_TEST(slices >= 4);  // 509 prompt tokens a step: the 2000 are in by the fourth
+}
+
 BOOST_AUTO_TEST_CASE(admission_waits_skips_and_preempted_sequences_feed_their_context_again) {
   Scheduler s({64, 8});
   FakeModel m;

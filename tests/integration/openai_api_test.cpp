@@ -453,6 +453,16 @@ BOOST_AUTO_TEST_CASE(a_full_queue_answers_503_with_retry_after) {
   BOOST_TEST(refused.body.find("Retry-After: 1") != std::string::npos);
   BOOST_TEST(refused.body.find("queue_full") != std::string::npos);
   for (auto& t : busy) t.join();
+  // The waiting request's time to first token counts its wait behind the 300-token one.
+  const std::string metrics = http("GET", d.base_url() + "/metrics").body;
+  auto series = [&](const std::string& name) {
+    const size_t at = metrics.find(name);
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, name);
+    return std::stod(metrics.substr(at + name.size() + 1));
+  };
+  BOOST_TEST(series(R"(ftllm_time_to_first_token_seconds_count{model="smollm2"})") -
+                 series(R"(ftllm_time_to_first_token_seconds_bucket{model="smollm2",le="0.5"})") >= 1.0,
+             metrics);
   std::stringstream answered;
   answered << std::ifstream(waiting_out).rdbuf();
   BOOST_TEST(answered.str().find(R"("role":"assistant")") != std::string::npos, answered.str());
@@ -519,6 +529,42 @@ BOOST_AUTO_TEST_CASE(thinking_templates_send_reasoning_content) {
     }
   }
   BOOST_TEST(joined == reasoning);
+}
+
+// 64 clients at once on a pool of 128 pages (8 sequences of 256 tokens; up to 32 run), each sampling
+// with its own seed (so no two share pages): requests wait for pages, running ones are sent back to the
+// queue when the pool runs short, and every one completes; those asked again alone give the same answer.
+BOOST_AUTO_TEST_CASE(sixty_four_clients_on_a_small_pool_all_get_their_own_answer) {
+  TempDir dir;
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "2", "--ctx", "256"});
+  const std::vector<std::string> questions = {"Name a fruit.", "Count to five.", "What is rain?", "Say hello to Ada."};
+  auto body = [&](size_t i) {
+    return chat_body(questions[i % questions.size()],
+                     R"("max_tokens": 100, "temperature": 0.8, "ignore_eos": true, "seed": )" + std::to_string(i));
+  };
+  auto content = [](const std::string& reply) {
+    simdjson::dom::parser p;
+    std::string_view c;
+    return p.parse(reply)["choices"].at(0)["message"]["content"].get(c) ? std::string("<no content>") : std::string(c);
+  };
+  std::vector<Reply> replies(64);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < replies.size(); ++i)
+    clients.emplace_back([&, i] { replies[i] = http("POST", d.base_url() + "/v1/chat/completions", body(i)); });
+  for (auto& c : clients) c.join();
+  for (size_t i = 0; i < replies.size(); ++i) {
+    BOOST_TEST(replies[i].status == 200, replies[i].body);
+    simdjson::dom::parser p;
+    BOOST_TEST(int64_t(p.parse(replies[i].body)["usage"]["completion_tokens"]) == 100, "client " << i);
+  }
+  const std::string metrics = http("GET", d.base_url() + "/metrics").body;
+  const std::string preemptions = "ftllm_preemptions_total{model=\"smollm2\"} ";
+  const size_t at = metrics.find(preemptions);
+  BOOST_REQUIRE(at != std::string::npos);
+  BOOST_TEST(std::stoll(metrics.substr(at + preemptions.size())) > 0);
+  BOOST_TEST(metrics.find("ftllm_requests_running{model=\"smollm2\"} 0\n") != std::string::npos);
+  for (size_t i : {0, 21, 42, 63})
+    BOOST_TEST(content(http("POST", d.base_url() + "/v1/chat/completions", body(i)).body) == content(replies[i].body), "client " << i);
 }
 
 // A chat sent twice: the second reads the prompt's whole pages from the prefix cache and says so in usage,
