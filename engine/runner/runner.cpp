@@ -23,8 +23,10 @@ Runner::Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayo
           .max_running = max_running ? max_running
                                      : int32_t(std::clamp<int64_t>(kv.num_blocks() * kv.block_tokens() / kTokensPerRunning, 1, kMaxRunning))}),
       placement_(layout.placement()),
-      current_threads_(layout.pool().size()),
-      worker_([this] { worker_loop(); }) {}
+      worker_([this] { worker_loop(); }) {
+  std::lock_guard lock(mu_);
+  note_load();
+}
 
 Runner::~Runner() {
   {
@@ -60,17 +62,31 @@ uint64_t Runner::submit(GenerationRequest request, GenerationCallback callback) 
   request.max_tokens = int32_t(std::min<int64_t>(request.max_tokens, context_ - int64_t(request.prompt.size())));
   requests_[id] = {std::move(callback), std::move(request)};
   arrivals_.push_back(id);
-  ++waiting_;
+  ++seen_.waiting;
   lock.unlock();
   wake_.notify_one();
   return id;
 }
 
 void Runner::cancel(uint64_t id) {
-  {
-    std::lock_guard lock(mu_);
-    cancels_.push_back(id);
+  std::unique_lock lock(mu_);
+  auto it = requests_.find(id);
+  if (it != requests_.end() && it->second.queued) {
+    // Not handed to the worker yet: it leaves the queue now, here, and no longer counts as waiting (a
+    // client that went away must not hold a place others are refused for).
+    GenerationCallback cb = std::move(it->second.callback);
+    requests_.erase(it);
+    std::erase(arrivals_, id);
+    --seen_.waiting;
+    lock.unlock();
+    GenerationEvent e;
+    e.finished = true;
+    e.result.finish = FinishReason::Cancelled;
+    if (cb) cb(e);
+    return;
   }
+  cancels_.push_back(id);
+  lock.unlock();
   wake_.notify_one();
 }
 
@@ -103,19 +119,19 @@ Placement Runner::placement() const {
   return placement_;
 }
 
+void Runner::note_load() {
+  seen_.running = scheduler_.running();
+  seen_.waiting = scheduler_.waiting() + arrivals_.size();
+  seen_.kv_blocks_total = kv_.num_blocks();
+  seen_.kv_blocks_used = kv_.used_blocks();
+  seen_.kv_blocks_cached = kv_.cached_blocks();
+  seen_.prefix_cache = kv_.prefix_cache();
+  seen_.threads = layout_.pool().size();
+}
+
 ServingLoad Runner::load() const {
   std::lock_guard lock(mu_);
-  ServingLoad l;
-  l.running = running_;
-  l.waiting = waiting_;
-  l.kv_blocks_total = kv_.num_blocks();
-  l.kv_blocks_used = kv_.used_blocks();
-  l.kv_blocks_cached = kv_.cached_blocks();
-  l.prefix_cache = kv_.prefix_cache();
-  l.prefix_cache_queries = prefix_queries_;
-  l.prefix_cache_hits = prefix_hits_;
-  l.preemptions = preemptions_;
-  l.threads = current_threads_;
+  ServingLoad l = seen_;
   const auto now = std::chrono::steady_clock::now();
   size_t tokens = 0;
   for (auto& [t, n] : recent_tokens_)
@@ -151,33 +167,12 @@ void Runner::worker_loop() {
       placement = std::exchange(pending_placement_, std::nullopt);
       fail_message = std::exchange(fail_all_message_, {});
       cancels = std::exchange(cancels_, {});
-      if (stop_) {
-        // Everything still queued or running ends as cancelled, so no caller waits forever.
-        arrivals_.clear();
+      if (stop_)  // everything queued (handed over below) or running ends as cancelled: no caller waits forever
         for (auto& [id, r] : requests_) cancels.push_back(id);
-      }
     }
     take_arrivals();
     if (!fail_message.empty()) fail_all_running(fail_message);
-    for (uint64_t id : cancels) {
-      std::unique_lock lock(mu_);
-      auto it = requests_.find(id);
-      if (it == requests_.end()) continue;
-      if (!it->second.queued) {
-        lock.unlock();
-        scheduler_.cancel(id);
-        continue;
-      }
-      // It never reached the scheduler: it ends here.
-      GenerationCallback cb = std::move(it->second.callback);
-      requests_.erase(it);
-      std::erase(arrivals_, id);
-      lock.unlock();
-      GenerationEvent e;
-      e.finished = true;
-      e.result.finish = FinishReason::Cancelled;
-      if (cb) cb(e);
-    }
+    for (uint64_t id : cancels) scheduler_.cancel(id);  // queued ones left in cancel()
     {
       std::lock_guard compute(compute_mu_);
       apply_changes(std::move(placement), threads);
@@ -185,10 +180,8 @@ void Runner::worker_loop() {
       report_finished();
     }
     std::lock_guard lock(mu_);
-    current_threads_ = layout_.pool().size();
     placement_ = layout_.placement();
-    running_ = scheduler_.running();
-    waiting_ = scheduler_.waiting() + arrivals_.size();
+    note_load();
     if (stop_ && scheduler_.idle() && requests_.empty()) return;
   }
 }
@@ -285,8 +278,9 @@ scheduler::Admission Runner::admit(uint64_t id, std::span<const int32_t> context
     return leave(scheduler::Admission::Wait);
   if (kv_.prefix_cache())
     for (uint64_t hash : pending) computing_.try_emplace(hash, id);
-  prefix_queries_ += context.size();
-  prefix_hits_ += uint64_t(cached);
+  std::lock_guard lock(mu_);
+  seen_.prefix_cache_queries += context.size();
+  seen_.prefix_cache_hits += uint64_t(cached);
   return {scheduler::Admission::Join, cached};
 }
 
@@ -303,7 +297,8 @@ std::vector<kvcache::SequenceKv*> Runner::reserve_pages(scheduler::StepPlan& pla
     plan.items.pop_back();
     release_pages(id);
     scheduler_.preempt(id);
-    ++preemptions_;
+    std::lock_guard lock(mu_);
+    ++seen_.preemptions;
   }
   std::vector<kvcache::SequenceKv*> seqs;
   for (const scheduler::StepItem& item : plan.items) {

@@ -3,7 +3,6 @@
 // threads and are applied between two steps, so running generations go on with the same results.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -72,6 +71,7 @@ class Runner {
   // pool is short; returns the items' caches (the plan loses the items sent back).
   std::vector<kvcache::SequenceKv*> reserve_pages(scheduler::StepPlan& plan);
   void release_pages(uint64_t id);
+  void note_load();  // copies the worker's state into seen_; call with mu_ held
   void report_finished();
   void fail_all_running(const std::string& message);
   GenerationCallback* callback_of(uint64_t id);
@@ -104,9 +104,7 @@ class Runner {
   std::optional<Placement> pending_placement_;
   Placement placement_;  // the layout's, copied for other threads
   uint64_t next_id_ = 1;
-  size_t running_ = 0, waiting_ = 0;
-  std::atomic<uint64_t> prefix_queries_ = 0, prefix_hits_ = 0, preemptions_ = 0;  // prompt tokens, as ServingLoad has them
-  int current_threads_ = 0;
+  ServingLoad seen_;  // as of the worker's last step (tokens_per_second aside): what other threads read
   std::deque<std::pair<std::chrono::steady_clock::time_point, size_t>> recent_tokens_;  // for tokens/s
   bool stop_ = false;
   std::thread worker_;

