@@ -90,6 +90,14 @@ KeyHandler string_key(std::function<std::string(std::string_view, Config&)> appl
   };
 }
 
+KeyHandler bool_key(bool Config::*field) {
+  return [=](const toml::node& node, Config& cfg) -> std::string {
+    if (!node.is_boolean()) return "must be true or false";
+    cfg.*field = *node.value<bool>();
+    return {};
+  };
+}
+
 KeyHandler size_key(size_t Config::*field, int64_t min, int64_t max) {
   return [=](const toml::node& node, Config& cfg) -> std::string {
     if (!node.is_integer()) return "must be an integer";
@@ -123,6 +131,7 @@ const std::map<std::string, Section, std::less<>>& schema() {
            {"idle_timeout_seconds", size_key(&Config::idle_timeout_seconds, 1, 86400)},
            {"request_timeout_seconds", size_key(&Config::request_timeout_seconds, 1, 3600)},
            {"shutdown_timeout_seconds", size_key(&Config::shutdown_timeout_seconds, 0, 86400)},
+           {"public_metrics", bool_key(&Config::public_metrics)},
        }},
       {"admin",
        {
@@ -213,8 +222,10 @@ std::string parse_models(const toml::node& node, Config& cfg, const std::string&
   for (const toml::node& entry : *list) {
     const toml::table& t = *entry.as_table();
     ModelLoadOptions m;
+    std::map<std::string, std::pair<uint32_t, uint32_t>> at;
     for (auto&& [key, value] : t) {
       const std::string k(key.str());
+      at[k] = {value.source().begin.line, value.source().begin.column};
       std::string why;
       if (k == "path") {
         if (!value.is_string()) why = "must be a string";
@@ -235,6 +246,7 @@ std::string parse_models(const toml::node& node, Config& cfg, const std::string&
       return error.reason;
     }
     cfg.models.push_back(m);
+    cfg.model_positions.push_back(std::move(at));
   }
   return {};
 }
@@ -251,6 +263,7 @@ ConfigResult parse_config(std::string_view toml_text, std::string source_name) {
   }
 
   Config cfg;
+  cfg.source = source_name;
   const auto& sections = schema();
   for (auto&& [section_name, section_node] : root) {
     if (section_name.str() == "model") {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,7 @@ struct Config {
   size_t idle_timeout_seconds = 75;     // a keep-alive connection with nothing to do is closed
   size_t request_timeout_seconds = 30;  // from its first byte (+1 s per 64 KB of body), else 408
   size_t shutdown_timeout_seconds = 30; // on SIGTERM, running streams get this long to finish
+  bool public_metrics = false;          // /metrics without the API key (when one is set)
 
   std::string admin_socket = "/run/ftllmd/admin.sock";
   std::string admin_socket_group = "ftllm";
@@ -38,6 +40,9 @@ struct Config {
 
   LogLevel log_level = LogLevel::Info;
   std::vector<ModelLoadOptions> models;  // [[model]]: path and the load options this file takes
+  // Where each [[model]]'s values are: its key -> (line, column), for errors found after parsing.
+  std::vector<std::map<std::string, std::pair<uint32_t, uint32_t>>> model_positions;
+  std::string source;  // the file's name, as errors give it
 };
 
 // Where and why a configuration is wrong. line/column are 1-based; 0 when the error has no position

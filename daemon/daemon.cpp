@@ -13,16 +13,28 @@
 #include "http/server.h"
 #include "log.h"
 #include "engine_bridge.h"
+#include "runner/loader.h"
 #include "openai/routes.h"
 #include "admin_routes.h"
 
 namespace ftllm::daemon {
 
+std::optional<ConfigError> check_config_models(const Config& config) {
+  for (size_t i = 0; i < config.models.size(); ++i)
+    if (std::optional<OptionProblem> p = check_load_options(config.models[i])) {
+      const auto& at = config.model_positions[i];
+      const auto where = at.count(p->key) ? at.at(p->key) : at.at("path");
+      return ConfigError{config.source, where.first, where.second, "model." + p->key + ": " + p->reason};
+    }
+  return std::nullopt;
+}
+
 bool resolve_config(const Options& options, Config& config, std::string& error) {
   std::string path = options.config_path.value_or(FTLLM_DEFAULT_CONFIG);
   if (options.config_path || std::filesystem::exists(path)) {
     ConfigResult r = load_config_file(path);
-    if (!r.config) {
+    if (r.config && !r.error) r.error = check_config_models(*r.config);
+    if (r.error) {
       error = r.error->to_string();
       return false;
     }

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
 
   if (options.check_config) {
     ConfigResult r = load_config_file(*options.check_config);
-    if (!r.config) return std::fprintf(stderr, "%s\n", r.error->to_string().c_str()), 1;
+    if (r.config) r.error = check_config_models(*r.config);  // values too, as the daemon would find them at start
+    if (r.error) return std::fprintf(stderr, "%s\n", r.error->to_string().c_str()), 1;
     std::printf("%s: ok\n", options.check_config->c_str());
     return 0;
   }

@@ -1,6 +1,7 @@
 #include "request_parser.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cctype>
 
 namespace ftllm::http {
@@ -59,6 +60,21 @@ int RequestParser::on_header_field(llhttp_t* p, const char* at, size_t len) {
 
 int RequestParser::on_header_value(llhttp_t* p, const char* at, size_t len) {
   auto& s = self(p);
+  // llhttp takes a line that starts with a space or tab as more of the value before it (obsolete line
+  // folding, RFC 9112 5.2, which a server may refuse): such a piece of value follows spaces or tabs that
+  // follow a line break. (The first piece of a value follows the colon.)
+  auto byte_before = [&](size_t k) -> int {  // the k-th byte before `at`, or -1
+    if (size_t(at - s.chunk_) >= k) return static_cast<unsigned char>(at[-std::ptrdiff_t(k)]);
+    const size_t in_tail = k - size_t(at - s.chunk_);
+    return in_tail <= s.before_chunk_.size() ? static_cast<unsigned char>(s.before_chunk_[s.before_chunk_.size() - in_tail]) : -1;
+  };
+  // The whitespace is in the piece (llhttp hands it over when the line arrived in one read) or before it.
+  const bool starts_blank = len > 0 && (at[0] == ' ' || at[0] == '\t');
+  size_t k = 1;
+  while (byte_before(k) == ' ' || byte_before(k) == '\t') ++k;
+  if ((k > 1 || starts_blank) && byte_before(k) == '\n')
+    return s.fail(400, "header \"" + s.field_ + "\" continues on a second line (obsolete line folding, RFC 9112 5.2); "
+                       "send each header on one line");
   s.value_.append(at, len);
   return s.count_header_bytes(len);
 }
@@ -104,6 +120,7 @@ bool RequestParser::feed(const char* data, size_t len, std::vector<Request>& out
   if (error_.status) return false;
   out_ = &out;
   const char* end = data + len;
+  chunk_ = data;
   while (data < end) {
     llhttp_errno_t err = llhttp_execute(&parser_, data, size_t(end - data));
     if (err == HPE_OK) break;
@@ -122,6 +139,10 @@ bool RequestParser::feed(const char* data, size_t len, std::vector<Request>& out
     return false;
   }
   out_ = nullptr;
+  // Keep the last bytes for the next read's first header value to look back on.
+  const size_t kept = std::min<size_t>(len, 64);
+  before_chunk_.append(end - kept, kept);
+  if (before_chunk_.size() > 64) before_chunk_.erase(0, before_chunk_.size() - 64);
   return true;
 }
 

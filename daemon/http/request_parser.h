@@ -57,6 +57,10 @@ class RequestParser {
   llhttp_t parser_{};
   Request current_;
   std::string field_, value_;
+  // What llhttp is reading now, and the last bytes before it: a header value's preceding bytes, to tell
+  // a value continued on a folded line from one split over two reads.
+  const char* chunk_ = nullptr;
+  std::string before_chunk_;
   size_t header_bytes_ = 0;
   bool in_message_ = false;
   std::vector<Request>* out_ = nullptr;

@@ -471,7 +471,10 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
     r.headers.emplace_back("Retry-After", "1");
     return r;
   });
-  router.add("GET", "/metrics", [&api](const http::Request&) {
+  router.add("GET", "/metrics", [&api](const http::Request& req) {
+    // It names the models and counts their traffic: behind the API key unless the config makes it public.
+    if (!api.config.public_metrics)
+      if (auto denied = check_key(api.config, req)) return *denied;
     return http::Response{200, "text/plain; version=0.0.4", {}, api.metrics.render(api.engine)};
   });
   router.add("GET", "/v1/models", [&api](const http::Request& req) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <thread>
 
@@ -94,10 +95,7 @@ uint64_t available_memory() {
 
 // Refuses a KV cache that cannot fit in the memory available now, with what to change.
 void check_kv_fits(const ModelLoadOptions& o, const model::ModelConfig& c) {
-  if (o.prefix_cache != "on" && o.prefix_cache != "off")
-    throw EngineError("--prefix_cache takes on or off, not \"" + o.prefix_cache + "\"");
-  const std::optional<kvcache::KvDtype> dtype = kvcache::parse_kv_dtype(o.kv_dtype);
-  if (!dtype) throw EngineError("--kv_dtype " + o.kv_dtype + " is unknown; use f16, bf16, f32, q8_0 or fp8");
+  const std::optional<kvcache::KvDtype> dtype = kvcache::parse_kv_dtype(o.kv_dtype);  // checked in load_model
   if (!kvcache::kv_fits(*dtype, c.kv_cache_head_dim()))
     throw EngineError("--kv_dtype " + o.kv_dtype + " stores heads in blocks of " + (*dtype == kvcache::KvDtype::Q8_0 ? "32" : "4") +
                       " values, and this model's heads have " + std::to_string(c.kv_cache_head_dim()) + "; use f16, bf16 or f32");
@@ -192,7 +190,12 @@ void load_directory(LoadedModel& m, const model::DTypeRules& rules, int threads)
   apply_moe_options(o, config);
   const model::Architecture& arch = model::find_architecture(config.architecture);
   model::DecoderSpec spec = arch.spec(config);
-  if (o.progress) o.progress("reading", 0, 0);
+  if (o.progress) {  // the weight files' bytes, so a progress bar has its total from the start
+    uint64_t total = 0;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".safetensors" && e.is_regular_file()) total += e.file_size();
+    o.progress("reading", 0, total);
+  }
   model::WeightStore weights = model::WeightStore::open_directory(o.path);
   if (o.progress) o.progress("binding", weights.file_bytes(), weights.file_bytes());
   weights.set_dtype_rules(rules, threads);
@@ -213,28 +216,73 @@ void load_directory(LoadedModel& m, const model::DTypeRules& rules, int threads)
 
 }  // namespace
 
+namespace {
+
+// The path a load reads: o.path, or the snapshot of the repo id o.path names in the Hugging Face cache.
+// Throws when neither exists.
+std::string model_path(const ModelLoadOptions& o) {
+  if (fs::exists(o.path)) return o.path;
+  std::string cached = resolve_hf_cache(o.path, o.cache_dir);
+  if (!cached.empty()) return cached;
+  if (o.path.find('/') != std::string::npos && o.path[0] != '/' && o.path[0] != '.')
+    throw EngineError(o.path + " is neither a path nor a model in the Hugging Face cache (" +
+                      (o.cache_dir.empty() ? std::string("$HF_HOME/hub") : o.cache_dir) +
+                      "); download it there first, or give a directory or .gguf file");
+  throw EngineError(o.path + " does not exist; give a model directory (config.json and *.safetensors), a .gguf file, "
+                    "or a repo id found in the Hugging Face cache");
+}
+
+}  // namespace
+
+std::optional<OptionProblem> check_load_options(const ModelLoadOptions& o) {
+  auto problem = [](const char* key, const std::function<void()>& check) -> std::optional<OptionProblem> {
+    try {
+      check();
+    } catch (const std::exception& e) {
+      return OptionProblem{key, e.what()};
+    }
+    return std::nullopt;
+  };
+  const std::pair<const char*, std::function<void()>> checks[] = {
+      {"path", [&] { model_path(o); }},
+      {"kernels", [&] { cpu::kernels_named(o.kernels); }},
+      {"dtype", [&] { model::DTypeRules::parse(o.dtype, "auto", ""); }},
+      {"moe_dtype", [&] { model::DTypeRules::parse("auto", o.moe_dtype, ""); }},
+      {"dtype_config", [&] { model::DTypeRules::parse("auto", "auto", o.dtype_config); }},
+      {"kv_dtype",
+       [&] {
+         if (!kvcache::parse_kv_dtype(o.kv_dtype))
+           throw EngineError("--kv_dtype " + o.kv_dtype + " is unknown; use f16, bf16, f32, q8_0 or fp8");
+       }},
+      {"prefix_cache",
+       [&] {
+         if (o.prefix_cache != "on" && o.prefix_cache != "off")
+           throw EngineError("--prefix_cache takes on or off, not \"" + o.prefix_cache + "\"");
+       }},
+      {"device", [&] { Placement::parse(o.device, 64); }},
+      {"chat_template",
+       [&] {
+         if (!o.chat_template.empty() && !fs::is_regular_file(o.chat_template))
+           throw EngineError("the chat template " + o.chat_template + " is not a readable file");
+       }},
+  };
+  for (const auto& [key, check] : checks)
+    if (auto p = problem(key, check)) return p;
+  return std::nullopt;
+}
+
 LoadedModel load_model(const ModelLoadOptions& requested) {
   LoadedModel m;
   m.options = requested;
   ModelLoadOptions& o = m.options;
-  cpu::kernels_named(o.kernels);  // an unknown or unrunnable kernel set fails the load, not a request
+  if (std::optional<OptionProblem> p = check_load_options(o)) throw EngineError(p->reason);
   const model::DTypeRules rules = model::DTypeRules::parse(o.dtype, o.moe_dtype, o.dtype_config);
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  if (!fs::exists(o.path)) {
-    std::string cached = resolve_hf_cache(o.path, o.cache_dir);
-    if (cached.empty() && o.path.find('/') != std::string::npos && o.path[0] != '/' && o.path[0] != '.')
-      throw EngineError(o.path + " is neither a path nor a model in the Hugging Face cache (" +
-                        (o.cache_dir.empty() ? std::string("$HF_HOME/hub") : o.cache_dir) +
-                        "); download it there first, or give a directory or .gguf file");
-    if (!cached.empty()) {
-      if (o.name.empty()) o.name = o.path.substr(o.path.find('/') + 1);
-      o.path = cached;
-    }
+  if (const std::string path = model_path(o); path != o.path) {  // a repo id in the cache
+    if (o.name.empty()) o.name = o.path.substr(o.path.find('/') + 1);
+    o.path = path;
   }
   const fs::path path(o.path);
-  if (!fs::exists(path))
-    throw EngineError(o.path + " does not exist; give a model directory (config.json and *.safetensors), a .gguf file, "
-                      "or a repo id found in the Hugging Face cache");
   if (path.extension() == ".gguf" && fs::is_regular_file(path)) load_gguf(m, rules, threads);
   else load_directory(m, rules, threads);
   if (o.progress) o.progress("ready", m.weight_file_bytes, m.weight_file_bytes);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "../kvcache/kv_cache.h"
@@ -27,6 +28,13 @@ struct LoadedModel {
 
 // Throws EngineError with a reason a person can act on.
 LoadedModel load_model(const ModelLoadOptions& options);
+
+// What a load would refuse in `options` before reading the model: the option's key ("dtype", "path", ...)
+// and why; nullopt when every value would be taken. A config check names the file, line and key with it.
+struct OptionProblem {
+  std::string key, reason;
+};
+std::optional<OptionProblem> check_load_options(const ModelLoadOptions& options);
 
 // The context a model is served with: --ctx, else its own maximum up to ModelLoadOptions::kDefaultContextCap.
 int64_t served_context(const ModelLoadOptions& options, const model::ModelConfig& config);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 #include <sstream>
 
 #include "engine.h"
@@ -95,6 +96,27 @@ BOOST_AUTO_TEST_CASE(the_intact_copy_loads) {
   BOOST_TEST(s.ok, s.message);
   BOOST_TEST(engine.models().size() == 1u);
   BOOST_TEST(engine.models()[0].architecture == "LlamaForCausalLM");
+}
+
+// Progress has the weight files' total from the first "reading" line on, and ends at it.
+BOOST_AUTO_TEST_CASE(progress_knows_its_total_from_the_start) {
+  ModelCopy m;
+  uint64_t safetensors = 0;
+  for (auto& e : fs::directory_iterator(m.dir))
+    if (e.path().extension() == ".safetensors") safetensors += e.file_size();
+  std::vector<std::tuple<std::string, uint64_t, uint64_t>> seen;
+  ModelLoadOptions o = opts(m.dir.string(), "llama");
+  o.progress = [&](const std::string& phase, uint64_t done, uint64_t total) { seen.emplace_back(phase, done, total); };
+  Engine engine;
+  BOOST_REQUIRE(engine.load(o).ok);
+  BOOST_REQUIRE(!seen.empty());
+  BOOST_TEST(std::get<0>(seen.front()) == "reading");
+  for (auto& [phase, done, total] : seen) {
+    BOOST_TEST(total == safetensors, phase);
+    BOOST_TEST(done <= total);
+  }
+  BOOST_TEST(std::get<0>(seen.back()) == "ready");
+  BOOST_TEST(std::get<1>(seen.back()) == safetensors);
 }
 
 BOOST_AUTO_TEST_CASE(unsupported_architecture_is_named_with_the_supported_ones) {

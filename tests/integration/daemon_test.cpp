@@ -241,7 +241,15 @@ BOOST_AUTO_TEST_CASE(api_key_guards_the_api_but_not_health) {
   BOOST_TEST(denied.body.find("invalid_api_key") != std::string::npos);
   BOOST_TEST(curl("-H 'Authorization: Bearer wrong' " + d.base_url() + "/v1/models").status == 401);
   BOOST_TEST(curl("-H 'Authorization: Bearer sk-secret' " + d.base_url() + "/v1/models").status == 200);
+  // /metrics names the models and counts their traffic: the key guards it too, unless made public.
+  BOOST_TEST(curl(d.base_url() + "/metrics").status == 401);
+  BOOST_TEST(curl("-H 'Authorization: Bearer sk-secret' " + d.base_url() + "/metrics").status == 200);
   expect_serving(d);
+  TempDir dir2;
+  std::ofstream(dir2.file("public.conf")) << "[server]\npublic_metrics = true\n";
+  DaemonProcess open(dir2, {"--api_key", "sk-secret", "--config", dir2.file("public.conf")});
+  BOOST_TEST(curl(open.base_url() + "/metrics").status == 200);
+  BOOST_TEST(curl(open.base_url() + "/v1/models").status == 401);
 }
 
 BOOST_AUTO_TEST_CASE(sigterm_notifies_stopping_and_exits_zero) {
@@ -299,6 +307,30 @@ BOOST_AUTO_TEST_CASE(check_config_reports_line_and_reason) {
   CommandResult start = run_command(env_or_fail("FTLLMD") + " --config " + bad);
   BOOST_TEST(start.exit_code == 1);
   BOOST_TEST(start.err.find(":3:18: server.max_body_bytes must be an integer") != std::string::npos);
+
+  // [[model]] values are checked as a load would check them, at their line and column, before anything starts.
+  const std::string model = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/models/qwen3-f32";
+  auto check = [&](const std::string& entry) {
+    std::string conf = dir.file("model.conf");
+    std::ofstream(conf) << "[server]\nlisten = \"127.0.0.1:0\"\n\n[[model]]\n" << entry;
+    CommandResult checked = run_command(env_or_fail("FTLLMD") + " --check-config " + conf);
+    BOOST_TEST(checked.exit_code == 1, entry);
+    CommandResult started = run_command(env_or_fail("FTLLMD") + " --config " + conf + " --admin-socket " + dir.file("a.sock"));
+    BOOST_TEST(started.exit_code == 1, entry);
+    BOOST_TEST(started.err.find(checked.err.substr(0, checked.err.size() - 1)) != std::string::npos, started.err);
+    return checked.err.substr(checked.err.find(':') + 1);
+  };
+  std::string why = check("path = \"" + model + "\"\ndtype = \"int3\"\n");
+  BOOST_TEST(why.starts_with("6:9: model.dtype: "), why);
+  BOOST_TEST(why.find("int3") != std::string::npos, why);
+  why = check("path = \"/nonexistent/model\"\n");
+  BOOST_TEST(why.starts_with("5:8: model.path: /nonexistent/model does not exist"), why);
+  why = check("path = \"" + model + "\"\nkv_dtype = \"f12\"\n");
+  BOOST_TEST(why.starts_with("6:12: model.kv_dtype: "), why);
+  why = check("path = \"" + model + "\"\ndevice = \"gpu\"\n");
+  BOOST_TEST(why.starts_with("6:10: model.device: "), why);
+  why = check("path = \"" + model + "\"\nchat_template = \"/nonexistent.jinja\"\n");
+  BOOST_TEST(why.starts_with("6:17: model.chat_template: "), why);
 }
 
 BOOST_AUTO_TEST_CASE(started_from_the_default_config_file) {
