@@ -21,7 +21,15 @@ struct EngineBridge::State {
   }
 };
 
-EngineBridge::EngineBridge(uv_loop_t* loop) : state_(std::make_shared<State>()) {
+struct EngineBridge::Workers {
+  std::mutex mu;
+  std::condition_variable wake;
+  std::deque<std::pair<std::function<void()>, std::function<void()>>> queue;  // work, then
+  bool stop = false;
+  std::vector<std::thread> threads;
+};
+
+EngineBridge::EngineBridge(uv_loop_t* loop) : state_(std::make_shared<State>()), workers_(std::make_unique<Workers>()) {
   uv_async_init(loop, &state_->async, [](uv_async_t* a) {
     auto* s = static_cast<State*>(a->data);
     std::vector<std::function<void()>> tasks;
@@ -59,6 +67,14 @@ void EngineBridge::close() {
   }
   for (auto& t : jobs_) t.join();
   jobs_.clear();
+  {
+    std::lock_guard lock(workers_->mu);
+    workers_->stop = true;
+    workers_->queue.clear();
+  }
+  workers_->wake.notify_all();
+  for (auto& t : workers_->threads) t.join();
+  workers_->threads.clear();
 }
 
 std::function<void(std::function<void()>)> EngineBridge::weak_poster() const {
@@ -69,6 +85,31 @@ std::function<void(std::function<void()>)> EngineBridge::weak_poster() const {
 }
 
 void EngineBridge::post(std::function<void()> task) { state_->post(std::move(task)); }
+
+void EngineBridge::run_on_workers(std::function<void()> work, std::function<void()> then) {
+  Workers& w = *workers_;
+  std::lock_guard lock(w.mu);
+  if (w.stop) return;
+  w.queue.emplace_back(std::move(work), std::move(then));
+  if (w.threads.size() < size_t(kWorkers) && w.threads.size() < w.queue.size())
+    w.threads.emplace_back([&w, poster = weak_poster()] {
+      for (;;) {
+        std::unique_lock lock(w.mu);
+        w.wake.wait(lock, [&] { return w.stop || !w.queue.empty(); });
+        if (w.stop) return;
+        auto [job, then] = std::move(w.queue.front());
+        w.queue.pop_front();
+        lock.unlock();
+        try {
+          job();
+        } catch (const std::exception& e) {  // as on the loop: logged, and the rest goes on
+          log_error(std::string("a worker task failed: ") + e.what());
+        }
+        poster(std::move(then));
+      }
+    });
+  w.wake.notify_one();
+}
 
 void EngineBridge::run_in_background(std::function<void()> work, std::function<void()> then) {
   std::weak_ptr<State> weak = state_;

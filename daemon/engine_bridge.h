@@ -5,6 +5,8 @@
 
 #include <uv.h>
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -34,6 +36,10 @@ class EngineBridge {
   std::function<void(std::function<void()>)> weak_poster() const;
   // Runs `work` on a thread of its own, then `then` on the loop thread (not at all after close()).
   void run_in_background(std::function<void()> work, std::function<void()> then);
+  // Runs `work` on one of kWorkers threads (in order of arrival), then `then` on the loop thread: for work
+  // that grows with a request's size (parsing, rendering, tokenizing), so the loop keeps answering.
+  void run_on_workers(std::function<void()> work, std::function<void()> then);
+  static constexpr int kWorkers = 4;
   // Stops delivering (what is in flight is dropped), waits for background jobs, releases the loop handle.
   void close();
 
@@ -41,6 +47,8 @@ class EngineBridge {
   struct State;
   std::shared_ptr<State> state_;
   std::vector<std::thread> jobs_;
+  struct Workers;
+  std::unique_ptr<Workers> workers_;
 };
 
 }  // namespace ftllm::daemon

@@ -102,12 +102,27 @@ std::vector<ModelInfo> Engine::models() const {
   return out;
 }
 
-TextSubmission Engine::submit(const TextRequest& request, TextCallback callback) {
-  TextSubmission out;
-  std::shared_ptr<ModelInstance> instance;
+PreparedText Engine::prepare(const TextRequest& request) const {
+  PreparedText prepared;
   {
     std::lock_guard lock(mu_);
-    if (auto it = models_.find(request.model); it != models_.end()) instance = it->second;
+    if (auto it = models_.find(request.model); it != models_.end()) prepared.model = it->second;
+  }
+  if (prepared.model) prepared.prompts = std::make_shared<const BuiltPrompts>(build_prompts(*prepared.model, request));
+  return prepared;
+}
+
+TextSubmission Engine::submit(const TextRequest& request, TextCallback callback) {
+  return submit(request, prepare(request), std::move(callback));
+}
+
+TextSubmission Engine::submit(const TextRequest& request, const PreparedText& prepared, TextCallback callback) {
+  TextSubmission out;
+  std::shared_ptr<ModelInstance> instance = prepared.model;
+  {
+    std::lock_guard lock(mu_);  // still resident: unloaded (or replaced) since prepare() is not found
+    auto it = models_.find(request.model);
+    if (it == models_.end() || it->second != instance) instance = nullptr;
   }
   if (!instance) {
     out.refusal = Refusal::ModelNotFound;
@@ -120,7 +135,7 @@ TextSubmission Engine::submit(const TextRequest& request, TextCallback callback)
     out.error = "model " + request.model + " has " + std::to_string(waiting) + " requests waiting, its limit; retry in a moment";
     return out;
   }
-  StartedText started = start_text_generation(*instance, request, std::move(callback));
+  StartedText started = start_text_generation(*instance, request, *prepared.prompts, std::move(callback));
   out.refusal = started.refusal;
   out.error = std::move(started.error);
   out.param = std::move(started.param);

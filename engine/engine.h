@@ -26,6 +26,7 @@ struct ModelInfo {
 };
 
 class ModelInstance;
+struct BuiltPrompts;  // runner/text_generation.h
 
 // ftllm-export: loads `source` (converting as its dtype options say) and writes it to out_dir as a
 // directory that loads without converting again: model.safetensors, config.json, tokenizer, template.
@@ -85,6 +86,12 @@ struct TextSubmission {
   size_t prompt_tokens = 0;
 };
 
+// A request's prompts, built for the model it names (Engine::prepare).
+struct PreparedText {
+  std::shared_ptr<ModelInstance> model;  // null: no such model
+  std::shared_ptr<const BuiltPrompts> prompts;
+};
+
 // Owns the resident models. Thread-safe: the daemon's loop thread and load threads may call it at once.
 class Engine {
  public:
@@ -101,8 +108,12 @@ class Engine {
   std::shared_ptr<ModelHandle> model(const std::string& name) const;
 
   // The one call of a generation: the request as the API layer has it; each choice's text comes to
-  // `callback` (on the model's worker thread) until its finished event.
+  // `callback` (on the model's worker thread) until its finished event. prepare() then submit() is the
+  // same in two parts: prepare does what grows with the request's size (its prompts rendered and
+  // tokenized), on any thread, so a server's event loop can hand it to a worker and only submit itself.
   TextSubmission submit(const TextRequest& request, TextCallback callback);
+  PreparedText prepare(const TextRequest& request) const;
+  TextSubmission submit(const TextRequest& request, const PreparedText& prepared, TextCallback callback);
 
   DeviceReport devices() const;
   bool cuda_built() const;

@@ -105,6 +105,7 @@ struct Reply {
   std::weak_ptr<ModelHandle> model;
   std::vector<uint64_t> choice_ids;  // the engine's, to cancel by
   bool failed = false, client_gone = false;
+  std::chrono::steady_clock::time_point arrived;  // when its request was read: time to first token counts from here
   void cancel_all() {
     if (auto m = model.lock())
       for (uint64_t id : choice_ids) m->cancel(id);
@@ -119,7 +120,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
  public:
   Generation(ApiContext& api, std::shared_ptr<Reply> reply, size_t index, std::shared_ptr<const GenerationBody> request)
       : api_(api), reply_(std::move(reply)), ex_(reply_->ex), index_(index), request_(std::move(request)), body_(*request_), id_(reply_->id),
-        created_(reply_->created), started_(Clock::now()) {}
+        created_(reply_->created), started_(reply_->arrived) {}
 
   // The model is known once the engine has taken the request.
   void started(std::shared_ptr<ModelHandle> model) {
@@ -401,13 +402,46 @@ http::Response refusal_response(const Engine& engine, const TextRequest& r, cons
   return api_error({400, s.error, s.param});
 }
 
+void start_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex, bool chat,
+                      std::shared_ptr<GenerationBody> body, const PreparedText& prepared,
+                      std::chrono::steady_clock::time_point arrived);
+
 void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex, bool chat) {
-  const http::Request& req = ex->request();
-  if (auto denied = check_key(api.config, req)) return ex->respond(*denied);
-  auto body = std::make_shared<GenerationBody>();
-  if (auto e = parse_generation_body(req.body, chat, *body)) return ex->respond(api_error(*e));
-  body->request.max_waiting = api.config.max_waiting;
+  if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);
+  // Parsing the body and rendering and tokenizing its prompts take time in proportion to its size: a
+  // worker does them, so the loop keeps answering everyone else (/health within milliseconds beside
+  // bodies of megabytes); the loop then only queues the prompts.
+  struct Work {
+    std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+    std::shared_ptr<GenerationBody> body = std::make_shared<GenerationBody>();
+    std::optional<ApiError> error;
+    PreparedText prepared;
+    bool done = false;
+  };
+  auto work = std::make_shared<Work>();
+  api.bridge.run_on_workers(
+      [&api, ex, chat, work, max_waiting = api.config.max_waiting] {
+        work->error = parse_generation_body(ex->request().body, chat, *work->body);
+        if (!work->error) {
+          work->body->request.max_waiting = max_waiting;
+          work->prepared = api.engine.prepare(work->body->request);
+        }
+        work->done = true;
+      },
+      [&api, ex, chat, work] {
+        if (ex->closed()) return;
+        if (!work->done) return ex->respond(api_error({500, "the request could not be prepared; the server log says why", "",
+                                                       "server_error"}));
+        if (work->error) return ex->respond(api_error(*work->error));
+        start_generation(api, ex, chat, work->body, work->prepared, work->arrived);
+      });
+}
+
+void start_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex, bool chat,
+                      std::shared_ptr<GenerationBody> body, const PreparedText& prepared,
+                      std::chrono::steady_clock::time_point arrived) {
   auto reply = std::make_shared<Reply>();
+  reply->arrived = arrived;
   reply->ex = ex;
   reply->id = random_id(chat ? "chatcmpl-" : "cmpl-");
   reply->created = unix_now();
@@ -419,7 +453,7 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
   // The engine's events reach the choices on the loop thread. Engine threads hold only weak references,
   // so a choice (and the model it keeps alive after an unload) is always destroyed on the loop thread.
   std::vector<std::weak_ptr<Generation>> targets(choices.begin(), choices.end());
-  TextSubmission submitted = api.engine.submit(body->request, api.bridge.make_callback<TextEvent>([targets](const TextEvent& e) {
+  TextSubmission submitted = api.engine.submit(body->request, prepared, api.bridge.make_callback<TextEvent>([targets](const TextEvent& e) {
     if (e.choice < targets.size())
       if (auto g = targets[e.choice].lock()) g->on_event(e);
   }));
@@ -439,11 +473,11 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
 }
 
 // A helper route (llama-server's shapes): the API key, a JSON object body, and the model it names (or the
-// only one loaded) are checked before `fn` runs.
-http::Handler helper_route(ApiContext& api,
-                           std::function<http::Response(simdjson::dom::element, ModelHandle&, const http::Request&)> fn) {
-  return [&api, fn = std::move(fn)](const http::Request& req) -> http::Response {
-    if (auto denied = check_key(api.config, req)) return *denied;
+// only one loaded) are checked before `fn` runs. All of it runs on a worker (tokenizing or rendering a
+// large body takes time in proportion), and the answer goes out from the loop.
+http::AsyncHandler helper_route(ApiContext& api,
+                                std::function<http::Response(simdjson::dom::element, ModelHandle&, const http::Request&)> fn) {
+  auto answer = [&api, fn = std::move(fn)](const http::Request& req) -> http::Response {
     simdjson::dom::parser parser;
     simdjson::padded_string text(req.body);
     simdjson::dom::element body;
@@ -453,6 +487,15 @@ http::Handler helper_route(ApiContext& api,
     auto model = model_for(api.engine, body, err);
     if (!model) return api_error(err);
     return fn(body, *model, req);
+  };
+  return [&api, answer](const std::shared_ptr<http::Exchange>& ex) {
+    if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);  // the config lives on the loop
+    auto response = std::make_shared<http::Response>(
+        api_error({500, "the request could not be answered; the server log says why", "", "server_error"}));
+    api.bridge.run_on_workers([ex, response, answer] { *response = answer(ex->request()); },
+                              [ex, response] {
+                                if (!ex->closed()) ex->respond(std::move(*response));
+                              });
   };
 }
 
@@ -498,7 +541,7 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
   router.add_async("POST", "/v1/chat/completions", [&api](const auto& ex) { handle_generation(api, ex, true); });
   router.add_async("POST", "/v1/completions", [&api](const auto& ex) { handle_generation(api, ex, false); });
 
-  router.add("POST", "/tokenize", helper_route(api, [](simdjson::dom::element body, ModelHandle& model, const http::Request&) {
+  router.add_async("POST", "/tokenize", helper_route(api, [](simdjson::dom::element body, ModelHandle& model, const http::Request&) {
     std::string_view content;
     if (body["content"].get(content)) return api_error({400, "'content' is required and must be a string", "content"});
     bool add_special = false;
@@ -511,7 +554,7 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
     w.end_array().end_object();
     return json_ok(w.take());
   }));
-  router.add("POST", "/detokenize", helper_route(api, [](simdjson::dom::element body, ModelHandle& model, const http::Request&) {
+  router.add_async("POST", "/detokenize", helper_route(api, [](simdjson::dom::element body, ModelHandle& model, const http::Request&) {
     simdjson::dom::array tokens;
     if (body["tokens"].get(tokens)) return api_error({400, "'tokens' is required and must be an array of ids", "tokens"});
     std::vector<int32_t> ids;
@@ -526,7 +569,7 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
     w.begin_object().key("content").string(text).end_object();
     return json_ok(w.take());
   }));
-  router.add("POST", "/apply-template", helper_route(api, [](simdjson::dom::element body, ModelHandle& model, const http::Request& req) {
+  router.add_async("POST", "/apply-template", helper_route(api, [](simdjson::dom::element body, ModelHandle& model, const http::Request& req) {
     // The same parsing as chat completions, so the prompt is exactly what /v1/chat/completions feeds.
     std::string with_model = req.body;
     GenerationBody parsed;

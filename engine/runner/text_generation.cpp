@@ -21,20 +21,31 @@ struct Choice {
 
 }  // namespace
 
-StartedText start_text_generation(ModelInstance& m, const TextRequest& request, TextCallback callback) {
-  StartedText started;
-  // Every prompt is built before any is queued: a request is refused whole or runs whole.
-  std::vector<text::Prompt> prompts;
+BuiltPrompts build_prompts(const ModelInstance& m, const TextRequest& request) {
+  BuiltPrompts built;
   for (size_t p = 0; p < request.prompt_count(); ++p) {
-    prompts.push_back(text::build_prompt(m.text(), m.options().name, m.context_length(), request, p));
-    if (prompts.back().refusal != Refusal::None) {
-      started.refusal = prompts.back().refusal;
-      started.error = prompts.back().error;
-      started.param = prompts.back().param;
-      return started;
+    built.prompts.push_back(text::build_prompt(m.text(), m.options().name, m.context_length(), request, p));
+    if (built.prompts.back().refusal != Refusal::None) {
+      built.refusal = built.prompts.back().refusal;
+      built.error = built.prompts.back().error;
+      built.param = built.prompts.back().param;
+      return built;
     }
-    started.prompt_tokens += prompts.back().ids.size();
   }
+  return built;
+}
+
+StartedText start_text_generation(ModelInstance& m, const TextRequest& request, const BuiltPrompts& built,
+                                  TextCallback callback) {
+  StartedText started;
+  if (built.refusal != Refusal::None) {
+    started.refusal = built.refusal;
+    started.error = built.error;
+    started.param = built.param;
+    return started;
+  }
+  const std::vector<text::Prompt>& prompts = built.prompts;
+  for (const text::Prompt& p : prompts) started.prompt_tokens += p.ids.size();
   auto shared_callback = std::make_shared<TextCallback>(std::move(callback));
   Runner& runner = m.runner();
   for (size_t p = 0; p < prompts.size(); ++p)

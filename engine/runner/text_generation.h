@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../text/prompt.h"
 #include "../text/text_request.h"
 #include "model_instance.h"
 
@@ -19,6 +20,17 @@ struct StartedText {
   size_t prompt_tokens = 0;
 };
 
-StartedText start_text_generation(ModelInstance& model, const TextRequest& request, TextCallback callback);
+// Every prompt of `request` rendered and tokenized for `model` (the work that grows with the request's
+// size, thread-safe), or why one cannot be.
+struct BuiltPrompts {
+  std::vector<text::Prompt> prompts;
+  Refusal refusal = Refusal::None;
+  std::string error, param;
+};
+BuiltPrompts build_prompts(const ModelInstance& model, const TextRequest& request);
+
+// Queues one sequence per choice of the built prompts (a request is refused whole or runs whole).
+StartedText start_text_generation(ModelInstance& model, const TextRequest& request, const BuiltPrompts& built,
+                                  TextCallback callback);
 
 }  // namespace ftllm

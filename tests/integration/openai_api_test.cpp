@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -492,6 +493,41 @@ BOOST_AUTO_TEST_CASE(requests_of_clients_gone_leave_the_queue) {
   BOOST_TEST(live.status == 200, live.body);
   busy.join();
   BOOST_TEST(http("GET", d.base_url() + "/metrics").body.find("ftllm_requests_waiting{model=\"smollm2\"} 0\n") != std::string::npos);
+}
+
+// Four 10 MB chat bodies are parsed, rendered and tokenized by workers, not the event loop: /health keeps
+// answering within milliseconds meanwhile (it waited 2.2 s behind one such body on the loop).
+BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
+  TempDir dir;
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "1", "--ctx", "512"});
+  std::string words;
+  while (words.size() < 10'000'000) words += "lighthouse keeper ";
+  const std::string big = dir.file("big.json");
+  std::ofstream(big) << chat_body(words, R"("max_tokens": 4)");
+  std::vector<std::thread> senders;
+  std::vector<CommandResult> answers(4);
+  std::atomic<int> answered = 0;
+  for (size_t i = 0; i < answers.size(); ++i)
+    senders.emplace_back([&, i] {
+      answers[i] = run_command("curl -s -S --max-time 120 -H 'Content-Type: application/json' --data-binary @" + big + " " +
+                               d.base_url() + "/v1/chat/completions");
+      ++answered;
+    });
+  // /health every 50 ms until every body is answered (each takes the daemon about 2 s of work).
+  double slowest = 0;
+  int checks = 0;
+  while (answered < int(answers.size())) {
+    const auto t0 = std::chrono::steady_clock::now();
+    BOOST_TEST(http("GET", d.base_url() + "/health").status == 200);
+    slowest = std::max(slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ++checks;
+    usleep(50000);
+  }
+  for (auto& t : senders) t.join();
+  BOOST_TEST(checks > 10);
+  BOOST_TEST_MESSAGE("slowest /health beside four 10 MB bodies: " << slowest * 1000 << " ms (curl's start included)");
+  BOOST_TEST(slowest < 0.25);
+  for (const CommandResult& a : answers) BOOST_TEST(a.out.find("context_length_exceeded") != std::string::npos, a.out.substr(0, 300));
 }
 
 BOOST_AUTO_TEST_CASE(api_key_is_required_when_set) {
