@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
+#include <optional>
 #include <deque>
 #include <filesystem>
 
@@ -75,6 +76,22 @@ class Connection {
     } else if (pending_writes_ == 0 && age > server_.limits_.idle_timeout_ms) {
       close();
     }
+  }
+
+  // At the connection limit, one connection gives way to a new one: not one that is being answered, but
+  // an idle keep-alive one or one still sending its request, the longest so first (trickling slowloris
+  // clients cannot lock a well-behaved one out). The smaller the key, the sooner it gives way; none when
+  // it is busy.
+  std::optional<uint64_t> yield_key() const {
+    if (active_ || draining_ || closing_) return std::nullopt;
+    return parser_.mid_request() ? request_started_ : last_activity_;
+  }
+  void give_way() {
+    if (parser_.mid_request())
+      finish_with(json_error(503, "the server is at its connection limit and this request was the slowest; retry",
+                             "server_error", "too_many_connections"));
+    else
+      close();
   }
 
   // Closes now unless a response is in progress (draining: that one finishes first).
@@ -424,6 +441,15 @@ void Server::on_connection(uv_stream_t* listener, int status) {
     return;
   }
   if (self->connections_.size() > self->limits_.max_connections) {
+    Connection* oldest = nullptr;
+    std::optional<uint64_t> oldest_key;
+    for (Connection* other : self->connections_)
+      if (auto key = other->yield_key(); other != c && key && (!oldest_key || *key < *oldest_key)) oldest = other, oldest_key = key;
+    if (oldest) {
+      oldest->give_way();
+      c->start();
+      return;
+    }
     c->refuse(json_error(503, "too many connections (limit " + std::to_string(self->limits_.max_connections) +
                                   "); retry later",
                          "server_error", "too_many_connections"));

@@ -166,6 +166,35 @@ BOOST_AUTO_TEST_CASE(malformed_and_oversized_requests_fail_alone) {
   BOOST_TEST(first < second);
 }
 
+// Slowloris clients holding every connection slot do not lock a well-behaved client out: at the limit the
+// connection that has been sending its request the longest gives way (503) to the new one.
+BOOST_AUTO_TEST_CASE(slow_clients_at_the_connection_limit_give_way) {
+  TempDir dir;
+  std::string conf = dir.file("ftllmd.conf");
+  std::ofstream(conf) << "[server]\nmax_connections = 32\nrequest_timeout_seconds = 60\n";
+  DaemonProcess d(dir, {"--config", conf});
+  std::vector<int> slow;
+  for (int i = 0; i < 32; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(d.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    BOOST_REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const std::string part = "GET /health HTTP/1.1\r\nX-Slow: ";
+    (void)!write(fd, part.data(), part.size());
+    slow.push_back(fd);
+    usleep(2000);
+  }
+  usleep(100000);
+  for (int i = 0; i < 5; ++i) BOOST_TEST(curl(d.base_url() + "/health").status == 200, "well-behaved client " << i);
+  // The first slow ones were told why.
+  char buf[512] = {};
+  const ssize_t n = read(slow[0], buf, sizeof buf - 1);
+  BOOST_TEST(std::string(buf, n > 0 ? size_t(n) : 0).find("503") != std::string::npos);
+  for (int fd : slow) ::close(fd);
+}
+
 BOOST_AUTO_TEST_CASE(slow_and_idle_connections_time_out) {
   TempDir dir;
   std::string conf = dir.file("ftllmd.conf");
