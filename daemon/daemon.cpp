@@ -252,6 +252,7 @@ int run_daemon(const Options& options, Config config) {
     return 1;
   }
   d.info.listen_address = d.public_server->address();
+  d.info.admin_socket = d.admin_server->address();  // the one systemd passed, under socket activation
 
   auto on_signal = [](uv_signal_t* s, int signum) {
     auto* self = static_cast<Daemon*>(s->data);
