@@ -10,6 +10,7 @@ apt_packages=(
   python3 python3-venv python3-pip
   libuv1-dev node-llhttp libsimdjson-dev libtomlplusplus-dev
   libsystemd-dev systemd libnuma-dev libboost-test-dev libboost-context-dev libpcre2-dev libutf8proc-dev
+  clang libclang-rt-14-dev  # the libFuzzer targets (meson test fuzz)
 )
 
 missing=()

@@ -268,4 +268,22 @@ BOOST_AUTO_TEST_CASE(every_load_option_reaches_the_load_through_its_surfaces) {
   }
 }
 
+// Found by fuzzing: what the TOML library (toml++ 3.x) would assert on or reach an unreachable point with
+// is refused with its place, not parsed: a NUL byte, "[;", characters such as U+0498 outside or inside
+// strings. Comments may hold anything, and an escape in a string says what the character cannot.
+BOOST_AUTO_TEST_CASE(inputs_the_toml_library_cannot_take_are_refused_with_their_place) {
+  auto error_of = [](std::string_view text) {
+    ConfigResult r = parse_config(text, "f.conf");
+    BOOST_REQUIRE(!r.config);
+    return r.error->to_string();
+  };
+  BOOST_TEST(error_of(std::string_view("[server]\nlisten = \"a\0\"\n", 22)) == "f.conf:2:12: a NUL byte; a config file is text");
+  BOOST_TEST(error_of("[;\x01\r").find("f.conf:") == 0);  // toml++ asserted on it
+  BOOST_TEST(error_of("n = 3\"2\xd2\x98\"\n").find("f.conf:1:8: the character U+0498") != std::string::npos);
+  BOOST_TEST(error_of("[server]\napi_key = \"caf\xc3\xa9\"\n").find("write it as \\u00E9 in a string") != std::string::npos);
+  ConfigResult ok = parse_config("# caf\xc3\xa9 \xd2\x98\n[server]\napi_key = \"caf\\u00E9\"\n", "f.conf");
+  BOOST_REQUIRE(ok.config);
+  BOOST_TEST(ok.config->api_key == "caf\xc3\xa9");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
