@@ -10,7 +10,7 @@ served model is rebalanced to another thread count. Prints, at the start (after 
 the end: the daemon's RSS, its open file descriptors, the KV pages in use, and how many requests were lost
 (a 5xx, a stream without [DONE], or no answer at all; refusals of the malformed ones are expected 4xx).
 The goal: nothing lost, RSS and descriptors flat after warm-up, no KV pages held once the clients stop.
-Standard library only; not a CI test.
+SOAK_DEBUG=1 prints the end of each lost stream. Standard library only; not a CI test.
 """
 import argparse
 import glob
@@ -80,6 +80,8 @@ def stream_client(port, stop, counts, index):
                 counts.add("ok")
             else:
                 counts.add("lost", "stream without [DONE]")
+                if os.environ.get("SOAK_DEBUG"):
+                    print("LOST", time.strftime("%H:%M:%S"), resp.status, data[-300:], flush=True)
         except Exception as e:  # no answer at all
             counts.add("lost", type(e).__name__)
 
