@@ -144,7 +144,6 @@ CommandResult run_command(const std::string& command_line) {
   return result;
 }
 
-namespace {
 int connect_loopback(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
@@ -154,7 +153,6 @@ int connect_loopback(int port) {
   BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
   return fd;
 }
-}  // namespace
 
 void send_and_vanish(int port, const std::string& bytes) {
   int fd = connect_loopback(port);

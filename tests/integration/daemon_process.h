@@ -57,6 +57,9 @@ struct CommandResult {
 // Runs a shell command line, capturing stdout and stderr.
 CommandResult run_command(const std::string& command_line);
 
+// A TCP connection to 127.0.0.1:port (its descriptor; the caller closes it).
+int connect_loopback(int port);
+
 // Sends raw bytes to 127.0.0.1:port and returns everything received until the server closes (5 s cap).
 std::string raw_exchange(int port, const std::string& bytes);
 

@@ -175,12 +175,7 @@ BOOST_AUTO_TEST_CASE(slow_clients_at_the_connection_limit_give_way) {
   DaemonProcess d(dir, {"--config", conf});
   std::vector<int> slow;
   for (int i = 0; i < 32; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(uint16_t(d.port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    BOOST_REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const int fd = connect_loopback(d.port());
     const std::string part = "GET /health HTTP/1.1\r\nX-Slow: ";
     (void)!write(fd, part.data(), part.size());
     slow.push_back(fd);
@@ -215,12 +210,7 @@ BOOST_AUTO_TEST_CASE(slow_and_idle_connections_time_out) {
   BOOST_TEST(waited < 4.5);
   // Slowloris: a header line every 300 ms never lets the connection idle, but the request still has only
   // its timeout from its first byte: 408 within a couple of seconds, not whenever the client tires.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(d.port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  BOOST_REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const int fd = connect_loopback(d.port());
   t0 = std::chrono::steady_clock::now();
   std::string answer;
   const std::string head = "GET /health HTTP/1.1\r\n", line = "X-Slow: 1\r\n";
