@@ -17,6 +17,8 @@ import statistics
 import time
 import urllib.parse
 
+from load import sse_events  # beside this file
+
 WORDS = ("lighthouse keeper harbour storm lantern ledger tide rope gull island beacon shift supply boat "
          "winter signal captain weather coast night morning glass oil wick spiral stair fog horn chart "
          "rock current season letter inspector brass bell mainland keeper's log wreck rescue").split()
@@ -42,28 +44,19 @@ def ask(url, model, messages, reply_tokens):
     resp = conn.getresponse()
     if resp.status != 200:
         raise SystemExit(f"{url}: HTTP {resp.status}: {resp.read()[:300]!r}")
-    first, text, prompt, cached, timings, buffer = None, "", None, None, {}, b""
-    while True:
-        chunk = resp.read1(65536)
-        if not chunk:
-            break
-        buffer += chunk
-        while b"\n\n" in buffer:
-            event, buffer = buffer.split(b"\n\n", 1)
-            if not event.startswith(b"data: ") or event == b"data: [DONE]":
-                continue
-            data = json.loads(event[6:])
-            for c in data.get("choices") or []:
-                piece = (c.get("delta") or {}).get("content")
-                if piece:
-                    first = first or time.monotonic()
-                    text += piece
-            usage = data.get("usage")
-            if usage:
-                prompt = usage.get("prompt_tokens")
-                cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-            if data.get("timings"):
-                timings = data["timings"]  # llama-server's: prompt_n tokens computed, the rest from its slot
+    first, text, prompt, cached, timings = None, "", None, None, {}
+    for data in sse_events(resp):
+        for c in data.get("choices") or []:
+            piece = (c.get("delta") or {}).get("content")
+            if piece:
+                first = first or time.monotonic()
+                text += piece
+        usage = data.get("usage")
+        if usage:
+            prompt = usage.get("prompt_tokens")
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if data.get("timings"):
+            timings = data["timings"]  # llama-server's: prompt_n tokens computed, the rest from its slot
     conn.close()
     if cached is None and prompt is not None and "prompt_n" in timings:
         cached = prompt - timings["prompt_n"]

@@ -21,6 +21,20 @@ def percentile(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
+def sse_events(resp):
+    """The JSON events of a Server-Sent Events response, as they arrive ([DONE] and other lines skipped)."""
+    buffer = b""
+    while True:
+        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            if event.startswith(b"data: ") and event != b"data: [DONE]":
+                yield json.loads(event[6:])
+
+
 def client(url, model, max_tokens, deadline, index, results, lock):
     parts = urllib.parse.urlsplit(url)
     prompt = f"Write a long story about a lighthouse keeper named Ada, chapter {index}."
@@ -38,26 +52,16 @@ def client(url, model, max_tokens, deadline, index, results, lock):
             conn.close()
             continue
         first, last, tokens, gaps = None, None, 0, []
-        buffer = b""
-        while True:
-            chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
-            if not chunk:
-                break
-            buffer += chunk
-            while b"\n\n" in buffer:
-                event, buffer = buffer.split(b"\n\n", 1)
-                if not event.startswith(b"data: ") or event == b"data: [DONE]":
-                    continue
-                data = json.loads(event[6:])
-                choices = data.get("choices") or []
-                if choices and (choices[0].get("delta") or {}).get("content"):
-                    now = time.monotonic()
-                    if first is None:
-                        first = now
-                    else:
-                        gaps.append(now - last)
-                    last = now
-                    tokens += 1
+        for data in sse_events(resp):
+            choices = data.get("choices") or []
+            if choices and (choices[0].get("delta") or {}).get("content"):
+                now = time.monotonic()
+                if first is None:
+                    first = now
+                else:
+                    gaps.append(now - last)
+                last = now
+                tokens += 1
         conn.close()
         with lock:
             results["requests"] += 1
