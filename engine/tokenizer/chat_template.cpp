@@ -82,7 +82,7 @@ std::string ChatTemplate::render(const ChatRequest& r) const {
   context.emplace_back("documents", r.documents);
   context.emplace_back("add_generation_prompt", jinja::Value::boolean(r.add_generation_prompt));
   for (auto& [k, v] : r.kwargs) context.emplace_back(k, v);
-  return jinja::render(*parsed_, context, {r.now});
+  return jinja::render(*parsed_, context, {r.now, r.limits});
 }
 
 std::string find_chat_template(const std::string& model_dir) {

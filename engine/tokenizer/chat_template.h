@@ -7,6 +7,7 @@
 #include <string>
 
 #include "jinja/ast.h"
+#include "jinja/render.h"
 #include "jinja/value.h"
 
 namespace ftllm::tokenizer {
@@ -18,6 +19,7 @@ struct ChatRequest {
   bool add_generation_prompt = true;
   jinja::Object kwargs;  // chat_template_kwargs (enable_thinking, ...), bos_token, eos_token, date_string, ...
   std::time_t now = 0;   // strftime_now's clock; 0 for the current time
+  jinja::RenderLimits limits;
 };
 
 class ChatTemplate {

@@ -129,6 +129,58 @@ BOOST_AUTO_TEST_CASE(template_errors_name_the_line_and_reason) {
   BOOST_TEST(error_of("{{ 'unterminated }}") == "chat template line 1: tag opened with {{ is never closed");
 }
 
+
+// A template is code from a downloaded file: one that loops, recurses or allocates without end must fail
+// with a TemplateError naming the limit, never exhaust the daemon's memory, stack or time. Findings of
+// tests/fuzz's chat_template_fuzz among them.
+BOOST_AUTO_TEST_CASE(runaway_templates_fail_within_the_limits) {
+  auto error_of = [](const std::string& source) {
+    ChatRequest r;
+    r.limits.max_work = 2'000'000;
+    r.limits.max_output_bytes = 1 << 20;
+    try {
+      ChatTemplate t(source);
+      return "rendered: " + t.render(r).substr(0, 40);
+    } catch (const jinja::TemplateError& e) {
+      return std::string(e.what());
+    }
+  };
+  auto has = [](const std::string& s, const char* part) {
+    BOOST_TEST_INFO(s);
+    BOOST_TEST(s.find(part) != std::string::npos);
+  };
+  has(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"), "nested deeper than 200 levels");
+  has(error_of("{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}{% endfor %}"),
+      "more work than the limit");
+  has(error_of("{{ range(100001) | length }}"), "range() too large: 100001 items");
+  has(error_of("{{ range(0, 9223372036854775807, 4611686018427387904) | list }}"), "rendered: [0, 4611686018427387904]");
+  has(error_of("{{ 'ab' * 1000000000 }}"), "a string over the limit of 1048576 bytes");
+  has(error_of("{{ 'x' | center(1000000000) }}"), "over the limit");
+  has(error_of("{{ 'a\nb' | indent(1000000000) }}"), "over the limit");
+  has(error_of("{% set s = 'ab' * 1000 %}{% for i in range(2000) %}{{ s }}{% endfor %}"), "over the limit");
+  has(error_of("{{ 2 ** 62 }}|{{ 2 ** 63 }}"), "integer overflow");
+  has(error_of("{{ 2 ** 1000000000000 }}"), "integer overflow");  // by squaring: no trillion-step loop
+  has(error_of("{{ 9223372036854775807 + 1 }}"), "integer overflow");
+  has(error_of("{{ -9223372036854775807 - 1 }}|{{ (-9223372036854775807 - 1) // -1 }}"), "integer overflow");
+  has(error_of("{{ 99999999999999999999 }}"), "the integer 99999999999999999999 does not fit in 64 bits");
+  has(error_of("{{ 1e999 }}|{{ (1e300 * 1e300) | int }}"), "cannot convert the float inf to a 64-bit integer");
+  has(error_of("{{ 7 % -1 }}|{{ 3 ** 2 }}|{{ -7 // 2 }}"), "rendered: 0|9|-4");
+  has(error_of("{{" + std::string(300, '(') + "1" + std::string(300, ')') + "}}"), "nested deeper than 200 levels");
+  has(error_of(std::string(300, '-') + "{{" + std::string(300, '-') + "1}}"), "nested deeper than 200 levels");
+  std::string ifs;
+  for (int k = 0; k < 300; ++k) ifs += "{% if true %}";
+  has(error_of(ifs), "nested deeper than 200 levels");
+  // A namespace holding itself: tojson stops, and the render frees it (the sanitizer build checks leaks).
+  has(error_of("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns.self.self.a }}{{ ns | tojson }}"),
+      "nested deeper than 256 levels");
+  has(error_of("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns.self.self.a }}"), "rendered: 1");
+  // The default limits leave real templates far inside them: a long conversation renders.
+  ChatRequest big;
+  for (int k = 0; k < 2000; ++k)
+    big.messages.array->push_back(jinja::Value::dict({{"role", jinja::Value::string(k % 2 ? "assistant" : "user")},
+                                                      {"content", jinja::Value::string(std::string(500, 'x'))}}));
+  BOOST_TEST(ChatTemplate(read(kDir + "Qwen-Qwen3-0.6B.jinja")).render(big).size() > 1'000'000u);
+}
 BOOST_AUTO_TEST_CASE(templates_come_from_the_model_files) {
   // tokenizer_config.json's chat_template (Qwen3's is byte-identical to the fixture file).
   std::string from_config = tokenizer::find_chat_template(FTLLM_SOURCE_ROOT "/tests/data/tokenizers/qwen3");

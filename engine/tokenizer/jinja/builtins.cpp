@@ -10,14 +10,33 @@ namespace {
 
 [[noreturn]] void error(const std::string& why) { throw TemplateError(why); }
 
+// A string or list of this size is about to be built: within the render's limits, and counted as work.
+void will_build(size_t size) {
+  check_size(size);
+  charge_work(size / 16);
+}
+size_t will_build(int64_t count, size_t unit) {
+  if (count <= 0) return 0;
+  if (unit && uint64_t(count) > (size_t(-1) / 2) / unit) check_size(size_t(-1));
+  will_build(size_t(count) * unit);
+  return size_t(count);
+}
+
 const Value* arg(const CallArgs& a, size_t pos, const char* name) { return a.get(pos, name); }
+
+// Python's int(x) of a float, which must be finite and, here, fit in 64 bits.
+int64_t float_to_int(double f) {
+  if (!(f > -9.3e18 && f < 9.3e18) || f <= -9223372036854775808.0 || f >= 9223372036854775808.0)
+    error("cannot convert the float " + Value::number(f).repr() + " to a 64-bit integer");
+  return int64_t(f);
+}
 std::string arg_str(const CallArgs& a, size_t pos, const char* name, std::string fallback = {}) {
   const Value* v = arg(a, pos, name);
   return v && !v->is_none() && !v->is_undefined() ? v->str() : fallback;
 }
 int64_t arg_int(const CallArgs& a, size_t pos, const char* name, int64_t fallback) {
   const Value* v = arg(a, pos, name);
-  return v && v->is_number() ? (v->type == Value::Type::Int ? v->i : int64_t(v->f)) : v && v->type == Value::Type::Bool ? v->b : fallback;
+  return v && v->is_number() ? (v->type == Value::Type::Int ? v->i : float_to_int(v->f)) : v && v->type == Value::Type::Bool ? v->b : fallback;
 }
 bool arg_bool(const CallArgs& a, size_t pos, const char* name, bool fallback) {
   const Value* v = arg(a, pos, name);
@@ -51,8 +70,8 @@ Value attribute_path(const Value& v, const std::string& path) {
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (cur.is_object()) cur = cur.get(part);
     else if (cur.is_array() && !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) {
-      size_t i = std::stoul(part);
-      cur = i < cur.array->size() ? (*cur.array)[i] : Value::undefined(part);
+      auto i = parse_int64(part);
+      cur = i && uint64_t(*i) < cur.array->size() ? (*cur.array)[size_t(*i)] : Value::undefined(part);
     } else cur = Value::undefined(part);
     if (dot == std::string::npos) break;
     start = dot + 1;
@@ -72,6 +91,7 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   if (from.empty()) return s;
   size_t pos = 0;
   for (int64_t n = 0; (count < 0 || n < count) && (pos = s.find(from, pos)) != std::string::npos; ++n) {
+    if (to.size() > from.size()) will_build(s.size() + to.size() - from.size());
     s.replace(pos, from.size(), to);
     pos += to.size();
   }
@@ -145,9 +165,10 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     }
     if (next >= list.size()) error("not enough arguments for format string");
     const Value& v = list[next++];
+    will_build(out.size());
     if (c == 's') out += v.str();
     else if (c == 'r') out += v.repr();
-    else if (c == 'd' || c == 'i') out += std::to_string(v.type == Value::Type::Float ? int64_t(v.f) : v.i);
+    else if (c == 'd' || c == 'i') out += std::to_string(v.type == Value::Type::Float ? float_to_int(v.f) : v.i);
     else if (c == 'f') {
       char b[64];
       std::snprintf(b, sizeof b, "%f", v.as_double());
@@ -157,12 +178,31 @@ std::string percent_format(const std::string& fmt, const Value& args) {
   return out;
 }
 
+// Python's integers never overflow; ours are 64-bit, and a result that does not fit is an error.
+// The result is read through a pointer, after the overflow check has written it.
+int64_t checked(bool overflowed, const int64_t* result) {
+  if (overflowed) error("integer overflow: the result does not fit in 64 bits");
+  return *result;
+}
+
+int64_t int_power(int64_t base, int64_t exponent) {  // exponent >= 0, by squaring
+  int64_t result = 1;
+  while (exponent > 0) {
+    if (exponent & 1) checked(__builtin_mul_overflow(result, base, &result), &result);
+    exponent >>= 1;
+    if (exponent) checked(__builtin_mul_overflow(base, base, &base), &base);
+  }
+  return result;
+}
+
 Value number_op(const std::string& op, const Value& l, const Value& r) {
   const bool ints = l.type != Value::Type::Float && r.type != Value::Type::Float;
   const double x = l.as_double(), y = r.as_double();
-  if (op == "+") return ints ? Value::integer((l.type == Value::Type::Bool ? l.b : l.i) + (r.type == Value::Type::Bool ? r.b : r.i)) : Value::number(x + y);
-  if (op == "-") return ints ? Value::integer(l.i - r.i) : Value::number(x - y);
-  if (op == "*") return ints ? Value::integer(l.i * r.i) : Value::number(x * y);
+  const int64_t a = l.type == Value::Type::Bool ? l.b : l.i, b = r.type == Value::Type::Bool ? r.b : r.i;
+  int64_t n = 0;
+  if (op == "+") return ints ? Value::integer(checked(__builtin_add_overflow(a, b, &n), &n)) : Value::number(x + y);
+  if (op == "-") return ints ? Value::integer(checked(__builtin_sub_overflow(a, b, &n), &n)) : Value::number(x - y);
+  if (op == "*") return ints ? Value::integer(checked(__builtin_mul_overflow(a, b, &n), &n)) : Value::number(x * y);
   if (op == "/") {
     if (y == 0) error("division by zero");
     return Value::number(x / y);
@@ -170,8 +210,9 @@ Value number_op(const std::string& op, const Value& l, const Value& r) {
   if (op == "//") {
     if (y == 0) error("integer division by zero");
     if (ints) {
-      int64_t q = l.i / r.i;
-      if ((l.i % r.i != 0) && ((l.i < 0) != (r.i < 0))) --q;
+      if (a == INT64_MIN && b == -1) checked(true, &a);
+      int64_t q = a / b;
+      if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
       return Value::integer(q);
     }
     return Value::number(std::floor(x / y));
@@ -179,8 +220,9 @@ Value number_op(const std::string& op, const Value& l, const Value& r) {
   if (op == "%") {
     if (y == 0) error("modulo by zero");
     if (ints) {
-      int64_t m = l.i % r.i;
-      if (m != 0 && ((m < 0) != (r.i < 0))) m += r.i;
+      if (b == -1) return Value::integer(0);
+      int64_t m = a % b;
+      if (m != 0 && ((m < 0) != (b < 0))) m += b;
       return Value::integer(m);
     }
     double m = std::fmod(x, y);
@@ -188,11 +230,7 @@ Value number_op(const std::string& op, const Value& l, const Value& r) {
     return Value::number(m);
   }
   if (op == "**") {
-    if (ints && r.i >= 0) {
-      int64_t p = 1;
-      for (int64_t k = 0; k < r.i; ++k) p *= l.i;
-      return Value::integer(p);
-    }
+    if (ints && b >= 0) return Value::integer(int_power(a, b));
     return Value::number(std::pow(x, y));
   }
   error("unknown operator " + op);
@@ -221,17 +259,27 @@ Value binary_op(const std::string& op, const Value& l, const Value& r) {
   if (op == ">=") return Value::boolean(compare(l, r) >= 0);
   if (op == "in") return Value::boolean(contains(r, l));
   if (op == "not in") return Value::boolean(!contains(r, l));
-  if (op == "~") return Value::string(l.str() + r.str());
-  if (op == "+" && l.is_string() && r.is_string()) return Value::string(l.s + r.s);
+  if (op == "~") {
+    std::string a = l.str(), b = r.str();
+    will_build(a.size() + b.size());
+    return Value::string(a + b);
+  }
+  if (op == "+" && l.is_string() && r.is_string()) {
+    will_build(l.s.size() + r.s.size());
+    return Value::string(l.s + r.s);
+  }
   if (op == "+" && l.is_array() && r.is_array()) {
+    will_build(int64_t(l.array->size() + r.array->size()), sizeof(Value));
     Array a = *l.array;
     a.insert(a.end(), r.array->begin(), r.array->end());
     return Value::list(a);
   }
   if (op == "%" && l.is_string()) return Value::string(percent_format(l.s, r));
   if (op == "*" && l.is_string() && r.type == Value::Type::Int) {
+    const size_t copies = will_build(r.i, l.s.size());
     std::string s;
-    for (int64_t k = 0; k < r.i; ++k) s += l.s;
+    s.reserve(copies * l.s.size());
+    for (size_t k = 0; k < copies && !l.s.empty(); ++k) s += l.s;
     return Value::string(s);
   }
   auto numeric = [](const Value& v) { return v.is_number() || v.type == Value::Type::Bool; };
@@ -252,17 +300,20 @@ Value builtin_global(const std::string& name, const RenderOptions& options) {
         if (a.positional.size() > 2) step = a.positional[2].i;
       }
       if (step == 0) error("range() step must not be zero");
+      // jinja2's sandbox refuses ranges over 100,000 items (MAX_RANGE); so do we.
+      const __int128 span = step > 0 ? __int128(stop) - start : __int128(start) - stop;
+      const __int128 count = span <= 0 ? 0 : (span + (step > 0 ? step : -__int128(step)) - 1) / (step > 0 ? step : -__int128(step));
+      if (count > 100000) error("range() too large: " + std::to_string(int64_t(count)) + " items, over the limit of 100000");
+      will_build(int64_t(count), sizeof(Value));
       Array out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-        out.push_back(Value::integer(i));
-        if (out.size() > 1000000) error("range() too large");
-      }
+      for (int64_t k = 0; k < int64_t(count); ++k) out.push_back(Value::integer(start + k * step));
       return Value::list(out);
     });
   if (name == "namespace")
     return Value::function([](const CallArgs& a) {
       Value ns = Value::dict();
       ns.is_namespace = true;
+      own_namespace(ns.object);
       if (!a.positional.empty() && a.positional[0].is_object()) *ns.object = *a.positional[0].object;
       for (auto& [k, v] : a.keyword) ns.set(k, v);
       return ns;
@@ -364,7 +415,10 @@ Value method(const Value& obj, const std::string& name) {
       return str_fn([s](const CallArgs& a) {
         std::string out;
         Array items = a.positional.empty() ? Array{} : items_of(a.positional[0]);
-        for (size_t i = 0; i < items.size(); ++i) out += (i ? s : "") + items[i].str();
+        for (size_t i = 0; i < items.size(); ++i) {
+          out += (i ? s : "") + items[i].str();
+          will_build(out.size());
+        }
         return Value::string(out);
       });
     if (name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isalnum")
@@ -389,10 +443,11 @@ Value method(const Value& obj, const std::string& name) {
           std::string field = s.substr(i + 1, close - i - 1);
           const Value* v = nullptr;
           if (field.empty()) v = next < a.positional.size() ? &a.positional[next++] : nullptr;
-          else if (std::all_of(field.begin(), field.end(), ::isdigit)) v = arg(a, std::stoul(field), "");
+          else if (std::all_of(field.begin(), field.end(), ::isdigit)) v = arg(a, size_t(parse_int64(field).value_or(-1)), "");
           else v = arg(a, size_t(-1), field.c_str());
           if (!v) error("format string refers to a missing argument {" + field + "}");
           out += v->str();
+          will_build(out.size());
           i = close;
         }
         return Value::string(out);
@@ -489,7 +544,7 @@ Value builtin_filter(const std::string& name, const Value& v, const CallArgs& a,
                      const FilterFn& filter) {
   if (name == "tojson") {
     const Value* indent = arg(a, 0, "indent");
-    return Value::string(v.json(indent && indent->is_number() ? int(indent->i) : -1, arg_bool(a, 100, "sort_keys", false)));
+    return Value::string(v.json(indent && indent->is_number() ? int(std::clamp<int64_t>(indent->i, -1, 1 << 20)) : -1, arg_bool(a, 100, "sort_keys", false)));
   }
   if (name == "safe" || name == "string") return name == "safe" ? v : Value::string(v.str());
   if (name == "e" || name == "escape") {
@@ -563,8 +618,10 @@ Value builtin_filter(const std::string& name, const Value& v, const CallArgs& a,
     std::string attribute = arg_str(a, 1, "attribute");
     std::string out;
     Array items = items_of(v);
-    for (size_t i = 0; i < items.size(); ++i)
+    for (size_t i = 0; i < items.size(); ++i) {
       out += (i ? sep : "") + (attribute.empty() ? items[i] : attribute_path(items[i], attribute)).str();
+      will_build(out.size());
+    }
     return Value::string(out);
   }
   if (name == "reverse") {
@@ -644,16 +701,13 @@ Value builtin_filter(const std::string& name, const Value& v, const CallArgs& a,
       if (name == "min" ? compare(x, best) < 0 : compare(x, best) > 0) best = x;
     return best;
   }
-  if (name == "abs") return v.type == Value::Type::Int ? Value::integer(std::llabs(v.i)) : Value::number(std::fabs(v.as_double()));
+  if (name == "abs") return v.type == Value::Type::Int ? Value::integer(v.i == INT64_MIN ? checked(true, &v.i) : std::llabs(v.i)) : Value::number(std::fabs(v.as_double()));
   if (name == "int") {
     if (v.is_string()) {
-      try {
-        return Value::integer(std::stoll(strip_chars(v.s, "", true, true)));
-      } catch (...) {
-        return Value::integer(arg_int(a, 0, "default", 0));
-      }
+      auto n = parse_int64(strip_chars(v.s, "", true, true));
+      return Value::integer(n ? *n : arg_int(a, 0, "default", 0));
     }
-    return v.is_number() || v.type == Value::Type::Bool ? Value::integer(int64_t(v.as_double())) : Value::integer(arg_int(a, 0, "default", 0));
+    return v.is_number() || v.type == Value::Type::Bool ? Value::integer(v.type == Value::Type::Int ? v.i : float_to_int(v.as_double())) : Value::integer(arg_int(a, 0, "default", 0));
   }
   if (name == "float") {
     if (v.is_string()) {
@@ -675,7 +729,7 @@ Value builtin_filter(const std::string& name, const Value& v, const CallArgs& a,
   if (name == "indent") {
     int64_t width = 4;
     std::string pad(4, ' ');
-    if (const Value* w = arg(a, 0, "width")) pad = w->is_string() ? w->s : std::string(size_t(w->i), ' ');
+    if (const Value* w = arg(a, 0, "width")) pad = w->is_string() ? w->s : std::string(will_build(w->i, 1), ' ');
     (void)width;
     bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
     std::string s = v.str(), out;
@@ -686,6 +740,7 @@ Value builtin_filter(const std::string& name, const Value& v, const CallArgs& a,
       std::string line = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
       bool indent_it = is_first ? first : (blank || !line.empty());
       if (indent_it && !(is_first && line.empty() && !blank && !first)) out += pad;
+      will_build(out.size() + line.size());
       out += line;
       if (nl == std::string::npos) break;
       out += '\n';
@@ -699,6 +754,7 @@ Value builtin_filter(const std::string& name, const Value& v, const CallArgs& a,
     int64_t width = arg_int(a, 0, "width", 80);
     std::string s = v.str();
     if (int64_t(s.size()) >= width) return Value::string(s);
+    will_build(width, 1);
     size_t total = size_t(width) - s.size(), left = total / 2;
     return Value::string(std::string(left, ' ') + s + std::string(total - left, ' '));
   }

@@ -167,8 +167,9 @@ std::vector<Token> tokenize(const std::string& s, int line) {
       std::string num = s.substr(i, j - i);
       std::erase(num, '_');
       Token t{is_float ? Token::Float : Token::Int, num};
-      if (is_float) t.f = std::stod(num);
-      else t.i = std::stoll(num);
+      if (is_float) t.f = std::strtod(num.c_str(), nullptr);  // 1e999 is inf, as in Python
+      else if (auto n = parse_int64(num)) t.i = *n;
+      else fail(line, "the integer " + num + " does not fit in 64 bits");
       out.push_back(t);
       i = j;
     } else if (c == '\'' || c == '"') {
@@ -213,9 +214,29 @@ std::vector<Token> tokenize(const std::string& s, int line) {
   return out;
 }
 
+// Parsing and rendering recurse once per level of nesting; a template from a file may nest without end.
+constexpr int kMaxNesting = 200;
+constexpr size_t kMaxExpressionTokens = 20000;
+
+class Nesting {
+ public:
+  Nesting(int& depth, int line) : depth_(depth) {
+    if (++depth_ > kMaxNesting) fail(line, "nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  }
+  ~Nesting() { --depth_; }
+  Nesting(const Nesting&) = delete;
+  Nesting& operator=(const Nesting&) = delete;
+
+ private:
+  int& depth_;
+};
+
 class ExprParser {
  public:
-  ExprParser(std::vector<Token> tokens, int line) : t_(std::move(tokens)), line_(line) {}
+  ExprParser(std::vector<Token> tokens, int line) : t_(std::move(tokens)), line_(line) {
+    if (t_.size() > kMaxExpressionTokens)
+      fail(line, "an expression of more than " + std::to_string(kMaxExpressionTokens) + " tokens");
+  }
 
   bool at_end() const { return t_[p_].kind == Token::End; }
   bool peek_name(const char* n, size_t ahead = 0) const {
@@ -260,6 +281,7 @@ class ExprParser {
   ExprPtr no_ternary() { return or_expr(); }
 
   ExprPtr expression() {
+    Nesting nesting(depth_, line_);
     ExprPtr e = or_expr();
     if (accept_name("if")) {
       auto t = node(Expr::Ternary);
@@ -295,6 +317,7 @@ class ExprParser {
     return e;
   }
   ExprPtr not_expr() {
+    Nesting nesting(depth_, line_);
     if (accept_name("not")) {
       auto n = node(Expr::Not);
       n->a = not_expr();
@@ -360,6 +383,7 @@ class ExprParser {
     return e;
   }
   ExprPtr unary() {
+    Nesting nesting(depth_, line_);
     if (accept_op("-")) {
       auto n = node(Expr::Unary);
       n->name = "-";
@@ -516,6 +540,7 @@ class ExprParser {
   std::vector<Token> t_;
   size_t p_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 class StmtParser {
@@ -523,6 +548,7 @@ class StmtParser {
   explicit StmtParser(std::vector<Segment> segs) : s_(std::move(segs)) {}
 
   Body parse_body(const std::vector<std::string>& enders, std::string* found) {
+    Nesting nesting(depth_, pos_ < s_.size() ? s_[pos_].line : 0);
     Body body;
     while (pos_ < s_.size()) {
       Segment& seg = s_[pos_];
@@ -709,6 +735,7 @@ class StmtParser {
 
   std::vector<Segment> s_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -13,6 +13,34 @@ namespace {
 
 using Scope = std::unordered_map<std::string, Value>;
 
+// The running render's limits and what it has used; renders nest only through macros, on one thread.
+struct Budget {
+  RenderLimits limits;
+  uint64_t work = 0;
+  int depth = 0;
+  std::vector<std::weak_ptr<Object>> namespaces;
+};
+thread_local Budget* current_budget = nullptr;
+
+// One level of nesting (an expression, a statement, a macro call) and one unit of work.
+class Nested {
+ public:
+  explicit Nested(int line) : budget_(*current_budget) {
+    if (++budget_.depth > budget_.limits.max_depth) {
+      --budget_.depth;
+      throw TemplateError("chat template line " + std::to_string(line) + ": nested deeper than " +
+                          std::to_string(budget_.limits.max_depth) + " levels (endless recursion?)");
+    }
+    charge_work(1);
+  }
+  ~Nested() { --budget_.depth; }
+  Nested(const Nested&) = delete;
+  Nested& operator=(const Nested&) = delete;
+
+ private:
+  Budget& budget_;
+};
+
 enum class Flow { Normal, Break, Continue };
 
 class Renderer {
@@ -20,6 +48,17 @@ class Renderer {
   Renderer(const RenderOptions& options) : options_(options) {}
 
   std::string run(const Template& t, const Object& context) {
+    Budget budget{options_.limits};
+    Budget* outer = std::exchange(current_budget, &budget);
+    struct Restore {
+      Budget& budget;
+      Budget* outer;
+      ~Restore() {
+        current_budget = outer;
+        for (auto& weak : budget.namespaces)
+          if (auto attributes = weak.lock()) Object().swap(*attributes);
+      }
+    } restore{budget, outer};
     auto globals = std::make_shared<Scope>();
     for (auto& [k, v] : context) (*globals)[k] = v;
     scopes_.push_back(globals);
@@ -67,6 +106,7 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    Nested nested(e.line);
     switch (e.kind) {
       case Expr::Literal: return e.literal;
       case Expr::Name: return lookup(e.name);
@@ -122,7 +162,10 @@ class Renderer {
       }
       case Expr::Unary: {
         Value v = eval(*e.a);
-        if (v.type == Value::Type::Int) return Value::integer(-v.i);
+        if (v.type == Value::Type::Int) {
+          if (v.i == INT64_MIN) fail(e.line, "integer overflow: the result does not fit in 64 bits");
+          return Value::integer(-v.i);
+        }
         if (v.type == Value::Type::Float) return Value::number(-v.f);
         fail(e.line, "cannot negate " + v.repr());
       }
@@ -161,7 +204,7 @@ class Renderer {
     if (obj.is_array() || obj.is_string()) {
       // jinja2 falls back to item access: list.0
       bool digits = !name.empty() && std::all_of(name.begin(), name.end(), ::isdigit);
-      if (digits) return get_item(obj, Value::integer(std::stoll(name)), line);
+      if (auto n = digits ? parse_int64(name) : std::nullopt) return get_item(obj, Value::integer(*n), line);
     }
     return Value::undefined(name);
   }
@@ -245,6 +288,13 @@ class Renderer {
   }
 
   Flow exec(const Stmt& s, std::string& out) {
+    Nested nested(s.line);
+    const Flow flow = exec_statement(s, out);
+    check_size(out.size());
+    return flow;
+  }
+
+  Flow exec_statement(const Stmt& s, std::string& out) {
     switch (s.kind) {
       case Stmt::Text: out += s.text; return Flow::Normal;
       case Stmt::Output: out += eval(*s.expr).str(); return Flow::Normal;
@@ -329,6 +379,7 @@ class Renderer {
     }
     const size_t n = items.size();
     for (size_t i = 0; i < n; ++i) {
+      charge_work(1);  // an empty body still costs its iteration
       bind_targets(s.targets, items[i], s.line);
       Value loop = Value::dict();
       loop.set("index", Value::integer(int64_t(i) + 1));
@@ -382,6 +433,25 @@ class Renderer {
 };
 
 }  // namespace
+
+void charge_work(uint64_t units) {
+  Budget* b = current_budget;
+  if (!b) return;
+  b->work += units;
+  if (b->work > b->limits.max_work)
+    throw TemplateError("the chat template needs more work than the limit of " + std::to_string(b->limits.max_work) +
+                        " steps (an endless loop?)");
+}
+
+void own_namespace(const std::shared_ptr<Object>& attributes) {
+  if (current_budget) current_budget->namespaces.push_back(attributes);
+}
+
+void check_size(size_t bytes) {
+  Budget* b = current_budget;
+  if (b && bytes > b->limits.max_output_bytes)
+    throw TemplateError("the chat template builds a string over the limit of " + std::to_string(b->limits.max_output_bytes) + " bytes");
+}
 
 std::string render(const Template& t, const Object& context, const RenderOptions& options) {
   Renderer r(options);

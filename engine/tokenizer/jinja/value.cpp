@@ -1,6 +1,7 @@
 #include "value.h"
 
 #include "../../core/json_writer.h"
+#include "render.h"
 
 #include <algorithm>
 #include <charconv>
@@ -50,6 +51,14 @@ void Value::set(const std::string& key, Value v) {
       return;
     }
   object->emplace_back(key, std::move(v));
+}
+
+std::optional<int64_t> parse_int64(std::string_view text) {
+  if (!text.empty() && text[0] == '+') text.remove_prefix(1);
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return v;
 }
 
 // Python's float repr: the shortest digits that round-trip, exponent form outside [1e-4, 1e16).
@@ -141,6 +150,9 @@ std::string Value::repr() const {
 }
 
 std::string Value::json(int indent, bool sort_keys, int depth) const {
+  // A namespace can hold itself; Python would recurse until its own limit too.
+  if (depth > 256) throw TemplateError("tojson: a value nested deeper than 256 levels (one that contains itself?)");
+  if (indent > 0) check_size(size_t(indent) * size_t(depth + 1));
   const std::string nl = indent >= 0 ? "\n" + std::string(size_t(indent * (depth + 1)), ' ') : "";
   const std::string close_nl = indent >= 0 ? "\n" + std::string(size_t(indent * depth), ' ') : "";
   const std::string item_sep = indent >= 0 ? "," : ", ";

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,9 @@ class TemplateError : public std::runtime_error {
  public:
   explicit TemplateError(const std::string& m) : std::runtime_error(m) {}
 };
+
+// Decimal digits (an optional sign first) to an int64; nullopt when not that or out of 64-bit range.
+std::optional<int64_t> parse_int64(std::string_view text);
 
 struct Value;
 using Array = std::vector<Value>;
