@@ -40,6 +40,7 @@ class EngineBridge {
   // that grows with a request's size (parsing, rendering, tokenizing), so the loop keeps answering.
   void run_on_workers(std::function<void()> work, std::function<void()> then);
   static constexpr int kWorkers = 4;
+  static constexpr int kWorkerNice = 5;  // added to the daemon's niceness, for these threads alone
   // Stops delivering (what is in flight is dropped), waits for background jobs, releases the loop handle.
   void close();
 

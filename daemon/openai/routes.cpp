@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -24,7 +25,9 @@ http::Response api_error(const ApiError& e) {
   if (e.code.empty()) w.key("code").null();
   else w.key("code").string(e.code);
   w.end_object().end_object();
-  return {e.status, "application/json", {}, w.take()};
+  http::Response r{e.status, "application/json", {}, w.take()};
+  if (e.status == 503) r.headers.emplace_back("Retry-After", "1");  // every 503 here passes in moments
+  return r;
 }
 
 http::Response json_ok(std::string body) { return {200, "application/json", {}, std::move(body)}; }
@@ -61,13 +64,20 @@ std::string loaded_names(const Engine& engine) {
   return names.empty() ? "none" : names;
 }
 
-ApiError unknown_model(const Engine& engine, const std::string& name) {
-  return {404, "model \"" + name + "\" is not loaded; loaded models: " + loaded_names(engine), "model",
+// A model the daemon is still loading at start is worth a retry (503); any other is not there (404).
+ApiError unknown_model(const ApiContext& api, const std::string& name) {
+  {
+    std::lock_guard lock(api.loading.mu);
+    if (std::find(api.loading.names.begin(), api.loading.names.end(), name) != api.loading.names.end())
+      return {503, "model \"" + name + "\" is still loading; retry in a moment", "model", "server_error", "model_loading"};
+  }
+  return {404, "model \"" + name + "\" is not loaded; loaded models: " + loaded_names(api.engine), "model",
           "invalid_request_error", "model_not_found"};
 }
 
 // The model a helper route names, or the only one loaded when it names none.
-std::shared_ptr<ModelHandle> model_for(const Engine& engine, simdjson::dom::element body, ApiError& error) {
+std::shared_ptr<ModelHandle> model_for(const ApiContext& api, simdjson::dom::element body, ApiError& error) {
+  const Engine& engine = api.engine;
   std::string_view name;
   if (body["model"].get(name)) {
     auto models = engine.models();
@@ -76,7 +86,7 @@ std::shared_ptr<ModelHandle> model_for(const Engine& engine, simdjson::dom::elem
     return nullptr;
   }
   auto m = engine.model(std::string(name));
-  if (!m) error = unknown_model(engine, std::string(name));
+  if (!m) error = unknown_model(api, std::string(name));
   return m;
 }
 
@@ -385,14 +395,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
 namespace {
 
 // How an engine refusal reads to an OpenAI client.
-http::Response refusal_response(const Engine& engine, const TextRequest& r, const TextSubmission& s) {
+http::Response refusal_response(const ApiContext& api, const TextRequest& r, const TextSubmission& s) {
   switch (s.refusal) {
-    case Refusal::ModelNotFound: return api_error(unknown_model(engine, r.model));  // naming the loaded ones
-    case Refusal::Busy: {
-      http::Response busy = api_error({503, s.error, "", "server_error", "queue_full"});
-      busy.headers.emplace_back("Retry-After", "1");
-      return busy;
-    }
+    case Refusal::ModelNotFound: return api_error(unknown_model(api, r.model));  // naming the loaded ones
+    case Refusal::Busy: return api_error({503, s.error, "", "server_error", "queue_full"});
     case Refusal::ChatTemplate: return api_error({400, s.error, s.param, "invalid_request_error", "chat_template_error"});
     case Refusal::ContextExceeded:
       return api_error({400, s.error, s.param, "invalid_request_error", "context_length_exceeded"});
@@ -457,7 +463,7 @@ void start_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex
     if (e.choice < targets.size())
       if (auto g = targets[e.choice].lock()) g->on_event(e);
   }));
-  if (submitted.refusal != Refusal::None) return ex->respond(refusal_response(api.engine, body->request, submitted));
+  if (submitted.refusal != Refusal::None) return ex->respond(refusal_response(api, body->request, submitted));
   reply->model = submitted.model;
   reply->choice_ids = submitted.choice_ids;
   reply->prompt_tokens = submitted.prompt_tokens;
@@ -484,7 +490,7 @@ http::AsyncHandler helper_route(ApiContext& api,
     if (parser.parse(text).get(body) || body.type() != simdjson::dom::element_type::OBJECT)
       return api_error({400, "the body must be a JSON object", "", "invalid_request_error", "invalid_json"});
     ApiError err;
-    auto model = model_for(api.engine, body, err);
+    auto model = model_for(api, body, err);
     if (!model) return api_error(err);
     return fn(body, *model, req);
   };
@@ -533,7 +539,7 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
     if (auto denied = check_key(api.config, req)) return *denied;
     std::string name(req.path().substr(std::string_view("/v1/models/").size()));
     auto m = api.engine.model(name);
-    if (!m) return api_error(unknown_model(api.engine, name));
+    if (!m) return api_error(unknown_model(api, name));
     JsonWriter w;
     w.begin_object().key("id").string(m->name()).key("object").string("model").key("created").number(0).key("owned_by").string("ftllm").end_object();
     return json_ok(w.take());

@@ -10,7 +10,7 @@ served model is rebalanced to another thread count. Prints, at the start (after 
 the end: the daemon's RSS, its open file descriptors, the KV pages in use, and how many requests were lost
 (a 5xx, a stream without [DONE], or no answer at all; refusals of the malformed ones are expected 4xx).
 The goal: nothing lost, RSS and descriptors flat after warm-up, no KV pages held once the clients stop.
-SOAK_DEBUG=1 prints the end of each lost stream. Standard library only; not a CI test.
+SOAK_DEBUG=1 prints the end of each lost stream and logs the daemon at info level. Standard library only; not a CI test.
 """
 import argparse
 import glob
@@ -157,14 +157,19 @@ def main():
     run = tempfile.mkdtemp()
     port, sock = free_port(), os.path.join(run, "admin.sock")
     daemon = subprocess.Popen([os.path.join(ROOT, "build/daemon/ftllmd"), a.model, "--name", "smollm2", "-t", "2", "--ctx", "1024",
-                               "--listen", f"127.0.0.1:{port}", "--admin-socket", sock, "--log-level", "warn"],
-                              stderr=subprocess.DEVNULL)
-    for _ in range(300):
+                               "--listen", f"127.0.0.1:{port}", "--admin-socket", sock,
+                               "--log-level", "info" if os.environ.get("SOAK_DEBUG") else "warn"],
+                              stderr=open(os.path.join(run, "ftllmd.log"), "w"))
+    print(f"daemon log: {os.path.join(run, 'ftllmd.log')}", flush=True)
+    for _ in range(600):  # until the model is resident: /health says 200
         try:
-            http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/health")
-            break
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                break
         except OSError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     counts, stop = Counts(), threading.Event()
     workers = [threading.Thread(target=stream_client, args=(port, stop, counts, i)) for i in range(a.clients)]
     workers.append(threading.Thread(target=malformed, args=(port, stop, counts)))

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <tuple>
 #include <sstream>
 
@@ -326,3 +327,36 @@ BOOST_AUTO_TEST_CASE(a_failed_load_leaves_other_models_serving) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// The daemon prepares a request (prompts rendered and tokenized) on a worker and submits it on its loop; a
+// load finishing in between, or a load replacing the model under its name, must not refuse the request
+// as "model not found" (the daemon answered 404 while listing the model): it runs on the resident model.
+BOOST_AUTO_TEST_CASE(a_request_prepared_before_its_model_loaded_runs_on_it) {
+  ModelCopy m;
+  Engine engine;
+  TextRequest r;
+  r.model = "llama";
+  r.input = TextRequest::Input::Tokens;
+  r.token_prompts = {{1, 2, 3, 4}};
+  r.generation.max_tokens = 3;
+  const PreparedText before_load = engine.prepare(r);
+  BOOST_TEST(!before_load.model);
+  BOOST_REQUIRE(engine.load(opts(m.dir.string(), "llama")).ok);
+  auto run = [&](const PreparedText& prepared) {
+    std::promise<size_t> tokens;
+    size_t count = 0;
+    TextSubmission s = engine.submit(r, prepared, [&](const TextEvent& e) {
+      count += e.tokens.size();
+      if (e.finished) tokens.set_value(count);
+    });
+    BOOST_TEST_REQUIRE((s.refusal == Refusal::None), s.error);
+    auto answer = tokens.get_future();
+    BOOST_REQUIRE(answer.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+    return answer.get();
+  };
+  BOOST_TEST(run(before_load) == 3u);
+  const PreparedText before_reload = engine.prepare(r);
+  BOOST_REQUIRE(engine.unload("llama").ok);  // and loaded again under its name: a new instance
+  BOOST_REQUIRE(engine.load(opts(m.dir.string(), "llama")).ok);
+  BOOST_TEST(run(before_reload) == 3u);
+}

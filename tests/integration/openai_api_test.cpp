@@ -547,17 +547,30 @@ BOOST_AUTO_TEST_CASE(health_says_loading_until_the_model_is_resident) {
                     dir.file("s.sock") + " >/dev/null 2>" + log + " & echo $!";
   CommandResult started = run_command(cmd);
   int pid = std::stoi(started.out);
-  bool saw_loading = false, saw_ok = false;
+  bool saw_loading = false, saw_ok = false, chat_said_loading = false, chat_answered = false;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!saw_ok && std::chrono::steady_clock::now() < deadline) {
     CommandResult h = run_command("curl -s http://127.0.0.1:18765/health");
     saw_loading |= h.out.find(R"({"status":"loading","loading":["smollm2"]})") != std::string::npos;
     saw_ok |= h.out == R"({"status":"ok"})";
-    usleep(5000);
+    // A request for the model meanwhile: 503 with Retry-After while it loads (it was a 404 "not loaded,
+    // loaded models: smollm2" when the load finished between reading the request and queueing it).
+    CommandResult chat = run_command("curl -s -i -H 'Content-Type: application/json' --data-binary '" +
+                                     chat_body("Hi", R"("max_tokens": 1)") + "' http://127.0.0.1:18765/v1/chat/completions");
+    if (chat.out.find("model_loading") != std::string::npos) {
+      chat_said_loading = true;
+      BOOST_TEST(chat.out.find("HTTP/1.1 503") == 0u, chat.out);
+      BOOST_TEST(chat.out.find("Retry-After: 1") != std::string::npos, chat.out);
+    } else if (!chat.out.empty()) {
+      BOOST_TEST(chat.out.find("HTTP/1.1 200") == 0u, chat.out);
+      chat_answered = true;
+    }
   }
   ::kill(pid, SIGTERM);
   BOOST_TEST(saw_ok);
   BOOST_TEST(saw_loading);  // the GGUF takes a few hundred milliseconds to load
+  BOOST_TEST(chat_said_loading);
+  BOOST_TEST(chat_answered);
 }
 
 BOOST_AUTO_TEST_CASE(thinking_templates_send_reasoning_content) {

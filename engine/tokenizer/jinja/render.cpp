@@ -48,7 +48,8 @@ class Renderer {
   Renderer(const RenderOptions& options) : options_(options) {}
 
   std::string run(const Template& t, const Object& context) {
-    Budget budget{options_.limits};
+    Budget budget;
+    budget.limits = options_.limits;
     Budget* outer = std::exchange(current_budget, &budget);
     struct Restore {
       Budget& budget;
