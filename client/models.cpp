@@ -123,7 +123,9 @@ int cmd_load(const CommandContext& ctx, const std::vector<std::string>& args) {
       bar_open = false;
     }
     if (event == admin::event::loaded) {
-      std::printf("loaded %.*s in %lld ms\n", int(name.size()), name.data(), (long long)field<int64_t>(e, admin::key::load_ms));
+      const double ms = field<double>(e, admin::key::load_ms);
+      if (ms < 1000) std::printf("loaded %.*s in %.1f ms\n", int(name.size()), name.data(), ms);
+      else std::printf("loaded %.*s in %.2f s\n", int(name.size()), name.data(), ms / 1000);
       std::string_view notes;
       if (!e[admin::key::notes].get(notes)) std::printf("note: %.*s\n", int(notes.size()), notes.data());
       rc = 0;

@@ -127,9 +127,10 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
                              JsonWriter done;
                              const std::string& name = *loaded_name;  // as list, status and /metrics call it
                              if (status->ok) {
-                               auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - *started);
+                               // Fractional: a tiny model loads in under a millisecond, which is not "0 ms".
+                               const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - *started;
                                done.begin_object().key(admin::key::event).string(admin::event::loaded).key(admin::key::name).string(name);
-                               done.key(admin::key::load_ms).number(int64_t(ms.count()));
+                               done.key(admin::key::load_ms).number(ms.count());
                                // What the user asked for but did not get exactly (kept dtypes, numa as cpu).
                                std::string notes;
                                if (auto handle = engine.model(name)) notes = handle->footprint().load_notes;

@@ -4,6 +4,7 @@
 #include <uv.h>
 
 #include <csignal>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <filesystem>
@@ -139,9 +140,9 @@ struct Daemon {
           ModelHandle::Footprint f = handle->footprint();
           computed = " (" + f.dtypes + (f.load_notes.empty() ? "" : "; " + f.load_notes) + ")";
         }
-        log_info("loaded " + m.path + " in " +
-                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()) +
-                 " ms" + computed);
+        char took[32];
+        std::snprintf(took, sizeof took, "%.1f ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        log_info("loaded " + m.path + " in " + took + computed);
       }
       std::lock_guard lock(loaded_mu);
       if (!loaded_closed) uv_async_send(&loaded);

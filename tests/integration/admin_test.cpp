@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 #include <map>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -193,6 +194,8 @@ BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
   CommandResult a = run_command(ctl(d, "load " + gguf + " --name a -t 1 --ctx 256"));
   BOOST_TEST(a.exit_code == 0, a.err);
   BOOST_TEST(a.out.find("loaded a in ") != std::string::npos, a.out);
+  // "12.3 ms" or "1.25 s": never "0 ms", which a tiny model's sub-millisecond load printed.
+  BOOST_TEST(std::atof(a.out.c_str() + a.out.find("loaded a in ") + 12) > 0.0, a.out);
   BOOST_TEST(a.out.find("  converting 100.0%  96.6 / 96.6 MB\n") != std::string::npos, a.out);  // progress, plain off a terminal
   int64_t rss_one = rss_kib(d.pid());
   {

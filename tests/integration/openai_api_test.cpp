@@ -2,9 +2,12 @@
 // with curl, raw sockets and the official OpenAI Python SDK.
 #include <signal.h>
 #include <simdjson.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -352,9 +355,10 @@ BOOST_AUTO_TEST_CASE(parallel_streams_do_not_cross_talk) {
 
 BOOST_AUTO_TEST_CASE(a_client_that_disconnects_frees_its_sequence) {
   DaemonProcess& d = daemon_with_model();
-  // A long stream cut off after a second by curl's own timeout.
-  run_command("curl -s -N --max-time 1 -d '" + chat_body("Tell a long story.", R"("max_tokens": 400, "ignore_eos": true, "stream": true)") +
-              "' " + d.base_url() + "/v1/chat/completions > /dev/null");
+  // A long stream cut off once it has started: head takes its first bytes and exits, and curl, writing
+  // more, gets SIGPIPE and closes the connection (however slow the build, the generation is running).
+  run_command("curl -s -N -d '" + chat_body("Tell a long story.", R"("max_tokens": 400, "ignore_eos": true, "stream": true)") +
+              "' " + d.base_url() + "/v1/chat/completions | head -c 300 > /dev/null");
   int64_t running = -1;
   for (int i = 0; i < 50 && running != 0; ++i) {
     CommandResult s = run_command(env_or_fail("FTLLMCTL") + " --socket " + d.socket_path() + " status --json");
@@ -495,38 +499,63 @@ BOOST_AUTO_TEST_CASE(requests_of_clients_gone_leave_the_queue) {
   BOOST_TEST(http("GET", d.base_url() + "/metrics").body.find("ftllm_requests_waiting{model=\"smollm2\"} 0\n") != std::string::npos);
 }
 
-// Four 10 MB chat bodies are parsed, rendered and tokenized by workers, not the event loop: /health keeps
-// answering within milliseconds meanwhile (it waited 2.2 s behind one such body on the loop).
+// Sixteen chat bodies of the maximum size (16 MiB) are parsed, rendered and tokenized by workers, not
+// the event loop: /health, asked over a kept-alive connection meanwhile, keeps answering (it waited
+// 2.2 s behind one 10 MB body when the loop tokenized).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr double kSlowestHealth = 0.5;  // sanitized builds (scripts/sanitize.sh) check the behaviour, not the speed
+#else
+// The goal is 50 ms. Measured on 2 cores: median 0.1 ms, p99 about 4 ms, slowest 31-58 ms: one stall of
+// ~40 ms per run remains, not scheduling (perf sched: the loop waits at most 5 ms) nor heap trimming
+// (unchanged with trimming off); not yet found. The bound keeps the 2.2 s stalls of before out for good.
+constexpr double kSlowestHealth = 0.15;
+#endif
+
 BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "1", "--ctx", "512"});
+  const size_t limit = 16 * 1024 * 1024;  // the default max_body_bytes
   std::string words;
-  while (words.size() < 10'000'000) words += "lighthouse keeper ";
+  while (words.size() + 18 < limit - 256) words += "lighthouse keeper ";
+  const std::string body = chat_body(words, R"("max_tokens": 4)");
+  BOOST_REQUIRE(body.size() <= limit);
+  BOOST_REQUIRE(body.size() > limit - 512);
   const std::string big = dir.file("big.json");
-  std::ofstream(big) << chat_body(words, R"("max_tokens": 4)");
+  std::ofstream(big) << body;
   std::vector<std::thread> senders;
-  std::vector<CommandResult> answers(4);
+  std::vector<CommandResult> answers(16);
   std::atomic<int> answered = 0;
   for (size_t i = 0; i < answers.size(); ++i)
     senders.emplace_back([&, i] {
-      answers[i] = run_command("curl -s -S --max-time 120 -H 'Content-Type: application/json' --data-binary @" + big + " " +
-                               d.base_url() + "/v1/chat/completions");
+      // The senders run niced: on a real server the clients are other machines, not sixteen processes
+      // taking this machine's two cores from the daemon and from the /health prober.
+      answers[i] = run_command("nice -n 10 curl -s -S --max-time 300 -H 'Content-Type: application/json' --data-binary @" +
+                               big + " " + d.base_url() + "/v1/chat/completions");
       ++answered;
     });
-  // /health every 50 ms until every body is answered (each takes the daemon about 2 s of work).
-  double slowest = 0;
-  int checks = 0;
+  const int fd = connect_loopback(d.port());
+  std::vector<double> waits;
   while (answered < int(answers.size())) {
     const auto t0 = std::chrono::steady_clock::now();
-    BOOST_TEST(http("GET", d.base_url() + "/health").status == 200);
-    slowest = std::max(slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    ++checks;
-    usleep(50000);
+    const std::string ask = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    BOOST_REQUIRE(::send(fd, ask.data(), ask.size(), MSG_NOSIGNAL) == ssize_t(ask.size()));
+    std::string reply;
+    char buf[4096];
+    while (reply.find(R"({"status":"ok"})") == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      BOOST_REQUIRE(n > 0);
+      reply.append(buf, size_t(n));
+    }
+    waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    usleep(20000);
   }
+  ::close(fd);
   for (auto& t : senders) t.join();
-  BOOST_TEST(checks > 10);
-  BOOST_TEST_MESSAGE("slowest /health beside four 10 MB bodies: " << slowest * 1000 << " ms (curl's start included)");
-  BOOST_TEST(slowest < 0.25);
+  std::sort(waits.begin(), waits.end());
+  BOOST_TEST(waits.size() > 20u);
+  BOOST_TEST_MESSAGE(waits.size() << " /health beside sixteen 16 MiB bodies: median " << waits[waits.size() / 2] * 1000
+                                  << " ms, slowest " << waits.back() * 1000 << " ms");
+  BOOST_TEST(waits.back() < kSlowestHealth);
   for (const CommandResult& a : answers) BOOST_TEST(a.out.find("context_length_exceeded") != std::string::npos, a.out.substr(0, 300));
 }
 

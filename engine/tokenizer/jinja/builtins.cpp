@@ -26,7 +26,7 @@ const Value* arg(const CallArgs& a, size_t pos, const char* name) { return a.get
 
 // Python's int(x) of a float, which must be finite and, here, fit in 64 bits.
 int64_t float_to_int(double f) {
-  if (!(f > -9.3e18 && f < 9.3e18) || f <= -9223372036854775808.0 || f >= 9223372036854775808.0)
+  if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))  // -2^63 <= f < 2^63, and not NaN
     error("cannot convert the float " + Value::number(f).repr() + " to a 64-bit integer");
   return int64_t(f);
 }
