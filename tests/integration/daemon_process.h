@@ -57,6 +57,14 @@ struct CommandResult {
 // Runs a shell command line, capturing stdout and stderr.
 CommandResult run_command(const std::string& command_line);
 
+// How many times slower the daemon runs in a sanitized build (scripts/sanitize.sh): client timeouts
+// stretch by it, so a sanitized run checks behaviour without racing the clock.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr int kSanitizerSlowdown = 8;
+#else
+inline constexpr int kSanitizerSlowdown = 1;
+#endif
+
 // A TCP connection to 127.0.0.1:port (its descriptor; the caller closes it).
 int connect_loopback(int port);
 

@@ -35,7 +35,7 @@ std::string write_temp(const std::string& content) {
 
 Reply http(const std::string& method, const std::string& url, const std::string& body = "", const std::string& extra = "") {
   std::string file = write_temp(body);
-  CommandResult r = run_command("curl -s -S -N --max-time 120 -X " + method + " -H 'Content-Type: application/json' " + extra +
+  CommandResult r = run_command("curl -s -S -N --max-time " + std::to_string(120 * kSanitizerSlowdown) + " -X " + method + " -H 'Content-Type: application/json' " + extra +
                                 " --data-binary @" + file + " -w '\\n%{http_code}' " + url);
   std::remove(file.c_str());
   BOOST_REQUIRE_MESSAGE(r.exit_code == 0, "curl failed: " + r.err);
@@ -514,7 +514,10 @@ constexpr double kSlowestHealth = 0.15;
 BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "1", "--ctx", "512"});
-  const size_t limit = 16 * 1024 * 1024;  // the default max_body_bytes
+  // The default max_body_bytes, sixteen times; in a sanitized build four 4 MiB bodies (the full load
+  // took it 7.5 minutes), enough to check the workers and the loop side by side.
+  const size_t limit = kSanitizerSlowdown > 1 ? 4 * 1024 * 1024 : 16 * 1024 * 1024;
+  const size_t bodies = kSanitizerSlowdown > 1 ? 4 : 16;
   std::string words;
   while (words.size() + 18 < limit - 256) words += "lighthouse keeper ";
   const std::string body = chat_body(words, R"("max_tokens": 4)");
@@ -523,14 +526,15 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
   const std::string big = dir.file("big.json");
   std::ofstream(big) << body;
   std::vector<std::thread> senders;
-  std::vector<CommandResult> answers(16);
+  std::vector<CommandResult> answers(bodies);
   std::atomic<int> answered = 0;
   for (size_t i = 0; i < answers.size(); ++i)
     senders.emplace_back([&, i] {
       // The senders run niced: on a real server the clients are other machines, not sixteen processes
       // taking this machine's two cores from the daemon and from the /health prober.
-      answers[i] = run_command("nice -n 10 curl -s -S --max-time 300 -H 'Content-Type: application/json' --data-binary @" +
-                               big + " " + d.base_url() + "/v1/chat/completions");
+      answers[i] = run_command("nice -n 10 curl -s -S --max-time " + std::to_string(300 * kSanitizerSlowdown) +
+                               " -H 'Content-Type: application/json' --data-binary @" + big + " " + d.base_url() +
+                               "/v1/chat/completions");
       ++answered;
     });
   const int fd = connect_loopback(d.port());
@@ -552,11 +556,12 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
   ::close(fd);
   for (auto& t : senders) t.join();
   std::sort(waits.begin(), waits.end());
-  BOOST_TEST(waits.size() > 20u);
-  BOOST_TEST_MESSAGE(waits.size() << " /health beside sixteen 16 MiB bodies: median " << waits[waits.size() / 2] * 1000
+  BOOST_TEST(waits.size() > 10u);
+  BOOST_TEST_MESSAGE(waits.size() << " /health beside " << bodies << " bodies of " << (limit >> 20) << " MiB: median " << waits[waits.size() / 2] * 1000
                                   << " ms, slowest " << waits.back() * 1000 << " ms");
   BOOST_TEST(waits.back() < kSlowestHealth);
-  for (const CommandResult& a : answers) BOOST_TEST(a.out.find("context_length_exceeded") != std::string::npos, a.out.substr(0, 300));
+  for (const CommandResult& a : answers)
+    BOOST_TEST(a.out.find("context_length_exceeded") != std::string::npos, a.out.substr(0, 300) + a.err);
 }
 
 BOOST_AUTO_TEST_CASE(api_key_is_required_when_set) {
