@@ -247,7 +247,8 @@ BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
   }
   BOOST_TEST_MESSAGE("RSS with one model " << rss_one / 1024 << " MiB, two " << rss_two / 1024 << " MiB, two serving "
                                            << rss_serving / 1024 << " MiB, after unloading one " << rss_after / 1024 << " MiB");
-  BOOST_TEST(rss_after < rss_serving - 80 * 1024);
+  if (kSanitizerSlowdown == 1)  // ASan keeps freed memory in its quarantine: RSS says nothing there
+    BOOST_TEST(rss_after < rss_serving - 80 * 1024);
 
   // Unloading b during its own stream: no new requests, the running one completes.
   std::thread own([&] { b_stream = stream(d, "b", 40); });
