@@ -123,14 +123,6 @@ TextSubmission Engine::submit(const TextRequest& request, const PreparedText& pr
     std::lock_guard lock(mu_);
     if (auto it = models_.find(request.model); it != models_.end()) instance = it->second;
   }
-  // Loaded, or replaced by a load under the same name, since prepare(): the prompts are built again for
-  // the model now resident (rare, and only in that moment, so here rather than back on a worker).
-  PreparedText again;
-  if (instance && instance != prepared.model) {
-    again.model = instance;
-    again.prompts = std::make_shared<const BuiltPrompts>(build_prompts(*instance, request));
-  }
-  const PreparedText& ready = again.model ? again : prepared;
   if (!instance) {
     out.refusal = Refusal::ModelNotFound;
     out.error = "no model named " + request.model + " is loaded";
@@ -142,7 +134,11 @@ TextSubmission Engine::submit(const TextRequest& request, const PreparedText& pr
     out.error = "model " + request.model + " has " + std::to_string(waiting) + " requests waiting, its limit; retry in a moment";
     return out;
   }
-  StartedText started = start_text_generation(*instance, request, *ready.prompts, std::move(callback));
+  // Loaded, or replaced by a load under the same name, since prepare(): the prompts are built again for
+  // the model now resident (rare, and only in that moment, so here rather than back on a worker).
+  std::shared_ptr<const BuiltPrompts> prompts = prepared.prompts;
+  if (instance != prepared.model) prompts = std::make_shared<const BuiltPrompts>(build_prompts(*instance, request));
+  StartedText started = start_text_generation(*instance, request, *prompts, std::move(callback));
   out.refusal = started.refusal;
   out.error = std::move(started.error);
   out.param = std::move(started.param);
