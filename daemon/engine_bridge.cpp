@@ -113,7 +113,8 @@ void EngineBridge::run_on_workers(std::function<void()> work, std::function<void
         } catch (const std::exception& e) {  // as on the loop: logged, and the rest goes on
           log_error(std::string("a worker task failed: ") + e.what());
         }
-        poster(std::move(then));
+        job = nullptr;  // what it holds is freed here, off the loop
+        if (then) poster(std::move(then));
       }
     });
   w.wake.notify_one();

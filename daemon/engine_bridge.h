@@ -36,9 +36,15 @@ class EngineBridge {
   std::function<void(std::function<void()>)> weak_poster() const;
   // Runs `work` on a thread of its own, then `then` on the loop thread (not at all after close()).
   void run_in_background(std::function<void()> work, std::function<void()> then);
-  // Runs `work` on one of kWorkers threads (in order of arrival), then `then` on the loop thread: for work
+  // Runs `work` on one of kWorkers threads (in order of arrival), then `then` (if any) on the loop thread: for work
   // that grows with a request's size (parsing, rendering, tokenizing), so the loop keeps answering.
   void run_on_workers(std::function<void()> work, std::function<void()> then);
+  // Drops `garbage` on a worker: freeing a buffer of megabytes (a big request's body, prompt or tokens)
+  // returns its pages to the kernel, milliseconds the loop would otherwise spend beside every client.
+  template <typename T>
+  void free_on_workers(T garbage) {
+    run_on_workers([garbage = std::move(garbage)] {}, nullptr);
+  }
   static constexpr int kWorkers = 4;
   static constexpr int kWorkerNice = 5;  // added to the daemon's niceness, for these threads alone
   // Stops delivering (what is in flight is dropped), waits for background jobs, releases the loop handle.

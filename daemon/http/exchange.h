@@ -18,6 +18,9 @@ class Exchange {
  public:
   Exchange(Connection* c, Request r) : conn_(c), request_(std::move(r)) {}
   const Request& request() const { return request_; }
+  // Moves the body out, for the worker that parses it (while it does, nothing else reads the body):
+  // its memory is then freed off the loop thread.
+  std::string take_body() { return std::move(request_.body); }
 
   void respond(const Response& r);
   // Starts a chunked response; send() writes chunks, finish() ends it.

@@ -125,6 +125,54 @@ std::optional<ApiError> message_json(element message, size_t index, std::string&
   return std::nullopt;
 }
 
+// What the output must match: OpenAI's response_format, or llama-server's json_schema or grammar field
+// (for clients written against llama.cpp). At most one of them.
+std::optional<ApiError> output_constraint(element root, OutputConstraint& out) {
+  auto set = [&](OutputConstraint::Kind kind, std::string text, std::string param) -> std::optional<ApiError> {
+    if (out.kind != OutputConstraint::Kind::None)
+      return bad(param, "cannot be combined with '" + out.param + "': give one constraint on the output");
+    out = {kind, std::move(text), std::move(param)};
+    return std::nullopt;
+  };
+  element format;
+  if (!root["response_format"].get(format) && !format.is_null()) {
+    std::string_view type;
+    if (format.type() != element_type::OBJECT || format["type"].get(type))
+      return bad("response_format", "must be an object with a \"type\": text, json_object or json_schema");
+    if (type == "json_object") {
+      if (auto e = set(OutputConstraint::Kind::JsonObject, "", "response_format")) return e;
+    } else if (type == "json_schema") {
+      element spec, schema;
+      std::string_view name;
+      if (format["json_schema"].get(spec) || spec.type() != element_type::OBJECT)
+        return bad("response_format.json_schema", "is required with type json_schema: {\"name\": ..., \"schema\": {...}}");
+      if (spec["name"].get(name) || name.empty())
+        return bad("response_format.json_schema.name", "is required and must be a non-empty string");
+      if (spec["schema"].get(schema) || schema.is_null()) {
+        if (auto e = set(OutputConstraint::Kind::JsonObject, "", "response_format.json_schema.schema")) return e;
+      } else {
+        if (schema.type() != element_type::OBJECT) return bad("response_format.json_schema.schema", "must be a JSON Schema object");
+        if (auto e = set(OutputConstraint::Kind::JsonSchema, simdjson::to_string(schema), "response_format.json_schema.schema")) return e;
+      }
+    } else if (type != "text") {
+      return bad("response_format.type", "must be text, json_object or json_schema, not \"" + std::string(type) + "\"");
+    }
+  }
+  element schema;
+  if (!root["json_schema"].get(schema) && !schema.is_null()) {
+    if (schema.type() != element_type::OBJECT) return bad("json_schema", "must be a JSON Schema object");
+    if (auto e = set(OutputConstraint::Kind::JsonSchema, simdjson::to_string(schema), "json_schema")) return e;
+  }
+  element grammar;
+  if (!root["grammar"].get(grammar) && !grammar.is_null()) {
+    std::string_view text;
+    if (grammar.get(text)) return bad("grammar", "must be a string: a GBNF grammar with a root rule");
+    if (!text.empty())
+      if (auto e = set(OutputConstraint::Kind::Gbnf, std::string(text), "grammar")) return e;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, GenerationBody& out) {
@@ -219,6 +267,8 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
       return bad("prompt", "must be a string, an array of strings, or an array of token ids");
     }
   }
+
+  if (auto e = output_constraint(root, r.constraint)) return e;
 
   SamplingParams& s = r.generation.sampling;
   if (auto e = number(root, "temperature", 0, 2, s.temperature)) return e;

@@ -427,19 +427,24 @@ void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& e
   auto work = std::make_shared<Work>();
   api.bridge.run_on_workers(
       [&api, ex, chat, work, max_waiting = api.config.max_waiting] {
-        work->error = parse_generation_body(ex->request().body, chat, *work->body);
+        const std::string text = ex->take_body();
+        work->error = parse_generation_body(text, chat, *work->body);
         if (!work->error) {
           work->body->request.max_waiting = max_waiting;
           work->prepared = api.engine.prepare(work->body->request);
         }
         work->done = true;
       },
-      [&api, ex, chat, work] {
-        if (ex->closed()) return;
-        if (!work->done) return ex->respond(api_error({500, "the request could not be prepared; the server log says why", "",
-                                                       "server_error"}));
-        if (work->error) return ex->respond(api_error(*work->error));
-        start_generation(api, ex, chat, work->body, work->prepared, work->arrived);
+      [&api, ex, chat, work]() mutable {
+        if (ex->closed()) {
+        } else if (!work->done) {
+          ex->respond(api_error({500, "the request could not be prepared; the server log says why", "", "server_error"}));
+        } else if (work->error) {
+          ex->respond(api_error(*work->error));
+        } else {
+          start_generation(api, ex, chat, work->body, work->prepared, work->arrived);
+        }
+        api.bridge.free_on_workers(std::move(work));  // its prompt and tokens may be megabytes
       });
 }
 
@@ -498,7 +503,11 @@ http::AsyncHandler helper_route(ApiContext& api,
     if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);  // the config lives on the loop
     auto response = std::make_shared<http::Response>(
         api_error({500, "the request could not be answered; the server log says why", "", "server_error"}));
-    api.bridge.run_on_workers([ex, response, answer] { *response = answer(ex->request()); },
+    api.bridge.run_on_workers(
+        [ex, response, answer] {
+          *response = answer(ex->request());
+          (void)ex->take_body();  // freed here, off the loop
+        },
                               [ex, response] {
                                 if (!ex->closed()) ex->respond(std::move(*response));
                               });

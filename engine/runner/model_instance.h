@@ -5,7 +5,10 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+
+#include "../grammar/output_grammar.h"
 
 #include "../kvcache/kv_cache.h"
 #include "device_layout.h"
@@ -34,6 +37,8 @@ class ModelInstance {
   Placement placement() const { return runner_->placement(); }
 
   Runner& runner() { return *runner_; }
+  // The compiler of output grammars for this model's vocabulary, built on first use (thread-safe).
+  const grammar::GrammarCompiler& grammars() const;
 
  private:
   explicit ModelInstance(LoadedModel loaded);
@@ -43,6 +48,8 @@ class ModelInstance {
   LoadNotes notes_;
   kvcache::KvPool kv_;
   DeviceLayout layout_;
+  mutable std::once_flag grammars_once_;
+  mutable std::unique_ptr<grammar::GrammarCompiler> grammars_;
   std::unique_ptr<Runner> runner_;  // last: its worker uses everything above
 };
 

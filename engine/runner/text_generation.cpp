@@ -23,6 +23,18 @@ struct Choice {
 
 BuiltPrompts build_prompts(const ModelInstance& m, const TextRequest& request) {
   BuiltPrompts built;
+  if (request.constraint.kind != OutputConstraint::Kind::None) {
+    auto refuse = [&](std::string why) {
+      built.refusal = Refusal::InvalidPrompt;
+      built.error = std::move(why);
+      built.param = request.constraint.param;
+      return built;
+    };
+    if (!m.text().tokenizer) return refuse(ModelText::no_tokenizer(m.options().name) + ": its output cannot be constrained");
+    std::string error;
+    built.grammar = m.grammars().compile(request.constraint, error);
+    if (!built.grammar) return refuse(request.constraint.param + ": " + error);
+  }
   for (size_t p = 0; p < request.prompt_count(); ++p) {
     built.prompts.push_back(text::build_prompt(m.text(), m.options().name, m.context_length(), request, p));
     if (built.prompts.back().refusal != Refusal::None) {
@@ -54,6 +66,7 @@ StartedText start_text_generation(ModelInstance& m, const TextRequest& request, 
       GenerationRequest g = request.generation;
       if (g.max_tokens <= 0) g.max_tokens = int32_t(m.context_length() - int64_t(prompts[p].ids.size()));
       g.prompt = prompts[p].ids;
+      g.grammar = built.grammar;
       // Each choice samples on its own: seed + index keeps a seeded request reproducible.
       if (g.sampling.seed) *g.sampling.seed += uint64_t(index);
       auto choice = std::make_shared<Choice>(text::ChoiceText(m.text().tokenizer.get(), index, prompts[p].format, request.stop,

@@ -24,6 +24,7 @@ struct StartedText {
 // size, thread-safe), or why one cannot be.
 struct BuiltPrompts {
   std::vector<text::Prompt> prompts;
+  std::shared_ptr<const TokenGrammar> grammar;  // the request's output constraint, compiled
   Refusal refusal = Refusal::None;
   std::string error, param;
 };

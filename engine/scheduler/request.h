@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,27 @@ struct SamplingParams {
   }
 };
 
+// Constrained decoding, per sequence: which tokens may come next. The scheduler masks every other token
+// before sampling (so greedy, temperature, filters, penalties and logprobs all see the masked
+// distribution) and reports each token it takes. Used on one thread at a time.
+class TokenMatcher {
+ public:
+  virtual ~TokenMatcher() = default;
+  // Sets the logit of every token that may not come next to -infinity (the row is the model's vocabulary).
+  virtual void mask(std::span<float> logits) = 0;
+  // The token taken; false if the grammar cannot take it (then the sequence ends with an error).
+  virtual bool accept(int32_t token) = 0;
+  // The output is complete: nothing more may follow (not even an end-of-sequence token).
+  virtual bool complete() const = 0;
+};
+
+// What starts a matcher for each sequence of a request (a compiled grammar, shared by them).
+class TokenGrammar {
+ public:
+  virtual ~TokenGrammar() = default;
+  virtual std::unique_ptr<TokenMatcher> start() const = 0;
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
@@ -43,6 +66,7 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's eos ids
   bool ignore_eos = false;
   int32_t logprobs = -1;  // -1: none; n >= 0: each token's log-probability and the n most likely
+  std::shared_ptr<const TokenGrammar> grammar;  // null: any token may come
 };
 
 // A sampled token's log-probability under the model (log-softmax of its raw logits), and the most

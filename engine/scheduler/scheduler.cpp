@@ -10,6 +10,7 @@ uint64_t Scheduler::add(GenerationRequest request, std::span<const int32_t> eos_
   if (id == 0) id = next_id_++;
   auto seq = std::make_unique<Sequence>(Sequence{id, std::move(request), {}, {}, 0, 0, Sampler({})});
   seq->sampler = Sampler(seq->request.sampling);
+  if (seq->request.grammar) seq->matcher = seq->request.grammar->start();
   seq->stop_ids = seq->request.stop_token_ids;
   if (!seq->request.ignore_eos) seq->stop_ids.insert(seq->stop_ids.end(), eos_ids.begin(), eos_ids.end());
   seq->context = seq->request.prompt;
@@ -127,7 +128,7 @@ void Scheduler::accept(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator i
   s.context.push_back(token);
   const bool stop = std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end();
   const int64_t produced = int64_t(s.context.size() - s.prompt_size);
-  if (stop)
+  if (stop || (s.matcher && s.matcher->complete()))
     finish(it, FinishReason::Stop);
   else if (produced >= s.request.max_tokens)
     finish(it, FinishReason::Length);
@@ -145,20 +146,27 @@ std::vector<Scheduler::Sampled> Scheduler::commit(const StepPlan& plan, std::spa
   for (size_t i = 0; i < plan.items.size(); ++i)
     if (auto it = fed(plan.items[i]); it != sequences_.end()) at.push_back({it, logits[i]});
   std::vector<Sampled> sampled(at.size());
+  std::vector<char> refused(at.size(), 0);  // by the sequence's grammar
   auto sample = [&](int64_t k) {
     Sequence& s = *at[size_t(k)].sequence->second;
     float* row = at[size_t(k)].logits;
     std::span<const int32_t> output(s.context.data() + s.prompt_size, s.context.size() - s.prompt_size);
+    // The grammar's mask comes first: everything after it (and the logprobs) sees only allowed tokens.
+    if (s.matcher) s.matcher->mask(std::span<float>(row, size_t(vocab)));
     std::vector<float> raw;
     if (s.request.logprobs >= 0) raw.assign(row, row + vocab);  // sampling rewrites the logits
     const int32_t token = s.sampler.next(std::span<float>(row, size_t(vocab)), s.context, output);
     sampled[size_t(k)] = {s.id, token, std::nullopt};
     if (s.request.logprobs >= 0) sampled[size_t(k)].logprob = logprobs_of(raw, token, s.request.logprobs);
+    if (s.matcher && !s.matcher->accept(token)) refused[size_t(k)] = 1;
   };
   if (for_each) for_each(int64_t(at.size()), sample);
   else
     for (int64_t k = 0; k < int64_t(at.size()); ++k) sample(k);
-  for (size_t k = 0; k < at.size(); ++k) accept(at[k].sequence, sampled[k].token);
+  for (size_t k = 0; k < at.size(); ++k) {
+    if (refused[k]) finish(at[k].sequence, FinishReason::Error, "the output grammar allows no token here");
+    else accept(at[k].sequence, sampled[k].token);
+  }
   return sampled;
 }
 
@@ -167,7 +175,7 @@ bool Scheduler::plain_greedy(const StepPlan& plan) const {
     auto it = sequences_.find(item.seq_id);
     if (it == sequences_.end()) continue;
     const GenerationRequest& r = it->second->request;
-    if (!r.sampling.plain_argmax() || r.logprobs >= 0) return false;
+    if (!r.sampling.plain_argmax() || r.logprobs >= 0 || r.grammar) return false;
   }
   return true;
 }

@@ -103,6 +103,7 @@ class Scheduler {
     int64_t fed = 0;               // tokens already given to the model
     Sampler sampler;
     std::optional<int64_t> cached = {};  // prompt tokens found in the prefix cache when it first joined
+    std::unique_ptr<TokenMatcher> matcher = {};  // the request's grammar, followed token by token
   };
   void finish(std::map<uint64_t, std::unique_ptr<Sequence>>::iterator it, FinishReason why, std::string error = {});
   // The item's sequence after the step fed it, or nullptr when it was cancelled or fed only a prompt slice.

@@ -21,6 +21,15 @@ struct ChatInput {
   std::string kwargs_json;           // chat_template_kwargs object ({"enable_thinking": false}); empty for none
 };
 
+// What the output must match, enforced token by token (constrained decoding): OpenAI's response_format,
+// llama-server's json_schema and grammar fields.
+struct OutputConstraint {
+  enum class Kind { None, JsonObject, JsonSchema, Gbnf };
+  Kind kind = Kind::None;
+  std::string text;   // JsonSchema: the schema (JSON); Gbnf: the grammar
+  std::string param;  // the request field it came from, named when it cannot be enforced
+};
+
 struct TextRequest {
   std::string model;
   enum class Input { Chat, Text, Tokens } input = Input::Chat;
@@ -32,6 +41,7 @@ struct TextRequest {
   GenerationRequest generation;
   std::vector<std::string> stop;  // generation ends before the first of these; they never reach the text
   int n = 1;                      // choices per prompt, each its own sequence
+  OutputConstraint constraint;    // every choice's output must match it
   size_t max_waiting = 0;         // refused as Busy when the model has this many requests waiting (0: none)
 
   size_t prompt_count() const {

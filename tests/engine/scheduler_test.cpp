@@ -281,6 +281,62 @@ BOOST_AUTO_TEST_CASE(logprobs_are_the_raw_log_softmax) {
   BOOST_TEST(!s.commit(p, m.step(p, 5), m.vocab)[0].logprob.has_value());
 }
 
+namespace {
+// A grammar over the fake vocabulary: odd tokens only, complete after `length` of them.
+struct OddTokens final : TokenGrammar {
+  int length;
+  explicit OddTokens(int n) : length(n) {}
+  struct Matcher final : TokenMatcher {
+    int left;
+    explicit Matcher(int n) : left(n) {}
+    void mask(std::span<float> logits) override {
+      for (size_t i = 0; i < logits.size(); i += 2) logits[i] = -INFINITY;
+    }
+    bool accept(int32_t token) override { return token % 2 == 1 && left-- > 0; }
+    bool complete() const override { return left == 0; }
+  };
+  std::unique_ptr<TokenMatcher> start() const override { return std::make_unique<Matcher>(length); }
+};
+}  // namespace
+
+// The grammar's mask comes before everything else: greedy and sampled draws, and the logprobs, see only
+// allowed tokens; a complete grammar ends the sequence; it keeps the step off the plain-greedy path.
+BOOST_AUTO_TEST_CASE(a_grammar_masks_before_sampling_and_logprobs_and_ends_the_sequence) {
+  Scheduler s;
+  FakeModel m;
+  auto grammar = std::make_shared<OddTokens>(3);
+  GenerationRequest g = greedy({1}, 10);
+  g.grammar = grammar;
+  g.logprobs = 3;
+  GenerationRequest sampled = g;
+  sampled.sampling.temperature = 1.0f;
+  sampled.sampling.seed = 7;
+  sampled.logprobs = -1;
+  s.add(g, {});
+  s.add(sampled, {});
+  std::vector<std::vector<int32_t>> got;
+  for (int step = 0; step < 5 && !s.idle(); ++step) {
+    StepPlan p = s.plan();
+    BOOST_TEST(!s.plain_greedy(p));
+    auto taken = s.commit(p, m.step(p, 4), m.vocab);  // the model wants 4, which the grammar forbids
+    for (auto& t : taken) {
+      BOOST_TEST(t.token % 2 == 1, "token " << t.token);
+      if (t.logprob) {
+        // Five odd tokens share the mass: log(1/5) each; no even token among the alternatives.
+        BOOST_TEST(t.logprob->logprob == -std::log(5.0), boost::test_tools::tolerance(1e-5));
+        for (auto [alt, lp] : t.logprob->top) BOOST_TEST(alt % 2 == 1);
+      }
+    }
+  }
+  auto done = s.take_finished();
+  BOOST_REQUIRE_EQUAL(done.size(), 2u);
+  for (auto& f : done) {
+    BOOST_TEST((f.result.finish == FinishReason::Stop));
+    BOOST_TEST(f.result.tokens.size() == 3u);
+  }
+  BOOST_TEST(s.idle());
+}
+
 BOOST_AUTO_TEST_CASE(cancel_and_errors) {
   Scheduler s;
   FakeModel m;

@@ -5,7 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -62,21 +62,34 @@ DaemonProcess::DaemonProcess(const TempDir& dir, std::vector<std::string> extra_
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
+  // fork + exec rather than posix_spawn, for PR_SET_PDEATHSIG: the daemon dies with the test process
+  // even when it aborts (a failed check in a client thread calls std::terminate, which skips every
+  // destructor), so a crashed test never leaves daemons holding ports and memory. The child makes only
+  // async-signal-safe calls, on strings prepared here.
   std::string log_path = dir.file("ftllmd.log");
-  posix_spawn_file_actions_addopen(&actions, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  BOOST_REQUIRE_MESSAGE(rc == 0, "cannot start " << args[0] << ": " << std::strerror(rc));
+  pid_t parent = ::getpid();
+  pid_ = ::fork();
+  BOOST_REQUIRE_MESSAGE(pid_ >= 0, "cannot fork: " << std::strerror(errno));
+  if (pid_ == 0) {
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
+    int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int null_fd = ::open("/dev/null", O_WRONLY);
+    if (log_fd < 0 || null_fd < 0 || ::dup2(log_fd, 2) < 0 || ::dup2(null_fd, 1) < 0) ::_exit(127);
+    ::execve(argv[0], argv.data(), envp.data());
+    static const char kNoExec[] = "test harness: cannot execute the FTLLMD binary\n";
+    (void)!::write(2, kNoExec, sizeof kNoExec - 1);
+    ::_exit(127);
+  }
 
-  // STATUS=loading models may come first; wait for the READY=1 datagram.
+  // STATUS=loading models may come first; wait for the READY=1 datagram, or for the daemon to exit.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (ready_message_.find("READY=1") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-    std::string m = next_notification(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
-    if (m.empty()) break;
-    ready_message_ = m;
+    std::string m = next_notification(std::chrono::milliseconds(200));
+    if (!m.empty()) ready_message_ = m;
+    else if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = -1;
+      break;
+    }
   }
   BOOST_REQUIRE_MESSAGE(ready_message_.find("READY=1") != std::string::npos,
                         "no READY=1 from ftllmd; its log:\n" << log());

@@ -1,0 +1,191 @@
+#include "output_grammar.h"
+
+#include <dlpack/dlpack.h>
+#include <simdjson.h>
+#include <xgrammar/xgrammar.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <regex>
+#include <set>
+
+namespace ftllm::grammar {
+
+namespace {
+
+// One sequence's position in the grammar, and the bitmask of the tokens allowed next.
+class Matcher final : public TokenMatcher {
+ public:
+  Matcher(const xgrammar::CompiledGrammar& compiled, int32_t vocab_size)
+      : matcher_(compiled), vocab_size_(vocab_size), bits_(size_t(xgrammar::GetBitmaskSize(vocab_size))) {}
+
+  void mask(std::span<float> logits) override {
+    int64_t shape[1] = {int64_t(bits_.size())}, strides[1] = {1};
+    DLTensor bits{bits_.data(), {kDLCPU, 0}, 1, xgrammar::GetBitmaskDLType(), shape, strides, 0};
+    matcher_.FillNextTokenBitmask(&bits);
+    // Bit i of the mask: token i may come next. Most words of it are all ones or all zeros.
+    const size_t n = std::min(logits.size(), size_t(vocab_size_));
+    for (size_t w = 0; w * 32 < n; ++w) {
+      const uint32_t word = uint32_t(bits_[w]);
+      if (word == ~0u) continue;
+      for (size_t i = w * 32; i < std::min(n, w * 32 + 32); ++i)
+        if (!(word >> (i % 32) & 1u)) logits[i] = -INFINITY;
+    }
+    for (size_t i = n; i < logits.size(); ++i) logits[i] = -INFINITY;
+  }
+  bool accept(int32_t token) override { return matcher_.AcceptToken(token); }
+  bool complete() const override { return matcher_.IsTerminated(); }
+
+ private:
+  xgrammar::GrammarMatcher matcher_;
+  int32_t vocab_size_;
+  std::vector<int32_t> bits_;
+};
+
+class Compiled final : public TokenGrammar {
+ public:
+  Compiled(xgrammar::CompiledGrammar g, int32_t vocab_size) : grammar_(std::move(g)), vocab_size_(vocab_size) {}
+  std::unique_ptr<TokenMatcher> start() const override { return std::make_unique<Matcher>(grammar_, vocab_size_); }
+
+ private:
+  xgrammar::CompiledGrammar grammar_;
+  int32_t vocab_size_;
+};
+
+// JSON Schema keywords the grammar enforces, and those that only annotate. Anything else is refused
+// by name: a keyword silently dropped would let through output the schema forbids.
+const std::set<std::string_view> kEnforced = {
+    "type", "properties", "required", "additionalProperties", "unevaluatedProperties", "patternProperties",
+    "propertyNames", "minProperties", "maxProperties", "items", "prefixItems", "unevaluatedItems", "minItems",
+    "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "pattern", "format",
+    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
+const std::set<std::string_view> kAnnotations = {"title", "description", "default", "examples", "deprecated",
+                                                 "readOnly", "writeOnly", "$comment", "$schema", "$id", "$anchor",
+                                                 "contentMediaType", "contentEncoding"};
+const std::set<std::string_view> kFormats = {"email", "date", "time", "date-time", "duration", "ipv4", "ipv6",
+                                             "hostname", "uuid", "uri", "uri-reference", "uri-template",
+                                             "json-pointer", "relative-json-pointer"};
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+// Why `schema` (at JSON pointer `at`) cannot be enforced exactly, or "" when it can.
+std::string unenforceable(element schema, const std::string& at) {
+  if (schema.type() == element_type::BOOL) return "";
+  if (schema.type() != element_type::OBJECT) return at + " must be a schema (an object or a boolean)";
+  simdjson::dom::object obj = schema;
+  auto here = [&](std::string_view key) { return (at.empty() ? "" : at) + "/" + std::string(key); };
+  for (auto [key, value] : obj) {
+    if (kAnnotations.count(key)) continue;
+    if (!kEnforced.count(key)) {
+      if (key == "nullable") return "keyword \"nullable\" at " + here(key) + " is OpenAPI's, not JSON Schema's; write \"type\": [\"...\", \"null\"]";
+      return "keyword \"" + std::string(key) + "\" at " + here(key) + " cannot be enforced";
+    }
+    if (key == "format") {
+      std::string_view f;
+      if (value.get(f) || !kFormats.count(f)) return "format \"" + (f.empty() ? simdjson::to_string(value) : std::string(f)) + "\" at " + here(key) + " cannot be enforced";
+      if (!obj["minLength"].error() || !obj["maxLength"].error() || !obj["pattern"].error())
+        return "format with minLength, maxLength or pattern at " + at + " cannot be enforced together";
+    }
+    if (key == "pattern" && (!obj["minLength"].error() || !obj["maxLength"].error()))
+      return "pattern with minLength or maxLength at " + at + " cannot be enforced together";
+    if (key == "multipleOf") {
+      double m = 0;
+      std::string_view type;
+      if (value.get(m) || m != std::floor(m) || m <= 0 || obj["type"].get(type) || type != "integer")
+        return "multipleOf at " + here(key) + " can be enforced only as a positive whole number on an integer";
+    }
+    if (key == "allOf" && (value.type() != element_type::ARRAY || simdjson::dom::array(value).size() != 1))
+      return "allOf with other than one schema at " + here(key) + " cannot be enforced";
+    // The subschemas, each checked the same way.
+    if (key == "properties" || key == "$defs" || key == "definitions" || key == "patternProperties") {
+      if (value.type() != element_type::OBJECT) return here(key) + " must be an object of schemas";
+      for (auto [name, sub] : simdjson::dom::object(value))
+        if (auto why = unenforceable(sub, here(key) + "/" + std::string(name)); !why.empty()) return why;
+    } else if (key == "items" || key == "additionalProperties" || key == "unevaluatedProperties" ||
+               key == "unevaluatedItems" || key == "propertyNames") {
+      if (auto why = unenforceable(value, here(key)); !why.empty()) return why;
+    } else if (key == "prefixItems" || key == "anyOf" || key == "oneOf" || key == "allOf") {
+      if (value.type() != element_type::ARRAY) return here(key) + " must be an array of schemas";
+      size_t i = 0;
+      for (element sub : simdjson::dom::array(value))
+        if (auto why = unenforceable(sub, here(key) + "/" + std::to_string(i++)); !why.empty()) return why;
+    }
+  }
+  return "";
+}
+
+// xgrammar's messages start as its log lines do ("[03:04:58] path/grammar_parser.cc:820: "), which
+// tells a user nothing: the message is what follows, without trailing newlines.
+std::string without_log_prefix(std::string message) {
+  static const std::regex prefix(R"(^\[[0-9:]+\] [^ ]+:[0-9]+: )");
+  message = std::regex_replace(message, prefix, "");
+  while (!message.empty() && std::isspace(static_cast<unsigned char>(message.back()))) message.pop_back();
+  return message;
+}
+
+}  // namespace
+
+struct GrammarCompiler::Impl {
+  xgrammar::TokenizerInfo info;
+  mutable xgrammar::GrammarCompiler compiler;
+  int32_t vocab_size;
+  Impl(xgrammar::TokenizerInfo i, int32_t v)
+      : info(std::move(i)),
+        // One thread: requests compile on the daemon's workers already, side by side. The cache keeps
+        // compiled grammars by schema text up to 64 MiB.
+        compiler(info, 1, true, 64ll << 20),
+        vocab_size(v) {}
+};
+
+namespace {
+
+xgrammar::TokenizerInfo tokenizer_info(const tokenizer::Tokenizer& t, int64_t vocab_size, const std::vector<int32_t>& stop_ids) {
+  // Each token as the bytes it decodes to; special tokens as "", which xgrammar never allows (the stop
+  // tokens, named, only once the output is complete).
+  std::vector<std::string> vocab(size_t(t.vocab_size()));
+  for (int32_t id = 0; id < t.vocab_size(); ++id)
+    if (!t.is_special(id)) vocab[size_t(id)] = t.token_bytes(id);
+  std::vector<int32_t> stops;
+  for (int32_t id : stop_ids)
+    if (id >= 0 && id < vocab_size) stops.push_back(id);
+  return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, int(std::max<int64_t>(vocab_size, t.vocab_size())), stops);
+}
+
+}  // namespace
+
+GrammarCompiler::GrammarCompiler(const tokenizer::Tokenizer& t, int64_t vocab_size, const std::vector<int32_t>& stop_ids)
+    : impl_(std::make_unique<Impl>(tokenizer_info(t, vocab_size, stop_ids), int32_t(std::max<int64_t>(vocab_size, t.vocab_size())))) {}
+
+GrammarCompiler::~GrammarCompiler() = default;
+
+std::shared_ptr<const TokenGrammar> GrammarCompiler::compile(const OutputConstraint& c, std::string& error) const {
+  try {
+    switch (c.kind) {
+      case OutputConstraint::Kind::None: return nullptr;
+      case OutputConstraint::Kind::JsonObject:
+        // Compact (no free whitespace): a model that likes spaces cannot spend its tokens on them.
+        return std::make_shared<Compiled>(impl_->compiler.CompileJSONSchema(R"({"type": "object"})", false), impl_->vocab_size);
+      case OutputConstraint::Kind::JsonSchema: {
+        simdjson::dom::parser parser;
+        simdjson::padded_string text(c.text);
+        element schema;
+        if (parser.parse(text).get(schema)) {
+          error = "the schema is not valid JSON";
+          return nullptr;
+        }
+        if (error = unenforceable(schema, ""); !error.empty()) return nullptr;
+        return std::make_shared<Compiled>(impl_->compiler.CompileJSONSchema(c.text, false), impl_->vocab_size);
+      }
+      case OutputConstraint::Kind::Gbnf:
+        return std::make_shared<Compiled>(impl_->compiler.CompileGrammar(c.text, "root"), impl_->vocab_size);
+    }
+  } catch (const std::exception& e) {
+    error = without_log_prefix(e.what());
+    return nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace ftllm::grammar

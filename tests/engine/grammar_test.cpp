@@ -1,0 +1,239 @@
+// Constrained decoding against real vocabularies (SentencePiece with byte fallback, byte-level BPE, Qwen's
+// 151k): random "model wishes" walk through the grammar's masks, and whatever they pick must decode to
+// output the grammar allows. A random walk that runs out of steps is a max_tokens cut-off, the one case
+// where output may be incomplete; the schemas here are finite, so every walk must end.
+#include <simdjson.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "grammar/output_grammar.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace ftllm;
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  BOOST_REQUIRE_MESSAGE(in, "cannot read " << path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Vocabulary {
+  std::string name;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  int32_t stop = -1;
+  int64_t vocab_size = 0;  // the logits' width: past the tokenizer's, as models pad their embeddings
+};
+
+Vocabulary vocabulary(const std::string& name, const std::string& stop_token) {
+  Vocabulary v;
+  v.name = name;
+  v.tokenizer = tokenizer::Tokenizer::from_json(read_file(FTLLM_SOURCE_ROOT "/tests/data/tokenizers/" + name + "/tokenizer.json"), name);
+  v.stop = v.tokenizer->token_id(stop_token).value_or(-1);
+  BOOST_REQUIRE_MESSAGE(v.stop >= 0, name << " has no " << stop_token);
+  v.vocab_size = v.tokenizer->vocab_size() + 64;
+  return v;
+}
+
+const std::vector<Vocabulary>& vocabularies() {
+  static const std::vector<Vocabulary> all = [] {
+    std::vector<Vocabulary> v;
+    v.push_back(vocabulary("llama2", "</s>"));
+    v.push_back(vocabulary("llama3", "<|end_of_text|>"));
+    v.push_back(vocabulary("qwen3", "<|im_end|>"));
+    return v;
+  }();
+  return all;
+}
+
+struct Walk {
+  std::string text;
+  bool ended = false;  // the grammar completed and the stop token was taken
+};
+
+// Random logits, masked by the grammar, then greedy or sampled: the scheduler's order. Every token
+// drawn must be allowed, and the stop token may come only once the output is complete.
+Walk walk(const Vocabulary& v, const TokenGrammar& grammar, uint64_t seed, bool sample, int max_steps = 400) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 3.0f);
+  auto matcher = grammar.start();
+  std::vector<int32_t> tokens;
+  std::vector<float> logits(size_t(v.vocab_size));
+  for (int step = 0; step < max_steps; ++step) {
+    for (float& l : logits) l = noise(rng);
+    matcher->mask(logits);
+    int32_t token = 0;
+    if (sample) {
+      std::vector<double> w(logits.size());
+      for (size_t i = 0; i < w.size(); ++i) w[i] = std::isinf(logits[i]) ? 0.0 : std::exp(double(logits[i]) / 3.0);
+      token = int32_t(std::discrete_distribution<size_t>(w.begin(), w.end())(rng));
+    } else {
+      token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    BOOST_REQUIRE_MESSAGE(!std::isinf(logits[size_t(token)]), v.name << ": the mask allowed no token after " << tokens.size());
+    BOOST_REQUIRE_MESSAGE(matcher->accept(token), v.name << ": the matcher refused token " << token << " it allowed");
+    if (token == v.stop) {
+      BOOST_REQUIRE(matcher->complete());
+      return {v.tokenizer->decode(tokens), true};
+    }
+    BOOST_REQUIRE_MESSAGE(token < v.tokenizer->vocab_size() && !v.tokenizer->is_special(token),
+                          v.name << ": special or padding token " << token << " allowed");
+    tokens.push_back(token);
+  }
+  return {v.tokenizer->decode(tokens), false};
+}
+
+std::shared_ptr<const TokenGrammar> compile(const Vocabulary& v, OutputConstraint c) {
+  static std::map<std::string, std::unique_ptr<grammar::GrammarCompiler>> compilers;
+  auto& compiler = compilers[v.name];
+  if (!compiler) compiler = std::make_unique<grammar::GrammarCompiler>(*v.tokenizer, v.vocab_size, std::vector<int32_t>{v.stop});
+  std::string error;
+  auto g = compiler->compile(c, error);
+  BOOST_REQUIRE_MESSAGE(g, v.name << ": " << error);
+  return g;
+}
+
+simdjson::dom::element parse(simdjson::dom::parser& parser, const std::string& text) {
+  simdjson::dom::element e;
+  BOOST_REQUIRE_MESSAGE(!parser.parse(text).get(e), "not JSON: " << text);
+  return e;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(constrained_decoding)
+
+// A Pydantic-shaped schema: required fields, an enum, bounded integers and strings, a nullable field, an
+// array with bounds, a nested object through $ref, and no other properties.
+BOOST_AUTO_TEST_CASE(random_wishes_yield_output_that_validates_against_the_schema) {
+  const std::string schema = R"({
+    "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer", "minimum": -5, "maximum": 5},
+                                                         "y": {"type": "boolean"}},
+                        "required": ["x", "y"], "additionalProperties": false}},
+    "type": "object",
+    "properties": {
+      "name": {"type": "string", "minLength": 1, "maxLength": 6},
+      "colour": {"enum": ["red", "green", "blue"]},
+      "age": {"type": "integer", "minimum": 0, "maximum": 120},
+      "nick": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]},
+      "tags": {"type": "array", "items": {"const": "t"}, "minItems": 1, "maxItems": 3},
+      "at": {"$ref": "#/$defs/Point"}
+    },
+    "required": ["name", "colour", "age", "nick", "tags", "at"],
+    "additionalProperties": false})";
+  for (const Vocabulary& v : vocabularies())
+    for (bool sample : {false, true}) {
+      auto g = compile(v, {OutputConstraint::Kind::JsonSchema, schema, "json_schema"});
+      for (uint64_t seed = 0; seed < 4; ++seed) {
+        Walk w = walk(v, *g, seed, sample);
+        BOOST_TEST_CONTEXT(v.name << (sample ? " sampled" : " greedy") << " seed " << seed << ": " << w.text) {
+          BOOST_REQUIRE(w.ended);
+          simdjson::dom::parser parser;
+          simdjson::dom::object o = parse(parser, w.text);
+          BOOST_TEST(o.size() == 6u);
+          std::string_view name, colour;
+          BOOST_REQUIRE(!o["name"].get(name));
+          // maxLength counts characters, which may take several bytes each
+          BOOST_TEST((!name.empty() && name.size() <= 24));
+          BOOST_REQUIRE(!o["colour"].get(colour));
+          BOOST_TEST((colour == "red" || colour == "green" || colour == "blue"));
+          int64_t age = -1;
+          BOOST_REQUIRE(!o["age"].get(age));
+          BOOST_TEST((age >= 0 && age <= 120));
+          BOOST_TEST((o["nick"].is_null() || o["nick"].is_string()));
+          simdjson::dom::array tags;
+          BOOST_REQUIRE(!o["tags"].get(tags));
+          BOOST_TEST((tags.size() >= 1 && tags.size() <= 3));
+          int64_t x = 99;
+          bool y;
+          BOOST_REQUIRE(!o["at"]["x"].get(x));
+          BOOST_TEST((x >= -5 && x <= 5));
+          BOOST_TEST(!o["at"]["y"].get(y));
+        }
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(json_object_mode_yields_a_json_object) {
+  for (const Vocabulary& v : vocabularies()) {
+    auto g = compile(v, {OutputConstraint::Kind::JsonObject, "", "response_format"});
+    int ended = 0;
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      // Random wishes may open strings and arrays without end; an ended walk must be an object.
+      Walk w = walk(v, *g, seed, true, 200);
+      BOOST_TEST_CONTEXT(v.name << " seed " << seed << ": " << w.text) {
+        BOOST_TEST(w.text.starts_with("{"));
+        if (!w.ended) continue;
+        ++ended;
+        simdjson::dom::parser parser;
+        BOOST_TEST(parse(parser, w.text).is_object());
+      }
+    }
+    BOOST_TEST_MESSAGE(v.name << ": " << ended << " of 6 random walks closed their object within 200 tokens");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_gbnf_grammar_is_followed) {
+  const std::string gbnf = R"(root ::= answer " " digit digit
+answer ::= "yes" | "no" | "maybe"
+digit ::= [0-9])";
+  for (const Vocabulary& v : vocabularies()) {
+    auto g = compile(v, {OutputConstraint::Kind::Gbnf, gbnf, "grammar"});
+    std::set<std::string> seen;
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      Walk w = walk(v, *g, seed, true);
+      BOOST_TEST_CONTEXT(v.name << " seed " << seed << ": " << w.text) {
+        BOOST_REQUIRE(w.ended);
+        const size_t space = w.text.find(' ');
+        BOOST_REQUIRE(space != std::string::npos);
+        const std::string answer = w.text.substr(0, space), digits = w.text.substr(space + 1);
+        BOOST_TEST((answer == "yes" || answer == "no" || answer == "maybe"));
+        BOOST_TEST((digits.size() == 2 && std::isdigit(digits[0]) && std::isdigit(digits[1])));
+        seen.insert(answer);
+      }
+    }
+    BOOST_TEST(seen.size() > 1u, v.name << ": the walks all chose the same answer");
+  }
+}
+
+// What the grammar cannot enforce is refused by name, never dropped: the request gets a 400 saying so.
+BOOST_AUTO_TEST_CASE(what_cannot_be_enforced_is_refused_by_name) {
+  const Vocabulary& v = vocabularies()[0];
+  grammar::GrammarCompiler compiler(*v.tokenizer, v.vocab_size, {v.stop});
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"({"type": "object", "properties": {"a": {"not": {"type": "string"}}}})", "\"not\" at /properties/a/not"},
+      {R"({"type": "array", "uniqueItems": true})", "\"uniqueItems\""},
+      {R"({"type": "number", "multipleOf": 0.5})", "multipleOf"},
+      {R"({"type": "string", "format": "credit-card"})", "format \"credit-card\""},
+      {R"({"type": "string", "nullable": true})", "\"nullable\""},
+      {R"({"if": {"type": "string"}, "then": {"maxLength": 2}})", "\"if\""},
+      {R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}})", ""},
+      {R"({"type": "strin"})", ""},
+      {"not json", "not valid JSON"},
+  };
+  for (auto& [schema, says] : refused) {
+    std::string error;
+    BOOST_TEST(!compiler.compile({OutputConstraint::Kind::JsonSchema, schema, "json_schema"}, error), schema);
+    BOOST_TEST(!error.empty(), schema);
+    BOOST_TEST(error.find(says) != std::string::npos, schema << " -> " << error);
+  }
+  std::string error;
+  BOOST_TEST(!compiler.compile({OutputConstraint::Kind::Gbnf, "root ::= missing_rule", "grammar"}, error));
+  // The grammar engine's own words, without its log line's time and source position.
+  BOOST_TEST(error.find("Rule \"missing_rule\" is not defined") != std::string::npos, error);
+  BOOST_TEST(error.starts_with("EBNF parser error"), error);
+  BOOST_TEST(!error.ends_with("\n"));
+  error.clear();
+  BOOST_TEST(!compiler.compile({OutputConstraint::Kind::Gbnf, "root ::= \"unterminated", "grammar"}, error));
+  BOOST_TEST(!error.empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
