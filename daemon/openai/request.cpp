@@ -131,7 +131,9 @@ std::optional<ApiError> output_constraint(element root, OutputConstraint& out) {
   auto set = [&](OutputConstraint::Kind kind, std::string text, std::string param) -> std::optional<ApiError> {
     if (out.kind != OutputConstraint::Kind::None)
       return bad(param, "cannot be combined with '" + out.param + "': give one constraint on the output");
-    out = {kind, std::move(text), std::move(param)};
+    out.kind = kind;
+    out.text = std::move(text);
+    out.param = std::move(param);
     return std::nullopt;
   };
   element format;
@@ -215,6 +217,8 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
       if (!choice.get(mode)) {
         if (mode != "none" && mode != "auto" && mode != "required")
           return bad("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (mode == "required" && !has_tools) return bad("tool_choice", "is required, but no tools are given");
+        r.chat.tool_choice = mode;
       } else if (choice["function"]["name"].get(named)) {
         return bad("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
       } else {
@@ -225,8 +229,13 @@ std::optional<ApiError> parse_generation_body(std::string_view json, bool chat, 
             offered = offered || (!t["function"]["name"].get(name) && name == named);
           }
         if (!offered) return bad("tool_choice", "names the function \"" + std::string(named) + "\", which is not among the tools");
+        r.chat.tool_choice = "function";
+        r.chat.forced_tool = named;
       }
     }
+    element parallel;
+    if (!root["parallel_tool_calls"].get(parallel) && !parallel.is_null() && parallel.get(r.chat.parallel_tool_calls))
+      return bad("parallel_tool_calls", "must be true or false");
     element kwargs;
     if (!root["chat_template_kwargs"].get(kwargs) && !kwargs.is_null()) {
       if (kwargs.type() != element_type::OBJECT) return bad("chat_template_kwargs", "must be an object");

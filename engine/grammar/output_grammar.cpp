@@ -4,6 +4,8 @@
 #include <simdjson.h>
 #include <xgrammar/xgrammar.h>
 
+#include "../core/json_writer.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -116,6 +118,59 @@ std::string unenforceable(element schema, const std::string& at) {
   return "";
 }
 
+// Tool calls as Hermes and Qwen write them, `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`,
+// one per line, as xgrammar's structural tag: each tool a tag whose fixed beginning names it and whose
+// content is its parameters' schema. Empty, with `error` set, when a tool's schema cannot be enforced.
+std::string tool_calls_tag(const OutputConstraint& c, std::string& error) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string text(c.text);
+  simdjson::dom::array tools;
+  if (parser.parse(text).get(tools)) {
+    error = "tools must be an array";
+    return "";
+  }
+  JsonWriter w;
+  w.begin_object().key("type").string("structural_tag").key("format").begin_object();
+  w.key("type").string("tags_with_separator").key("separator").string("\n");
+  w.key("at_least_one").boolean(true).key("stop_after_first").boolean(!c.parallel);
+  w.key("tags").begin_array();
+  size_t i = 0, offered = 0;
+  for (element tool : tools) {
+    const std::string at = "tools[" + std::to_string(i++) + "].function";
+    std::string_view name;
+    if (tool["function"]["name"].get(name)) {
+      error = at + ".name is required";
+      return "";
+    }
+    if (!c.only_tool.empty() && name != c.only_tool) continue;
+    element parameters;
+    std::string schema = R"({"type": "object"})";
+    if (!tool["function"]["parameters"].get(parameters) && !parameters.is_null()) {
+      if (error = unenforceable(parameters, ""); !error.empty()) {
+        error = at + ".parameters: " + error;
+        return "";
+      }
+      schema = simdjson::to_string(parameters);
+    }
+    JsonWriter begin;
+    begin.string(name);
+    w.begin_object().key("type").string("tag");
+    w.key("begin").string("<tool_call>\n{\"name\": " + begin.take() + ", \"arguments\": ");
+    // At most one space between tokens of the arguments: a model fond of whitespace cannot spend its
+    // tokens on it (response_format output has none at all).
+    w.key("content").begin_object().key("type").string("json_schema").key("json_schema").raw(schema);
+    w.key("max_whitespace_cnt").number(int64_t(1)).end_object();
+    w.key("end").string("}\n</tool_call>").end_object();
+    ++offered;
+  }
+  w.end_array().end_object().end_object();
+  if (!offered) {
+    error = c.only_tool.empty() ? "no tools are given" : "no tool is named " + c.only_tool;
+    return "";
+  }
+  return w.take();
+}
+
 // xgrammar's messages start as its log lines do ("[03:04:58] path/grammar_parser.cc:820: "), which
 // tells a user nothing: the message is what follows, without trailing newlines.
 std::string without_log_prefix(std::string message) {
@@ -180,6 +235,11 @@ std::shared_ptr<const TokenGrammar> GrammarCompiler::compile(const OutputConstra
       }
       case OutputConstraint::Kind::Gbnf:
         return std::make_shared<Compiled>(impl_->compiler.CompileGrammar(c.text, "root"), impl_->vocab_size);
+      case OutputConstraint::Kind::ToolCalls: {
+        std::string tag = tool_calls_tag(c, error);
+        if (tag.empty()) return nullptr;
+        return std::make_shared<Compiled>(impl_->compiler.CompileStructuralTag(tag), impl_->vocab_size);
+      }
     }
   } catch (const std::exception& e) {
     error = without_log_prefix(e.what());

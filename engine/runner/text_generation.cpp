@@ -1,6 +1,7 @@
 #include "text_generation.h"
 
 #include <memory>
+#include <optional>
 #include <mutex>
 
 #include "../text/choice_text.h"
@@ -21,20 +22,45 @@ struct Choice {
 
 }  // namespace
 
+namespace {
+
+// The request's output constraint: its own (response_format, json_schema, grammar), or tool calls in the
+// model's format when tool_choice requires them.
+std::optional<OutputConstraint> output_constraint(const TextRequest& request, const text::OutputFormat& format,
+                                                  std::string& error, std::string& param) {
+  const ChatInput& chat = request.chat;
+  const bool call_required = request.input == TextRequest::Input::Chat &&
+                             (chat.tool_choice == "required" || chat.tool_choice == "function");
+  if (!call_required) return request.constraint;
+  param = "tool_choice";
+  if (request.constraint.kind != OutputConstraint::Kind::None) {
+    error = "'tool_choice' " + chat.tool_choice + " cannot be combined with '" + request.constraint.param + "'";
+    return std::nullopt;
+  }
+  if (!format.tools) {
+    error = "'tool_choice' " + chat.tool_choice + " cannot be enforced: this model's chat template writes no tool-call format the "
+            "server knows (<tool_call> blocks)";
+    return std::nullopt;
+  }
+  OutputConstraint c;
+  c.kind = OutputConstraint::Kind::ToolCalls;
+  c.text = chat.tools_json;
+  c.param = "tools";
+  c.only_tool = chat.tool_choice == "function" ? chat.forced_tool : "";
+  c.parallel = chat.parallel_tool_calls;
+  return c;
+}
+
+}  // namespace
+
 BuiltPrompts build_prompts(const ModelInstance& m, const TextRequest& request) {
   BuiltPrompts built;
-  if (request.constraint.kind != OutputConstraint::Kind::None) {
-    auto refuse = [&](std::string why) {
-      built.refusal = Refusal::InvalidPrompt;
-      built.error = std::move(why);
-      built.param = request.constraint.param;
-      return built;
-    };
-    if (!m.text().tokenizer) return refuse(ModelText::no_tokenizer(m.options().name) + ": its output cannot be constrained");
-    std::string error;
-    built.grammar = m.grammars().compile(request.constraint, error);
-    if (!built.grammar) return refuse(request.constraint.param + ": " + error);
-  }
+  auto refuse = [&](std::string why, std::string param) {
+    built.refusal = Refusal::InvalidPrompt;
+    built.error = std::move(why);
+    built.param = std::move(param);
+    return built;
+  };
   for (size_t p = 0; p < request.prompt_count(); ++p) {
     built.prompts.push_back(text::build_prompt(m.text(), m.options().name, m.context_length(), request, p));
     if (built.prompts.back().refusal != Refusal::None) {
@@ -43,6 +69,14 @@ BuiltPrompts build_prompts(const ModelInstance& m, const TextRequest& request) {
       built.param = built.prompts.back().param;
       return built;
     }
+  }
+  std::string error, param;
+  const std::optional<OutputConstraint> constraint = output_constraint(request, built.prompts.at(0).format, error, param);
+  if (!constraint) return refuse(error, param);
+  if (constraint->kind != OutputConstraint::Kind::None) {
+    if (!m.text().tokenizer) return refuse(ModelText::no_tokenizer(m.options().name) + ": its output cannot be constrained", constraint->param);
+    built.grammar = m.grammars().compile(*constraint, error);
+    if (!built.grammar) return refuse(constraint->param + ": " + error, constraint->param);
   }
   return built;
 }

@@ -78,13 +78,22 @@ void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
       plain = start == std::string::npos ? "" : plain.substr(start);
       if (!plain.empty()) content_started_ = true;
     }
-    out.content += plain;
+    if (tools_) {
+      // Whitespace before a call (between calls, as separators) is not content: held back until text
+      // other than whitespace shows it is.
+      const size_t body = plain.find_last_not_of(" \t\r\n") + 1;  // npos + 1 == 0: all whitespace
+      if (body > 0) out.content += std::exchange(held_space_, {}) + plain.substr(0, body);
+      held_space_ += plain.substr(body);
+    } else {
+      out.content += plain;
+    }
     if (next == std::string::npos) return;
     if (next == think) {
       in_think_ = true;
       text.erase(0, think + kThinkOpen.size());
     } else {
       in_tool_ = true;
+      held_space_.clear();
       text.erase(0, tool + kToolOpen.size());
     }
   }
@@ -105,6 +114,8 @@ ParsedDelta OutputParser::push(const std::string& text) {
 ParsedDelta OutputParser::finish() {
   ParsedDelta out;
   route(std::exchange(pending_, {}), out, true);
+  if (tool_count_ == 0 || in_tool_) out.content += held_space_;  // an answer without calls keeps its text whole
+  held_space_.clear();
   if (in_tool_) {
     out.content += kToolOpen + tool_buffer_;
     tool_buffer_.clear();

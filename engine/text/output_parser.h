@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "text_request.h"
@@ -35,6 +36,7 @@ class OutputParser {
   bool content_started_;  // leading newlines after </think> are dropped until content starts
   bool in_tool_ = false;
   std::string pending_, tool_buffer_;
+  std::string held_space_;  // whitespace that may only separate tool calls
   int tool_count_ = 0;
 };
 

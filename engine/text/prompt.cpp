@@ -48,7 +48,8 @@ Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_
     std::string tail = rendered;
     while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
     p.format = {true, source.find("<think>") != std::string::npos, tail.ends_with("<think>"),
-                !request.chat.tools_json.empty() && source.find("<tool_call>") != std::string::npos};
+                !request.chat.tools_json.empty() && request.chat.tool_choice != "none" &&
+                    source.find("<tool_call>") != std::string::npos};
   } else if (request.input == TextRequest::Input::Tokens) {
     p.ids = request.token_prompts.at(which);
   } else {

@@ -19,15 +19,23 @@ struct ChatInput {
   std::string tools_json;            // empty: no tools
   bool add_generation_prompt = true;
   std::string kwargs_json;           // chat_template_kwargs object ({"enable_thinking": false}); empty for none
+  // OpenAI's tool_choice: "auto", "none", "required", or "function" with the one tool to call named.
+  // "required" and "function" are enforced by constrained decoding in the model's tool-call format.
+  std::string tool_choice = "auto", forced_tool;
+  bool parallel_tool_calls = true;   // false: at most one call
 };
 
 // What the output must match, enforced token by token (constrained decoding): OpenAI's response_format,
 // llama-server's json_schema and grammar fields.
 struct OutputConstraint {
-  enum class Kind { None, JsonObject, JsonSchema, Gbnf };
+  // ToolCalls: one or more calls (or exactly the one named) in the <tool_call> format of Hermes and Qwen,
+  // each call's arguments valid against its tool's parameters.
+  enum class Kind { None, JsonObject, JsonSchema, Gbnf, ToolCalls };
   Kind kind = Kind::None;
-  std::string text;   // JsonSchema: the schema (JSON); Gbnf: the grammar
+  std::string text;   // JsonSchema: the schema (JSON); Gbnf: the grammar; ToolCalls: the tools (JSON array)
   std::string param;  // the request field it came from, named when it cannot be enforced
+  std::string only_tool;  // ToolCalls: the one tool that must be called (empty: any of them)
+  bool parallel = true;   // ToolCalls: several calls allowed
 };
 
 struct TextRequest {

@@ -101,6 +101,14 @@ std::shared_ptr<const TokenGrammar> compile(const Vocabulary& v, OutputConstrain
   return g;
 }
 
+OutputConstraint constraint(OutputConstraint::Kind kind, std::string text) {
+  OutputConstraint c;
+  c.kind = kind;
+  c.text = std::move(text);
+  c.param = "the test's constraint";
+  return c;
+}
+
 simdjson::dom::element parse(simdjson::dom::parser& parser, const std::string& text) {
   simdjson::dom::element e;
   BOOST_REQUIRE_MESSAGE(!parser.parse(text).get(e), "not JSON: " << text);
@@ -131,7 +139,7 @@ BOOST_AUTO_TEST_CASE(random_wishes_yield_output_that_validates_against_the_schem
     "additionalProperties": false})";
   for (const Vocabulary& v : vocabularies())
     for (bool sample : {false, true}) {
-      auto g = compile(v, {OutputConstraint::Kind::JsonSchema, schema, "json_schema"});
+      auto g = compile(v, constraint(OutputConstraint::Kind::JsonSchema, schema));
       for (uint64_t seed = 0; seed < 4; ++seed) {
         Walk w = walk(v, *g, seed, sample);
         BOOST_TEST_CONTEXT(v.name << (sample ? " sampled" : " greedy") << " seed " << seed << ": " << w.text) {
@@ -164,7 +172,7 @@ BOOST_AUTO_TEST_CASE(random_wishes_yield_output_that_validates_against_the_schem
 
 BOOST_AUTO_TEST_CASE(json_object_mode_yields_a_json_object) {
   for (const Vocabulary& v : vocabularies()) {
-    auto g = compile(v, {OutputConstraint::Kind::JsonObject, "", "response_format"});
+    auto g = compile(v, constraint(OutputConstraint::Kind::JsonObject, ""));
     int ended = 0;
     for (uint64_t seed = 0; seed < 6; ++seed) {
       // Random wishes may open strings and arrays without end; an ended walk must be an object.
@@ -186,7 +194,7 @@ BOOST_AUTO_TEST_CASE(a_gbnf_grammar_is_followed) {
 answer ::= "yes" | "no" | "maybe"
 digit ::= [0-9])";
   for (const Vocabulary& v : vocabularies()) {
-    auto g = compile(v, {OutputConstraint::Kind::Gbnf, gbnf, "grammar"});
+    auto g = compile(v, constraint(OutputConstraint::Kind::Gbnf, gbnf));
     std::set<std::string> seen;
     for (uint64_t seed = 0; seed < 8; ++seed) {
       Walk w = walk(v, *g, seed, true);
@@ -202,6 +210,67 @@ digit ::= [0-9])";
     }
     BOOST_TEST(seen.size() > 1u, v.name << ": the walks all chose the same answer");
   }
+}
+
+// tool_choice "required" or a named tool: calls in the <tool_call> format, each naming an offered tool
+// (or the one named) with arguments valid against its parameters; one call when parallel calls are off.
+BOOST_AUTO_TEST_CASE(required_tool_calls_follow_the_format_and_the_parameters) {
+  const std::string tools = R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["C", "F"]}},
+      "required": ["city", "unit"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+      "required": ["a", "b"], "additionalProperties": false}}}])";
+  struct Case {
+    std::string only;
+    bool parallel;
+  };
+  for (const Vocabulary& v : vocabularies())
+    for (const Case& c : {Case{"", true}, Case{"add", true}, Case{"get_weather", false}}) {
+      OutputConstraint calls = constraint(OutputConstraint::Kind::ToolCalls, tools);
+      calls.only_tool = c.only;
+      calls.parallel = c.parallel;
+      auto g = compile(v, calls);
+      std::set<std::string> names;
+      for (uint64_t seed = 0; seed < 4; ++seed) {
+        Walk w = walk(v, *g, seed, true, 600);
+        BOOST_TEST_CONTEXT(v.name << " only '" << c.only << "' seed " << seed << ": " << w.text) {
+          BOOST_REQUIRE(w.ended);
+          size_t at = 0, count = 0;
+          while (at < w.text.size()) {
+            if (count) {
+              BOOST_REQUIRE(w.text.compare(at, 1, "\n") == 0);
+              ++at;
+            }
+            BOOST_REQUIRE(w.text.compare(at, 12, "<tool_call>\n") == 0);
+            const size_t end = w.text.find("\n</tool_call>", at);
+            BOOST_REQUIRE(end != std::string::npos);
+            simdjson::dom::parser parser;
+            simdjson::dom::object call = parse(parser, w.text.substr(at + 12, end - at - 12));
+            std::string_view name;
+            BOOST_REQUIRE(!call["name"].get(name));
+            names.insert(std::string(name));
+            simdjson::dom::object args;
+            BOOST_REQUIRE(!call["arguments"].get(args));
+            if (name == "add") {
+              int64_t a = -1, b = -1;
+              BOOST_TEST((!args["a"].get(a) && !args["b"].get(b) && a >= 0 && a <= 99 && b >= 0 && b <= 99));
+            } else {
+              BOOST_REQUIRE(name == "get_weather");
+              std::string_view unit;
+              BOOST_TEST((!args["unit"].get(unit) && (unit == "C" || unit == "F") && args["city"].is_string()));
+            }
+            BOOST_TEST(args.size() == 2u);
+            at = end + 13;
+            ++count;
+          }
+          BOOST_TEST(count >= 1u);
+          if (!c.parallel) BOOST_TEST(count == 1u);
+        }
+      }
+      if (!c.only.empty()) BOOST_TEST((names == std::set<std::string>{c.only}));
+    }
 }
 
 // What the grammar cannot enforce is refused by name, never dropped: the request gets a 400 saying so.
@@ -221,18 +290,18 @@ BOOST_AUTO_TEST_CASE(what_cannot_be_enforced_is_refused_by_name) {
   };
   for (auto& [schema, says] : refused) {
     std::string error;
-    BOOST_TEST(!compiler.compile({OutputConstraint::Kind::JsonSchema, schema, "json_schema"}, error), schema);
+    BOOST_TEST(!compiler.compile(constraint(OutputConstraint::Kind::JsonSchema, schema), error), schema);
     BOOST_TEST(!error.empty(), schema);
     BOOST_TEST(error.find(says) != std::string::npos, schema << " -> " << error);
   }
   std::string error;
-  BOOST_TEST(!compiler.compile({OutputConstraint::Kind::Gbnf, "root ::= missing_rule", "grammar"}, error));
+  BOOST_TEST(!compiler.compile(constraint(OutputConstraint::Kind::Gbnf, "root ::= missing_rule"), error));
   // The grammar engine's own words, without its log line's time and source position.
   BOOST_TEST(error.find("Rule \"missing_rule\" is not defined") != std::string::npos, error);
   BOOST_TEST(error.starts_with("EBNF parser error"), error);
   BOOST_TEST(!error.ends_with("\n"));
   error.clear();
-  BOOST_TEST(!compiler.compile({OutputConstraint::Kind::Gbnf, "root ::= \"unterminated", "grammar"}, error));
+  BOOST_TEST(!compiler.compile(constraint(OutputConstraint::Kind::Gbnf, "root ::= \"unterminated"), error));
   BOOST_TEST(!error.empty());
 }
 

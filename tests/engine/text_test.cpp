@@ -69,6 +69,20 @@ BOOST_AUTO_TEST_CASE(tool_calls_are_parsed_at_any_offset) {
     BOOST_TEST(content == "Let me check.");
     BOOST_TEST(p.saw_tool_call());
   }
+  // Whitespace that separates calls (one per line, as the templates and enforced tool choice write them)
+  // is not content; an answer without calls keeps its whitespace.
+  const std::vector<std::pair<std::string, std::string>> spaced = {
+      {"<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>\n", ""},
+      {"\n\n<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>", ""},
+      {"Calling. \n<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> then\n", "Calling. then"},
+      {"No call here. \n\n", "No call here. \n\n"}};
+  for (const auto& [answer, want] : spaced)
+    for (size_t cut = 0; cut <= answer.size(); ++cut) {
+      OutputParser p(false, false, true);
+      std::string content;
+      for (const ParsedDelta& d : {p.push(answer.substr(0, cut)), p.push(answer.substr(cut)), p.finish()}) content += d.content;
+      BOOST_TEST(content == want, "cut at " << cut << " of " << answer);
+    }
   OutputParser broken(false, false, true);
   ParsedDelta d = broken.push("<tool_call>not json</tool_call>");
   BOOST_TEST(d.tool_calls.empty());
