@@ -2,13 +2,22 @@
 # The daemon, client, tokenizer and engine unit tests and the integration tests, built with
 # AddressSanitizer (leaks included) and UndefinedBehaviorSanitizer in a build directory of their own,
 # then the threaded ones (the scheduler, the worker pool, the daemon's event loop and its bridge to the
-# engine) built with ThreadSanitizer. Any report fails the run. `meson test sanitizers` runs this.
-#   scripts/sanitize.sh [BUILD_DIR]      BUILD_DIR default build/sanitize; its asan/ and tsan/ are kept
-#                                        between runs (ccache makes a rebuild cheap)
+# engine) built with ThreadSanitizer. Any report fails the run.
+#   scripts/sanitize.sh [--full] [BUILD_DIR]   BUILD_DIR default build/sanitize; its asan/ and tsan/ are
+#                                              kept between runs (ccache makes a rebuild cheap)
+# Without --full (what CI runs, `meson test sanitizers`): every unit test, and the integration cases where
+# memory and threads are most at risk (bad input, clients that leave, big bodies, queues, constrained
+# decoding, load/unload/rebalance under streams, SIGTERM); the whole integration suite under ASan takes
+# ~27 minutes of a 2-core machine, too long for each run. --full runs all of it.
 # No suppressions: a report is a bug to fix. Optimisation -O1 without debug info keeps both builds
 # small, their object files the same in every checkout (so ccache serves them), and the traces usable.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+full=0
+if [ "${1:-}" = --full ]; then
+  full=1
+  shift
+fi
 dir=${1:-$root/build/sanitize}
 meson="$root/.venv/bin/meson"
 cd "$root"
@@ -31,14 +40,32 @@ build() {  # directory, targets...: quiet unless it fails
   rm -f "$log"
 }
 
+join() { local IFS=:; echo "$*"; }
+# Runs a meson test of a sanitized build directory, on some of its Boost.Test cases when given.
+run() {  # directory, meson test name, cases...
+  local build_dir=$1 name=$2
+  shift 2
+  local args=()
+  (($#)) && args=("--test-args=--run_test=$(join "$@")")
+  # Sanitized code runs several times slower: the tests' own time limits stretch to match.
+  "$meson" test -C "$build_dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 "$name" "${args[@]}"
+}
+
 # AddressSanitizer + UBSan: every test program but the GPU simulator's and the systemd unit checks.
 setup "$dir/asan" address,undefined
 build "$dir/asan" test_daemon test_client test_tokenizer test_engine test_integration ftllmd ftllmctl ftllm-export
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1:print_summary=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:print_summary=1
-# Sanitized code runs several times slower: the tests' own time limits stretch to match.
 "$meson" test -C "$dir/asan" --no-rebuild --print-errorlogs --num-processes 2 --timeout-multiplier 4 \
-  daemon client tokenizer engine integration
+  daemon client tokenizer engine
+risky_cases=(malformed_and_oversized_requests_fail_alone
+  openai_api/parallel_streams_do_not_cross_talk openai_api/a_client_that_disconnects_frees_its_sequence
+  openai_api/malformed_requests_leave_the_daemon_serving openai_api/requests_of_clients_gone_leave_the_queue
+  openai_api/big_bodies_do_not_block_the_event_loop openai_api/structured_output_validates_against_every_schema
+  openai_api/a_bad_model_on_the_command_line_stops_startup_with_the_reason
+  admin/load_serve_and_unload_while_others_stream admin/forced_unload_ends_running_streams_with_an_error
+  admin/failed_loads_and_exit_codes admin/sigterm_drains_running_streams)
+if ((full)); then run "$dir/asan" integration; else run "$dir/asan" integration "${risky_cases[@]}"; fi
 
 # ThreadSanitizer: the thread pool, the scheduler and prefix cache (Runner threads), the daemon's unit
 # tests (event loop, worker pool, engine bridge), and the daemon itself where its threads meet: parallel
@@ -54,9 +81,6 @@ daemon_cases=(openai_api/parallel_streams_do_not_cross_talk openai_api/a_client_
   openai_api/a_full_queue_answers_503_with_retry_after openai_api/requests_of_clients_gone_leave_the_queue
   openai_api/big_bodies_do_not_block_the_event_loop admin/load_serve_and_unload_while_others_stream
   admin/rebalance_during_a_stream_changes_nothing_but_the_threads admin/sigterm_drains_running_streams)
-join() { local IFS=:; echo "$*"; }
-"$meson" test -C "$dir/tsan" --no-rebuild --print-errorlogs --timeout-multiplier 4 daemon
-"$meson" test -C "$dir/tsan" --no-rebuild --print-errorlogs --timeout-multiplier 4 engine \
-  --test-args "--run_test=$(join "${engine_cases[@]}")"
-"$meson" test -C "$dir/tsan" --no-rebuild --print-errorlogs --timeout-multiplier 4 integration \
-  --test-args "--run_test=$(join "${daemon_cases[@]}")"
+run "$dir/tsan" daemon
+run "$dir/tsan" engine "${engine_cases[@]}"
+run "$dir/tsan" integration "${daemon_cases[@]}"
