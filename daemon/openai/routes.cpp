@@ -180,9 +180,23 @@ class Generation : public std::enable_shared_from_this<Generation> {
     }
     if (!d.reasoning.empty()) send_chunk([&](JsonWriter& w) { w.key("reasoning_content").string(d.reasoning); }, nullptr);
     if (!d.content.empty()) send_chunk([&](JsonWriter& w) { w.key("content").string(d.content); }, nullptr);
-    for (size_t i = calls_.size() - d.tool_calls.size(); i < calls_.size(); ++i)
-      send_chunk([&](JsonWriter& w) { tool_calls(w, i, i + 1); }, nullptr);
+    // Calls stream as OpenAI and vLLM send them: the first delta of a call has its index, id, type and
+    // name; its arguments follow in pieces as the model writes them.
+    for (const ToolCallFragment& f : d.tool_call_fragments) {
+      const bool first = !f.name.empty();
+      if (first) streamed_call_ids_.push_back(random_id("call_"));
+      if (f.index >= streamed_call_ids_.size()) continue;  // a piece of a call whose head never came
+      send_chunk([&](JsonWriter& w) {
+        w.key("tool_calls").begin_array().begin_object().key("index").number(int64_t(f.index));
+        if (first) w.key("id").string(streamed_call_ids_[f.index]).key("type").string("function");
+        w.key("function").begin_object();
+        if (first) w.key("name").string(f.name);
+        w.key("arguments").string(f.arguments).end_object().end_object().end_array();
+      }, nullptr);
+    }
   }
+
+  std::vector<std::string> streamed_call_ids_;  // by call index
 
   void tool_calls(JsonWriter& w, size_t from, size_t to) {
     w.key("tool_calls").begin_array();

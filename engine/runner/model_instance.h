@@ -9,7 +9,6 @@
 #include <string>
 
 #include "../grammar/output_grammar.h"
-
 #include "../kvcache/kv_cache.h"
 #include "device_layout.h"
 #include "loader.h"

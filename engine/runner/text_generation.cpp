@@ -1,8 +1,8 @@
 #include "text_generation.h"
 
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 
 #include "../text/choice_text.h"
 #include "../text/prompt.h"
@@ -19,10 +19,6 @@ struct Choice {
   uint64_t id = 0;
   bool stop_wanted = false, stop_sent = false;
 };
-
-}  // namespace
-
-namespace {
 
 // The request's output constraint: its own (response_format, json_schema, grammar), or tool calls in the
 // model's format when tool_choice requires them.

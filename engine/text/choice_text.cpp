@@ -48,6 +48,7 @@ void ChoiceText::deliver(const ParsedDelta& d, TextEvent& out) {
   out.reasoning += d.reasoning;
   out.content += d.content;
   out.tool_calls.insert(out.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+  out.tool_call_fragments.insert(out.tool_call_fragments.end(), d.fragments.begin(), d.fragments.end());
 }
 
 }  // namespace ftllm::text

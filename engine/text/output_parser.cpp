@@ -3,6 +3,8 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cctype>
+#include <regex>
 
 namespace ftllm::text {
 
@@ -53,6 +55,7 @@ void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
       size_t close = text.find(kToolClose);
       if (close == std::string::npos) {
         tool_buffer_ += text;
+        stream_call(out);
         return;
       }
       tool_buffer_ += text.substr(0, close);
@@ -61,11 +64,25 @@ void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
       ToolCall call;
       if (parse_tool_call(tool_buffer_, call)) {
         out.tool_calls.push_back(call);
+        if (!call_named_) {
+          out.fragments.push_back({size_t(tool_count_), call.name, call.arguments_json});
+        } else if (!streaming_args_) {
+          out.fragments.push_back({size_t(tool_count_), "", call.arguments_json});
+        } else {
+          // The rest of the arguments: up to the call object's closing brace, the last one.
+          const size_t end = tool_buffer_.rfind('}');
+          std::string rest = end > args_sent_ ? tool_buffer_.substr(args_sent_, end - args_sent_) : "";
+          rest.erase(rest.find_last_not_of(" \t\r\n") + 1);
+          if (!rest.empty()) out.fragments.push_back({size_t(tool_count_), "", rest});
+        }
         ++tool_count_;
       } else {
-        out.content += kToolOpen + tool_buffer_ + kToolClose;  // not a call after all: keep the text
+        // Not a call after all: keep the text (fragments already streamed for it cannot be taken back).
+        out.content += kToolOpen + tool_buffer_ + kToolClose;
       }
       tool_buffer_.clear();
+      call_named_ = streaming_args_ = false;
+      args_sent_ = 0;
       continue;
     }
     size_t think = reasoning_ ? text.find(kThinkOpen) : std::string::npos;
@@ -98,6 +115,31 @@ void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
     }
   }
   (void)final;
+}
+
+void OutputParser::stream_call(ParsedDelta& out) {
+  if (!call_named_) {
+    static const std::regex head(R"re(^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*)re");
+    std::smatch m;
+    if (!std::regex_search(tool_buffer_, m, head) || size_t(m.length(0)) == tool_buffer_.size()) return;
+    simdjson::dom::parser parser;
+    simdjson::padded_string quoted(m.str(1));
+    std::string_view name;
+    if (parser.parse(quoted).get(name)) return;
+    out.fragments.push_back({size_t(tool_count_), std::string(name), ""});
+    call_named_ = true;
+    args_sent_ = size_t(m.length(0));
+    streaming_args_ = tool_buffer_[args_sent_] == '{';  // a JSON string of arguments comes whole, decoded
+  }
+  if (!streaming_args_) return;
+  // Held back: trailing whitespace and a last '}', which may close the call object rather than the
+  // arguments (then it is never sent).
+  size_t end = tool_buffer_.size();
+  while (end > args_sent_ && std::isspace(static_cast<unsigned char>(tool_buffer_[end - 1]))) --end;
+  if (end > args_sent_ && tool_buffer_[end - 1] == '}') --end;
+  if (end <= args_sent_) return;
+  out.fragments.push_back({size_t(tool_count_), "", tool_buffer_.substr(args_sent_, end - args_sent_)});
+  args_sent_ = end;
 }
 
 ParsedDelta OutputParser::push(const std::string& text) {

@@ -14,8 +14,9 @@ namespace ftllm::text {
 
 struct ParsedDelta {
   std::string reasoning, content;
-  std::vector<ToolCall> tool_calls;
-  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+  std::vector<ToolCall> tool_calls;             // complete calls
+  std::vector<ToolCallFragment> fragments;      // the calls as they grow (every call, name first)
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty() && fragments.empty(); }
 };
 
 class OutputParser {
@@ -31,6 +32,8 @@ class OutputParser {
 
  private:
   void route(std::string text, ParsedDelta& out, bool final);
+  // The open call's name once its head is whole, then its arguments as they come.
+  void stream_call(ParsedDelta& out);
 
   bool reasoning_, in_think_, tools_;
   bool content_started_;  // leading newlines after </think> are dropped until content starts
@@ -38,6 +41,9 @@ class OutputParser {
   std::string pending_, tool_buffer_;
   std::string held_space_;  // whitespace that may only separate tool calls
   int tool_count_ = 0;
+  bool call_named_ = false;  // the open call's name went out in a fragment
+  bool streaming_args_ = false;  // its arguments go out as they come (an object, not a JSON string)
+  size_t args_sent_ = 0;     // bytes of tool_buffer_ up to which the arguments went out
 };
 
 }  // namespace ftllm::text

@@ -66,6 +66,15 @@ struct ToolCall {
   bool operator==(const ToolCall&) const = default;
 };
 
+// A tool call as it is generated, for streaming: the first fragment of call `index` names the function,
+// the ones after it carry pieces of its arguments; together, the arguments as the model wrote them (a call
+// whose name the model writes after its arguments comes whole, at its end).
+struct ToolCallFragment {
+  size_t index = 0;
+  std::string name;       // the first fragment of a call only
+  std::string arguments;  // a piece of the arguments' JSON text
+};
+
 // One generated token for logprobs: its bytes (possibly part of a UTF-8 character), its log-probability,
 // and the most likely alternatives.
 struct TokenText {
@@ -79,6 +88,7 @@ struct TextEvent {
   size_t choice = 0;
   std::string reasoning, content;   // new text: reasoning (the model's thinking) and the rest
   std::vector<ToolCall> tool_calls; // calls completed since the last event
+  std::vector<ToolCallFragment> tool_call_fragments;  // the same calls as they grow, for streaming
   std::vector<int32_t> tokens;      // token ids generated since the last event
   std::vector<TokenText> logprobs;  // one per token, when the request asked for them
   bool finished = false;

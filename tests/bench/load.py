@@ -1,9 +1,11 @@
 """Load program: N concurrent streaming chat clients for T seconds against an OpenAI-style server.
 
-    python3 tests/bench/load.py URL MODEL [--clients 1,4,16] [--seconds 20] [--max-tokens 64]
+    python3 tests/bench/load.py URL MODEL [--clients 1,4,16] [--seconds 20] [--max-tokens 64] [--json-schema FILE]
 
 Prints one row per client count: requests/s, generated tokens/s, p50/p99 time to first token and p50/p99
-inter-token latency. Standard library only, so it measures any server the same way.
+inter-token latency. With --json-schema, every request asks for output valid against that schema
+(response_format json_schema, which ftllmd and llama-server both enforce). Standard library only, so it
+measures any server the same way.
 """
 import argparse
 import http.client
@@ -35,13 +37,16 @@ def sse_events(resp):
                 yield json.loads(event[6:])
 
 
-def client(url, model, max_tokens, deadline, index, results, lock):
+def client(url, model, max_tokens, deadline, index, results, lock, schema):
     parts = urllib.parse.urlsplit(url)
     prompt = f"Write a long story about a lighthouse keeper named Ada, chapter {index}."
     while time.monotonic() < deadline:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-                           "temperature": 0.8, "stream": True, "ignore_eos": True})
+        request = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                   "temperature": 0.8, "stream": True, "ignore_eos": True}
+        if schema is not None:
+            request["response_format"] = {"type": "json_schema", "json_schema": {"name": "bench", "schema": schema}}
+        body = json.dumps(request)
         start = time.monotonic()
         conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -71,12 +76,12 @@ def client(url, model, max_tokens, deadline, index, results, lock):
             results["itl"].extend(gaps)
 
 
-def run(url, model, clients, seconds, max_tokens):
+def run(url, model, clients, seconds, max_tokens, schema=None):
     results = {"requests": 0, "tokens": 0, "errors": 0, "ttft": [], "itl": []}
     lock = threading.Lock()
     start = time.monotonic()
     deadline = start + seconds
-    threads = [threading.Thread(target=client, args=(url, model, max_tokens, deadline, i, results, lock)) for i in range(clients)]
+    threads = [threading.Thread(target=client, args=(url, model, max_tokens, deadline, i, results, lock, schema)) for i in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
@@ -96,9 +101,14 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--label", default="")
+    ap.add_argument("--json-schema", help="a file holding a JSON schema every answer must follow")
     a = ap.parse_args()
+    schema = None
+    if a.json_schema:
+        with open(a.json_schema) as f:
+            schema = json.load(f)
     for n in [int(x) for x in a.clients.split(",")]:
-        r = run(a.url, a.model, n, a.seconds, a.max_tokens)
+        r = run(a.url, a.model, n, a.seconds, a.max_tokens, schema)
         print(f"{a.label:10s} clients {r['clients']:3d}  {r['rps']:6.2f} req/s  {r['tps']:7.1f} tok/s  "
               f"TTFT p50 {r['ttft50']:7.1f} ms p99 {r['ttft99']:7.1f} ms  ITL p50 {r['itl50']:6.1f} ms p99 {r['itl99']:6.1f} ms"
               f"  errors {r['errors']}", flush=True)

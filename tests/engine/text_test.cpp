@@ -69,6 +69,30 @@ BOOST_AUTO_TEST_CASE(tool_calls_are_parsed_at_any_offset) {
     BOOST_TEST(content == "Let me check.");
     BOOST_TEST(p.saw_tool_call());
   }
+  // Streamed, each call's first fragment names it and the rest are its arguments as written, growing:
+  // pushed a byte at a time, the pieces join to the arguments, and the name never waits for them.
+  {
+    OutputParser p(false, false, true);
+    std::vector<ParsedDelta> deltas;
+    for (char c : text) deltas.push_back(p.push(std::string(1, c)));
+    deltas.push_back(p.finish());
+    std::vector<std::string> names, arguments;
+    size_t pieces = 0;
+    for (const ParsedDelta& d : deltas)
+      for (const ToolCallFragment& f : d.fragments) {
+        if (!f.name.empty()) {
+          BOOST_REQUIRE_EQUAL(f.index, names.size());
+          names.push_back(f.name);
+          arguments.emplace_back();
+        }
+        BOOST_REQUIRE(f.index < names.size());
+        arguments[f.index] += f.arguments;
+        pieces += !f.arguments.empty();
+      }
+    BOOST_TEST(names == std::vector<std::string>({"get_weather", "get_time"}), boost::test_tools::per_element());
+    BOOST_TEST(arguments == std::vector<std::string>({R"({"city": "Paris"})", "{}"}), boost::test_tools::per_element());
+    BOOST_TEST(pieces > 10u);  // byte by byte, not whole
+  }
   // Whitespace that separates calls (one per line, as the templates and enforced tool choice write them)
   // is not content; an answer without calls keeps its whitespace.
   const std::vector<std::pair<std::string, std::string>> spaced = {

@@ -400,12 +400,19 @@ BOOST_AUTO_TEST_CASE(structured_output_validates_against_every_schema) {
 
 // tool_choice required or named, enforced in the <tool_call> format of the template given (SmolLM2 speaks
 // ChatML, as Qwen2.5's template does): every answer is calls of the allowed tools with valid arguments.
+// Then LangChain's structured output and tool round trip on the same daemon.
 BOOST_AUTO_TEST_CASE(tool_choice_is_enforced_in_the_models_tool_call_format) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "2", "--ctx", "1024", "--chat_template",
                         std::string(FTLLM_SOURCE_ROOT) + "/tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"});
   CommandResult r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
                                 "/tests/integration/tool_choice_check.py " + d.base_url() + " smollm2");
+  BOOST_TEST_MESSAGE(r.out);
+  BOOST_TEST(r.exit_code == 0, r.out + r.err);
+  BOOST_TEST(r.out.find("ALL OK") != std::string::npos);
+  // LangChain as agents use it: with_structured_output, and bind_tools through a whole tool round trip.
+  r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
+                  "/tests/integration/langchain_check.py " + d.base_url() + " smollm2");
   BOOST_TEST_MESSAGE(r.out);
   BOOST_TEST(r.exit_code == 0, r.out + r.err);
   BOOST_TEST(r.out.find("ALL OK") != std::string::npos);

@@ -49,7 +49,7 @@ for seed in range(3):
 print("named ok: only that function, once without parallel calls")
 
 # Streamed, the call arrives with its name and arguments, and the stream ends with tool_calls.
-pieces, finish = {}, None
+pieces, finish, chunks = {}, None, 0
 for chunk in client.chat.completions.create(model=model, messages=messages, tools=tools, stream=True, max_tokens=200,
                                             tool_choice={"type": "function", "function": {"name": "get_weather"}},
                                             parallel_tool_calls=False, temperature=0):
@@ -59,9 +59,11 @@ for chunk in client.chat.completions.create(model=model, messages=messages, tool
             entry = pieces.setdefault(call.index, {"name": "", "arguments": ""})
             entry["name"] += call.function.name or ""
             entry["arguments"] += call.function.arguments or ""
+            chunks += 1
 assert finish == "tool_calls" and list(pieces) == [0] and pieces[0]["name"] == "get_weather", (finish, pieces)
 jsonschema.validate(json.loads(pieces[0]["arguments"]), weather)
-print("streamed ok:", pieces[0])
+assert chunks > 3, f"the arguments came in {chunks} chunks, not as they grew"
+print(f"streamed ok: name first, then the arguments in {chunks - 1} pieces:", pieces[0])
 
 try:
     client.chat.completions.create(model=model, messages=messages, tools=tools, tool_choice="required",
