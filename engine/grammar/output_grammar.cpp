@@ -119,9 +119,10 @@ std::string unenforceable(element schema, const std::string& at) {
 }
 
 // Tool calls as Hermes and Qwen write them, `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`,
-// one per line, as xgrammar's structural tag: each tool a tag whose fixed beginning names it and whose
-// content is its parameters' schema. Empty, with `error` set, when a tool's schema cannot be enforced.
-std::string tool_calls_tag(const OutputConstraint& c, std::string& error) {
+// one per line, as a format of xgrammar's structural tags: each tool a tag whose fixed beginning names it
+// and whose content is its parameters' schema. Empty, with `error` set, when a tool's schema cannot be
+// enforced.
+std::string tool_calls_format(const OutputConstraint& c, std::string& error) {
   simdjson::dom::parser parser;
   simdjson::padded_string text(c.text);
   simdjson::dom::array tools;
@@ -130,8 +131,7 @@ std::string tool_calls_tag(const OutputConstraint& c, std::string& error) {
     return "";
   }
   JsonWriter w;
-  w.begin_object().key("type").string("structural_tag").key("format").begin_object();
-  w.key("type").string("tags_with_separator").key("separator").string("\n");
+  w.begin_object().key("type").string("tags_with_separator").key("separator").string("\n");
   w.key("at_least_one").boolean(true).key("stop_after_first").boolean(!c.parallel);
   w.key("tags").begin_array();
   size_t i = 0, offered = 0;
@@ -163,12 +163,51 @@ std::string tool_calls_tag(const OutputConstraint& c, std::string& error) {
     w.key("end").string("}\n</tool_call>").end_object();
     ++offered;
   }
-  w.end_array().end_object().end_object();
+  w.end_array().end_object();
   if (!offered) {
     error = c.only_tool.empty() ? "no tools are given" : "no tool is named " + c.only_tool;
     return "";
   }
   return w.take();
+}
+
+// The constraint as a format of xgrammar's structural tags, for when it follows a <think> block.
+std::string format_of(const OutputConstraint& c, std::string& error) {
+  auto json = [](std::string_view schema) {
+    JsonWriter w;
+    w.begin_object().key("type").string("json_schema").key("json_schema").raw(schema);
+    return w.key("max_whitespace_cnt").number(int64_t(1)).end_object().take();
+  };
+  switch (c.kind) {
+    case OutputConstraint::Kind::JsonObject: return json(R"({"type": "object"})");
+    case OutputConstraint::Kind::JsonSchema: return json(c.text);
+    case OutputConstraint::Kind::Gbnf: {
+      JsonWriter w;
+      return w.begin_object().key("type").string("grammar").key("grammar").string(c.text).end_object().take();
+    }
+    case OutputConstraint::Kind::ToolCalls: return tool_calls_format(c, error);
+    case OutputConstraint::Kind::None: break;
+  }
+  return "";
+}
+
+// A structural tag: the thinking the template allows (free text up to </think>, then the blank lines
+// that separate it), then `format`.
+std::string structural_tag(const std::string& format, OutputConstraint::Thinking thinking) {
+  JsonWriter w;
+  w.begin_object().key("type").string("structural_tag").key("format");
+  if (thinking == OutputConstraint::Thinking::None) return w.raw(format).end_object().take();
+  JsonWriter think;
+  think.begin_object().key("type").string("tag");
+  think.key("begin").string(thinking == OutputConstraint::Thinking::Opened ? "" : "<think>");
+  think.key("content").begin_object().key("type").string("any_text").end_object();
+  think.key("end").string("</think>").end_object();
+  w.begin_object().key("type").string("sequence").key("elements").begin_array();
+  if (thinking == OutputConstraint::Thinking::Opened) w.raw(think.take());
+  else w.begin_object().key("type").string("optional").key("content").raw(think.take()).end_object();
+  w.begin_object().key("type").string("regex").key("pattern").string("\\s{0,4}").end_object();
+  w.raw(format).end_array().end_object();
+  return w.end_object().take();
 }
 
 // xgrammar's messages start as its log lines do ("[03:04:58] path/grammar_parser.cc:820: "), which
@@ -217,29 +256,32 @@ GrammarCompiler::~GrammarCompiler() = default;
 
 std::shared_ptr<const TokenGrammar> GrammarCompiler::compile(const OutputConstraint& c, std::string& error) const {
   try {
+    if (c.kind == OutputConstraint::Kind::JsonSchema) {
+      simdjson::dom::parser parser;
+      simdjson::padded_string text(c.text);
+      element schema;
+      if (parser.parse(text).get(schema)) {
+        error = "the schema is not valid JSON";
+        return nullptr;
+      }
+      if (error = unenforceable(schema, ""); !error.empty()) return nullptr;
+    }
+    if (c.kind != OutputConstraint::Kind::None &&
+        (c.thinking != OutputConstraint::Thinking::None || c.kind == OutputConstraint::Kind::ToolCalls)) {
+      const std::string format = format_of(c, error);
+      if (format.empty()) return nullptr;
+      return std::make_shared<Compiled>(impl_->compiler.CompileStructuralTag(structural_tag(format, c.thinking)), impl_->vocab_size);
+    }
     switch (c.kind) {
       case OutputConstraint::Kind::None: return nullptr;
       case OutputConstraint::Kind::JsonObject:
         // Compact (no free whitespace): a model that likes spaces cannot spend its tokens on them.
         return std::make_shared<Compiled>(impl_->compiler.CompileJSONSchema(R"({"type": "object"})", false), impl_->vocab_size);
-      case OutputConstraint::Kind::JsonSchema: {
-        simdjson::dom::parser parser;
-        simdjson::padded_string text(c.text);
-        element schema;
-        if (parser.parse(text).get(schema)) {
-          error = "the schema is not valid JSON";
-          return nullptr;
-        }
-        if (error = unenforceable(schema, ""); !error.empty()) return nullptr;
+      case OutputConstraint::Kind::JsonSchema:
         return std::make_shared<Compiled>(impl_->compiler.CompileJSONSchema(c.text, false), impl_->vocab_size);
-      }
       case OutputConstraint::Kind::Gbnf:
         return std::make_shared<Compiled>(impl_->compiler.CompileGrammar(c.text, "root"), impl_->vocab_size);
-      case OutputConstraint::Kind::ToolCalls: {
-        std::string tag = tool_calls_tag(c, error);
-        if (tag.empty()) return nullptr;
-        return std::make_shared<Compiled>(impl_->compiler.CompileStructuralTag(tag), impl_->vocab_size);
-      }
+      case OutputConstraint::Kind::ToolCalls: break;  // a structural tag, above
     }
   } catch (const std::exception& e) {
     error = without_log_prefix(e.what());

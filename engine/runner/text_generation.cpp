@@ -67,8 +67,13 @@ BuiltPrompts build_prompts(const ModelInstance& m, const TextRequest& request) {
     }
   }
   std::string error, param;
-  const std::optional<OutputConstraint> constraint = output_constraint(request, built.prompts.at(0).format, error, param);
+  const text::OutputFormat& format = built.prompts.at(0).format;
+  std::optional<OutputConstraint> constraint = output_constraint(request, format, error, param);
   if (!constraint) return refuse(error, param);
+  // A model that thinks first is constrained after its </think>: its reasoning stays free, and the parser
+  // still finds it.
+  if (format.chat && format.reasoning)
+    constraint->thinking = format.starts_in_reasoning ? OutputConstraint::Thinking::Opened : OutputConstraint::Thinking::Optional;
   if (constraint->kind != OutputConstraint::Kind::None) {
     if (!m.text().tokenizer) return refuse(ModelText::no_tokenizer(m.options().name) + ": its output cannot be constrained", constraint->param);
     built.grammar = m.grammars().compile(*constraint, error);

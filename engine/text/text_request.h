@@ -36,6 +36,10 @@ struct OutputConstraint {
   std::string param;  // the request field it came from, named when it cannot be enforced
   std::string only_tool;  // ToolCalls: the one tool that must be called (empty: any of them)
   bool parallel = true;   // ToolCalls: several calls allowed
+  // Whether the constrained part follows a <think> block the model writes first: none, one it may write
+  // (a template that thinks), or one the prompt already opened (DeepSeek-R1 style). Set by the engine.
+  enum class Thinking { None, Optional, Opened };
+  Thinking thinking = Thinking::None;
 };
 
 struct TextRequest {

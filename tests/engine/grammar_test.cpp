@@ -273,6 +273,56 @@ BOOST_AUTO_TEST_CASE(required_tool_calls_follow_the_format_and_the_parameters) {
     }
 }
 
+// A model that wants to write `text`: each step it takes the longest allowed token that continues it.
+void feed(const Vocabulary& v, TokenMatcher& m, std::string_view text) {
+  while (!text.empty()) {
+    std::vector<float> logits(size_t(v.vocab_size), 0.0f);
+    m.mask(logits);
+    int32_t best = -1;
+    size_t best_size = 0;
+    for (int32_t id = 0; id < v.tokenizer->vocab_size(); ++id) {
+      const std::string& bytes = v.tokenizer->token_bytes(id);
+      if (!std::isinf(logits[size_t(id)]) && bytes.size() > best_size && text.starts_with(bytes)) best = id, best_size = bytes.size();
+    }
+    BOOST_REQUIRE_MESSAGE(best >= 0, v.name << ": no allowed token continues \"" << text << "\"");
+    BOOST_REQUIRE(m.accept(best));
+    text.remove_prefix(best_size);
+  }
+}
+
+// A template that thinks: the constraint starts after </think>, so the reasoning stays free (and the
+// output parser still finds it); when the prompt opened the block, it must be closed first.
+BOOST_AUTO_TEST_CASE(thinking_stays_free_and_the_constraint_follows_it) {
+  const std::string schema = R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false})";
+  for (const Vocabulary& v : vocabularies()) {
+    OutputConstraint opened = constraint(OutputConstraint::Kind::JsonSchema, schema);
+    opened.thinking = OutputConstraint::Thinking::Opened;
+    auto g = compile(v, opened);
+    auto m = g->start();
+    feed(v, *m, "Free thoughts: {not json} and <b>tags</b>.</think>\n\n{\"ok\": true}");
+    std::vector<float> logits(size_t(v.vocab_size), 0.0f);
+    m->mask(logits);
+    BOOST_TEST(!std::isinf(logits[size_t(v.stop)]), v.name << ": the stop token is not allowed after the object");
+    BOOST_TEST(m->accept(v.stop));
+    BOOST_TEST(m->complete());
+
+    OutputConstraint optional = constraint(OutputConstraint::Kind::JsonSchema, schema);
+    optional.thinking = OutputConstraint::Thinking::Optional;
+    g = compile(v, optional);
+    m = g->start();
+    feed(v, *m, "<think>Hmm.</think>\n{\"ok\": false}");
+    BOOST_TEST(m->accept(v.stop));
+    m = g->start();
+    feed(v, *m, "{\"ok\": false}");  // or no thinking at all
+    BOOST_TEST(m->accept(v.stop));
+    m = g->start();
+    logits.assign(size_t(v.vocab_size), 0.0f);
+    m->mask(logits);
+    const int32_t prose = v.tokenizer->encode("Sure", false, false).at(0);
+    BOOST_TEST(std::isinf(logits[size_t(prose)]), v.name << ": prose allowed before the object");
+  }
+}
+
 // What the grammar cannot enforce is refused by name, never dropped: the request gets a 400 saying so.
 BOOST_AUTO_TEST_CASE(what_cannot_be_enforced_is_refused_by_name) {
   const Vocabulary& v = vocabularies()[0];
