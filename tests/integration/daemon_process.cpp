@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <filesystem>
@@ -139,7 +140,7 @@ std::string DaemonProcess::log() const {
 }
 
 CommandResult run_command(const std::string& command_line) {
-  static int counter = 0;
+  static std::atomic<int> counter = 0;  // client threads run commands side by side
   std::string err_path = "/tmp/ftllm-test-cmd-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
   CommandResult result;
   FILE* pipe = ::popen((command_line + " 2>" + err_path).c_str(), "r");

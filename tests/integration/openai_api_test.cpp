@@ -27,7 +27,7 @@ struct Reply {
 };
 
 std::string write_temp(const std::string& content) {
-  static int n = 0;
+  static std::atomic<int> n = 0;  // client threads write bodies side by side (TSan found two with one name)
   std::string path = "/tmp/ftllm-body-" + std::to_string(getpid()) + "-" + std::to_string(n++);
   std::ofstream(path, std::ios::binary) << content;
   return path;
