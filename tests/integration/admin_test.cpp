@@ -226,10 +226,10 @@ BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
 
   // Both serve at once; a is unloaded while b streams, and b's stream completes.
   std::string b_stream;
-  std::thread streaming([&] { b_stream = stream(d, "b", 40); });
+  std::jthread streaming([&] { b_stream = stream(d, "b", 40); });
   std::string a_stream = stream(d, "a", 5);
   BOOST_TEST(a_stream.find("[DONE]") != std::string::npos);
-  for (int i = 0; i < 100 && running(d, "b") == 0; ++i) usleep(20000);
+  for (int i = 0; i < 100 * kSanitizerSlowdown && running(d, "b") == 0; ++i) usleep(20000);
   const int64_t rss_serving = rss_kib(d.pid());  // both models' weights touched by now
   CommandResult unload_a = run_command(ctl(d, "unload a"));
   BOOST_TEST(unload_a.exit_code == 0, unload_a.err);
@@ -251,8 +251,8 @@ BOOST_AUTO_TEST_CASE(load_serve_and_unload_while_others_stream) {
     BOOST_TEST(rss_after < rss_serving - 80 * 1024);
 
   // Unloading b during its own stream: no new requests, the running one completes.
-  std::thread own([&] { b_stream = stream(d, "b", 40); });
-  for (int i = 0; i < 100 && running(d, "b") == 0; ++i) usleep(20000);
+  std::jthread own([&] { b_stream = stream(d, "b", 40); });
+  for (int i = 0; i < 100 * kSanitizerSlowdown && running(d, "b") == 0; ++i) usleep(20000);
   BOOST_TEST(run_command(ctl(d, "unload b")).exit_code == 0);
   own.join();
   BOOST_TEST(b_stream.find(R"("completion_tokens":40)") != std::string::npos, b_stream.substr(0, 300));
@@ -264,8 +264,8 @@ BOOST_AUTO_TEST_CASE(forced_unload_ends_running_streams_with_an_error) {
   DaemonProcess d(dir);
   BOOST_REQUIRE(run_command(ctl(d, "load " + smollm2_gguf_path() + " --name c -t 1 --ctx 512")).exit_code == 0);
   std::string out;
-  std::thread streaming([&] { out = stream(d, "c", 400); });
-  for (int i = 0; i < 100 && running(d, "c") == 0; ++i) usleep(20000);
+  std::jthread streaming([&] { out = stream(d, "c", 400); });
+  for (int i = 0; i < 100 * kSanitizerSlowdown && running(d, "c") == 0; ++i) usleep(20000);
   CommandResult forced = run_command(ctl(d, "unload c --force"));
   BOOST_TEST(forced.exit_code == 0, forced.err);
   BOOST_TEST(forced.out == "unloaded c (its running requests were ended)\n");
@@ -325,8 +325,8 @@ BOOST_AUTO_TEST_CASE(rebalance_during_a_stream_changes_nothing_but_the_threads) 
   };
   std::string undisturbed = text_of(complete());
   std::string disturbed;
-  std::thread request([&] { disturbed = text_of(complete()); });
-  for (int i = 0; i < 100 && running(d, "m") == 0; ++i) usleep(20000);
+  std::jthread request([&] { disturbed = text_of(complete()); });
+  for (int i = 0; i < 100 * kSanitizerSlowdown && running(d, "m") == 0; ++i) usleep(20000);
   CommandResult r = run_command(ctl(d, "rebalance m -t 2"));
   BOOST_TEST(r.exit_code == 0, r.err);
   BOOST_TEST(r.out == "rebalanced m to 2 threads\n");
@@ -335,8 +335,8 @@ BOOST_AUTO_TEST_CASE(rebalance_during_a_stream_changes_nothing_but_the_threads) 
   BOOST_TEST(run_command(ctl(d, "list")).out.find("cpu:0-29    2 ") != std::string::npos, run_command(ctl(d, "list")).out);
   // Layers split between cpu and a NUMA-bound pool, midway through another request: same output again.
   std::string again;
-  std::thread second([&] { again = text_of(complete()); });
-  for (int i = 0; i < 100 && running(d, "m") == 0; ++i) usleep(20000);
+  std::jthread second([&] { again = text_of(complete()); });
+  for (int i = 0; i < 100 * kSanitizerSlowdown && running(d, "m") == 0; ++i) usleep(20000);
   CommandResult split = run_command(ctl(d, "rebalance m --device \"{'cpu':1,'numa:0':1}\""));
   BOOST_TEST(split.exit_code == 0, split.err);
   second.join();
@@ -395,8 +395,8 @@ BOOST_AUTO_TEST_CASE(sigterm_drains_running_streams) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512"});
   std::string out;
-  std::thread streaming([&] { out = stream(d, "m", 60); });
-  for (int i = 0; i < 100 && running(d, "m") == 0; ++i) usleep(20000);
+  std::jthread streaming([&] { out = stream(d, "m", 60); });
+  for (int i = 0; i < 100 * kSanitizerSlowdown && running(d, "m") == 0; ++i) usleep(20000);
   ::kill(d.pid(), SIGTERM);
   BOOST_TEST(d.next_notification().find("STOPPING=1") != std::string::npos);
   usleep(100000);
@@ -414,8 +414,8 @@ BOOST_AUTO_TEST_CASE(sigterm_cuts_streams_off_at_the_shutdown_timeout) {
   std::string conf = dir.file("ftllmd.conf");
   std::ofstream(conf) << "[server]\nshutdown_timeout_seconds = 1\n";
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512", "--config", conf});
-  std::thread streaming([&] { stream(d, "m", 500); });
-  for (int i = 0; i < 100 && running(d, "m") == 0; ++i) usleep(20000);
+  std::jthread streaming([&] { stream(d, "m", 500); });
+  for (int i = 0; i < 100 * kSanitizerSlowdown && running(d, "m") == 0; ++i) usleep(20000);
   auto t0 = std::chrono::steady_clock::now();
   BOOST_TEST(d.stop(SIGTERM) == 0);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -66,7 +66,7 @@ BOOST_AUTO_TEST_CASE(a_model_on_the_gpu_serves_and_moves_live, *boost::unit_test
   BOOST_TEST(complete("there") == want);
   // Rebalanced while a completion runs: cuda -> split -> cpu -> cuda.
   std::string during;
-  std::thread request([&] { during = complete("there"); });
+  std::jthread request([&] { during = complete("there"); });
   for (const char* spec : {"\"{'cuda:0':1,'cpu':1}\"", "cpu", "cuda"}) {
     CommandResult r = run_command(ctl(d, std::string("rebalance there --device ") + spec));
     BOOST_TEST(r.exit_code == 0, r.err);

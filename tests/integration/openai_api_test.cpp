@@ -350,7 +350,7 @@ BOOST_AUTO_TEST_CASE(parallel_streams_do_not_cross_talk) {
   }
   // All at once, streaming: each must get exactly what it got alone (decoding is batch-invariant).
   std::vector<std::string> together(kClients);
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int i = 0; i < kClients; ++i)
     threads.emplace_back([&, i] {
       Reply r = http("POST", d.base_url() + "/v1/chat/completions",
@@ -469,14 +469,16 @@ BOOST_AUTO_TEST_CASE(a_full_queue_answers_503_with_retry_after) {
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--config", conf, "-t", "1", "--ctx", "512", "--max_sequences", "1"});
   // One running, one waiting: the third is refused. Each sent once /metrics shows the one before in
   // place (a request sent earlier could itself be the one refused, or wait and be answered after both).
+  // Client threads are std::jthreads here and below: a failed check (an exception) joins them rather than
+  // ending the whole program.
   auto wait_for = [&](const std::string& series) {
-    for (int i = 0; i < 500; ++i) {
+    for (int i = 0; i < 500 * kSanitizerSlowdown; ++i) {
       if (http("GET", d.base_url() + "/metrics").body.find(series) != std::string::npos) return;
       usleep(10000);
     }
     BOOST_FAIL("/metrics never showed " + series);
   };
-  std::vector<std::thread> busy;
+  std::vector<std::jthread> busy;
   busy.reserve(2);
   auto send_busy = [&] {
     busy.emplace_back([&] { http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": 300, "ignore_eos": true)")); });
@@ -522,11 +524,11 @@ BOOST_AUTO_TEST_CASE(requests_of_clients_gone_leave_the_queue) {
   std::string conf = dir.file("ftllmd.conf");
   std::ofstream(conf) << "[server]\nmax_waiting = 4\n";
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--config", conf, "-t", "1", "--ctx", "512", "--max_sequences", "1"});
-  std::thread busy([&] { http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": 450, "ignore_eos": true)")); });
-  for (int i = 0; i < 500 && http("GET", d.base_url() + "/metrics").body.find("ftllm_requests_running{model=\"smollm2\"} 1\n") == std::string::npos; ++i)
+  std::jthread busy([&] { http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": 450, "ignore_eos": true)")); });
+  for (int i = 0; i < 500 * kSanitizerSlowdown && http("GET", d.base_url() + "/metrics").body.find("ftllm_requests_running{model=\"smollm2\"} 1\n") == std::string::npos; ++i)
     usleep(10000);
   const std::string gone = write_temp(chat_body("Gone", R"("max_tokens": 5)"));
-  std::vector<std::thread> leavers;
+  std::vector<std::jthread> leavers;
   for (int i = 0; i < 20; ++i)
     leavers.emplace_back([&] {
       run_command("curl -s -o /dev/null --max-time 0.2 -H 'Content-Type: application/json' --data-binary @" + gone + " " +
@@ -563,7 +565,7 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
   BOOST_REQUIRE(body.size() > limit - 512);
   const std::string big = dir.file("big.json");
   std::ofstream(big) << body;
-  std::vector<std::thread> senders;
+  std::vector<std::jthread> senders;
   std::vector<CommandResult> answers(bodies);
   std::atomic<int> answered = 0;
   for (size_t i = 0; i < answers.size(); ++i)
@@ -694,7 +696,7 @@ BOOST_AUTO_TEST_CASE(sixty_four_clients_on_a_small_pool_all_get_their_own_answer
     return p.parse(reply)["choices"].at(0)["message"]["content"].get(c) ? std::string("<no content>") : std::string(c);
   };
   std::vector<Reply> replies(64);
-  std::vector<std::thread> clients;
+  std::vector<std::jthread> clients;
   for (size_t i = 0; i < replies.size(); ++i)
     clients.emplace_back([&, i] { replies[i] = http("POST", d.base_url() + "/v1/chat/completions", body(i)); });
   for (auto& c : clients) c.join();
