@@ -3,14 +3,8 @@
 #include <systemd/sd-daemon.h>
 #include <uv.h>
 
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <mutex>
 #include <thread>
 #include <filesystem>
@@ -183,25 +177,6 @@ struct Daemon {
   }
 };
 
-// The loop thread asks the kernel's scheduler for a short time slice (EEVDF's custom slice, Linux 6.12
-// and later; older kernels ignore it): woken beside busy workers, it then runs at once instead of waiting
-// out their slices. Threads it starts later do not inherit it (SCHED_FLAG_RESET_ON_FORK).
-void ask_for_a_short_time_slice() {
-  struct {
-    uint32_t size, policy;
-    uint64_t flags;
-    int32_t nice;
-    uint32_t priority;
-    uint64_t runtime, deadline, period;
-  } attr{};
-  attr.size = sizeof attr;
-  attr.policy = SCHED_OTHER;
-  attr.flags = 0x01;  // SCHED_FLAG_RESET_ON_FORK
-  attr.nice = getpriority(PRIO_PROCESS, 0);
-  attr.runtime = 100'000;  // ns: the shortest slice the kernel grants
-  if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) log_info(std::string("no short time slice for the event loop: ") + std::strerror(errno));
-}
-
 }  // namespace
 
 int run_daemon(const Options& options, Config config) {
@@ -295,7 +270,6 @@ int run_daemon(const Options& options, Config config) {
 
   d.where = "OpenAI API on http://" + d.public_server->address() + ", admin API on " + d.admin_server->address();
   d.start_watchdog();
-  ask_for_a_short_time_slice();
   if (preload.empty()) d.ready();
   else d.load_in_background(std::move(preload));
 
