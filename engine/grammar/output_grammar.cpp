@@ -222,15 +222,12 @@ std::string without_log_prefix(std::string message) {
 }  // namespace
 
 struct GrammarCompiler::Impl {
-  xgrammar::TokenizerInfo info;
-  mutable xgrammar::GrammarCompiler compiler;
+  mutable xgrammar::GrammarCompiler compiler;  // holds the vocabulary (TokenizerInfo) it was given
   int32_t vocab_size;
-  Impl(xgrammar::TokenizerInfo i, int32_t v)
-      : info(std::move(i)),
-        // One thread: requests compile on the daemon's workers already, side by side. The cache keeps
-        // compiled grammars by schema text up to 64 MiB.
-        compiler(info, 1, true, 64ll << 20),
-        vocab_size(v) {}
+  Impl(const xgrammar::TokenizerInfo& info, int32_t v)
+      // One thread: requests compile on the daemon's workers already, side by side. The cache keeps
+      // compiled grammars by schema text up to 64 MiB.
+      : compiler(info, 1, true, 64ll << 20), vocab_size(v) {}
 };
 
 namespace {
