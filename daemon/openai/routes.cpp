@@ -172,7 +172,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void deliver(const TextEvent& d) {
     reasoning_ += d.reasoning;
     text_ += d.content;
-    for (const ToolCall& call : d.tool_calls) calls_.push_back({call, random_id("call_")});
+    // Ids the model wrote (Kimi's functions.NAME:IDX, Mistral's nine characters) are kept: its template
+    // reads them back in the next turn.
+    for (const ToolCall& call : d.tool_calls) calls_.push_back({call, call.id.empty() ? random_id("call_") : call.id});
     if (!body_.stream) return;
     if (!body_.chat) {
       if (!d.content.empty()) send_chunk([&](JsonWriter& w) { w.key("text").string(d.content); }, nullptr, true);
@@ -184,7 +186,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     // name; its arguments follow in pieces as the model writes them.
     for (const ToolCallFragment& f : d.tool_call_fragments) {
       const bool first = !f.name.empty();
-      if (first) streamed_call_ids_.push_back(random_id("call_"));
+      if (first) streamed_call_ids_.push_back(f.id.empty() ? random_id("call_") : f.id);
       if (f.index >= streamed_call_ids_.size()) continue;  // a piece of a call whose head never came
       send_chunk([&](JsonWriter& w) {
         w.key("tool_calls").begin_array().begin_object().key("index").number(int64_t(f.index));

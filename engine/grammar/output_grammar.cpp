@@ -118,11 +118,17 @@ std::string unenforceable(element schema, const std::string& at) {
   return "";
 }
 
-// Tool calls as Hermes and Qwen write them, `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`,
-// one per line, as a format of xgrammar's structural tags: each tool a tag whose fixed beginning names it
-// and whose content is its parameters' schema. Empty, with `error` set, when a tool's schema cannot be
+std::string const_string(const std::string& value) {
+  JsonWriter w;
+  return w.begin_object().key("type").string("const_string").key("value").string(value).end_object().take();
+}
+
+// Tool calls in the model's dialect (tool_dialect.h's CallSyntax) as a format of xgrammar's structural
+// tags: each tool a tag whose fixed beginning names it and whose content is its parameters' schema, in
+// JSON or in the dialect's parameter tags. Empty, with `error` set, when a tool's schema cannot be
 // enforced.
 std::string tool_calls_format(const OutputConstraint& c, std::string& error) {
+  const text::CallSyntax syntax = text::call_syntax(c.dialect);
   simdjson::dom::parser parser;
   simdjson::padded_string text(c.text);
   simdjson::dom::array tools;
@@ -131,8 +137,8 @@ std::string tool_calls_format(const OutputConstraint& c, std::string& error) {
     return "";
   }
   JsonWriter w;
-  w.begin_object().key("type").string("tags_with_separator").key("separator").string("\n");
-  w.key("at_least_one").boolean(true).key("stop_after_first").boolean(!c.parallel);
+  w.begin_object().key("type").string("tags_with_separator").key("separator").string(syntax.separator);
+  w.key("at_least_one").boolean(true).key("stop_after_first").boolean(!c.parallel || syntax.single_call);
   w.key("tags").begin_array();
   size_t i = 0, offered = 0;
   for (element tool : tools) {
@@ -152,15 +158,24 @@ std::string tool_calls_format(const OutputConstraint& c, std::string& error) {
       }
       schema = simdjson::to_string(parameters);
     }
-    JsonWriter begin;
-    begin.string(name);
-    w.begin_object().key("type").string("tag");
-    w.key("begin").string("<tool_call>\n{\"name\": " + begin.take() + ", \"arguments\": ");
+    JsonWriter quoted;
+    quoted.string(name);
     // At most one space between tokens of the arguments: a model fond of whitespace cannot spend its
     // tokens on it (response_format output has none at all).
-    w.key("content").begin_object().key("type").string("json_schema").key("json_schema").raw(schema);
-    w.key("max_whitespace_cnt").number(int64_t(1)).end_object();
-    w.key("end").string("}\n</tool_call>").end_object();
+    JsonWriter args;
+    args.begin_object().key("type").string("json_schema").key("json_schema").raw(schema);
+    if (syntax.args_style != "json") args.key("style").string(syntax.args_style);
+    args.key("max_whitespace_cnt").number(int64_t(1)).end_object();
+    w.begin_object().key("type").string("tag");
+    w.key("begin").string(syntax.begin + (syntax.name_is_json_string ? quoted.take() : std::string(name)) + syntax.name_end);
+    if (syntax.index_end.empty()) {
+      w.key("content").raw(args.take());
+    } else {  // Kimi numbers its calls: functions.NAME:IDX
+      w.key("content").begin_object().key("type").string("sequence").key("elements").begin_array();
+      w.begin_object().key("type").string("regex").key("pattern").string("[0-9]{1,3}").end_object();
+      w.raw(const_string(syntax.index_end)).raw(args.take()).end_array().end_object();
+    }
+    w.key("end").string(syntax.call_end).end_object();
     ++offered;
   }
   w.end_array().end_object();
@@ -168,7 +183,20 @@ std::string tool_calls_format(const OutputConstraint& c, std::string& error) {
     error = c.only_tool.empty() ? "no tools are given" : "no tool is named " + c.only_tool;
     return "";
   }
-  return w.take();
+  if (syntax.section_open.empty()) return w.take();
+  JsonWriter section;
+  section.begin_object().key("type").string("sequence").key("elements").begin_array();
+  section.raw(const_string(syntax.section_open)).raw(w.take()).raw(const_string(syntax.section_close));
+  return section.end_array().end_object().take();
+}
+
+// Free text that never opens a tool call (tool_choice "none").
+std::string no_tool_calls_format(const OutputConstraint& c) {
+  JsonWriter w;
+  w.begin_object().key("type").string("any_text").key("excludes").begin_array();
+  for (const std::string& opener : text::dialect_openers(c.dialect))
+    w.string(opener == "{" ? "{\"name\"" : opener);  // Llama 3's bare JSON call: not every "{"
+  return w.end_array().end_object().take();
 }
 
 // The constraint as a format of xgrammar's structural tags, for when it follows a <think> block.
@@ -186,22 +214,31 @@ std::string format_of(const OutputConstraint& c, std::string& error) {
       return w.begin_object().key("type").string("grammar").key("grammar").string(c.text).end_object().take();
     }
     case OutputConstraint::Kind::ToolCalls: return tool_calls_format(c, error);
+    case OutputConstraint::Kind::NoToolCalls: return no_tool_calls_format(c);
     case OutputConstraint::Kind::None: break;
   }
   return "";
 }
 
 // A structural tag: the thinking the template allows (free text up to </think>, then the blank lines
-// that separate it), then `format`.
-std::string structural_tag(const std::string& format, OutputConstraint::Thinking thinking) {
+// that separate it; gpt-oss: an analysis message), then `format`.
+std::string structural_tag(std::string format, const OutputConstraint& c) {
+  const bool harmony = c.dialect == text::ToolDialect::Harmony;
+  if (harmony && c.kind != OutputConstraint::Kind::ToolCalls && c.kind != OutputConstraint::Kind::NoToolCalls) {
+    // gpt-oss answers in its final channel.
+    JsonWriter final_answer;
+    final_answer.begin_object().key("type").string("sequence").key("elements").begin_array();
+    format = final_answer.raw(const_string("<|channel|>final<|message|>")).raw(format).end_array().end_object().take();
+  }
+  const OutputConstraint::Thinking thinking = c.thinking;
   JsonWriter w;
   w.begin_object().key("type").string("structural_tag").key("format");
   if (thinking == OutputConstraint::Thinking::None) return w.raw(format).end_object().take();
   JsonWriter think;
   think.begin_object().key("type").string("tag");
-  think.key("begin").string(thinking == OutputConstraint::Thinking::Opened ? "" : "<think>");
+  think.key("begin").string(thinking == OutputConstraint::Thinking::Opened ? "" : harmony ? "<|channel|>analysis<|message|>" : "<think>");
   think.key("content").begin_object().key("type").string("any_text").end_object();
-  think.key("end").string("</think>").end_object();
+  think.key("end").string(harmony ? "<|end|><|start|>assistant" : "</think>").end_object();
   w.begin_object().key("type").string("sequence").key("elements").begin_array();
   if (thinking == OutputConstraint::Thinking::Opened) w.raw(think.take());
   else w.begin_object().key("type").string("optional").key("content").raw(think.take()).end_object();
@@ -232,12 +269,17 @@ struct GrammarCompiler::Impl {
 
 namespace {
 
-xgrammar::TokenizerInfo tokenizer_info(const tokenizer::Tokenizer& t, int64_t vocab_size, const std::vector<int32_t>& stop_ids) {
+xgrammar::TokenizerInfo tokenizer_info(const tokenizer::Tokenizer& t, int64_t vocab_size, const std::vector<int32_t>& stop_ids,
+                                       const std::vector<std::string>& markers) {
   // Each token as the bytes it decodes to; special tokens as "", which xgrammar never allows (the stop
-  // tokens, named, only once the output is complete).
+  // tokens, named, only once the output is complete), except the markers of the model's tool-call
+  // dialect, which enforced calls are written with.
   std::vector<std::string> vocab(size_t(t.vocab_size()));
   for (int32_t id = 0; id < t.vocab_size(); ++id)
     if (!t.is_special(id)) vocab[size_t(id)] = t.token_bytes(id);
+  for (const std::string& marker : markers)
+    if (auto id = t.token_id(marker); id && std::find(stop_ids.begin(), stop_ids.end(), *id) == stop_ids.end())
+      vocab[size_t(*id)] = marker;
   std::vector<int32_t> stops;
   for (int32_t id : stop_ids)
     if (id >= 0 && id < vocab_size) stops.push_back(id);
@@ -246,8 +288,10 @@ xgrammar::TokenizerInfo tokenizer_info(const tokenizer::Tokenizer& t, int64_t vo
 
 }  // namespace
 
-GrammarCompiler::GrammarCompiler(const tokenizer::Tokenizer& t, int64_t vocab_size, const std::vector<int32_t>& stop_ids)
-    : impl_(std::make_unique<Impl>(tokenizer_info(t, vocab_size, stop_ids), int32_t(std::max<int64_t>(vocab_size, t.vocab_size())))) {}
+GrammarCompiler::GrammarCompiler(const tokenizer::Tokenizer& t, int64_t vocab_size, const std::vector<int32_t>& stop_ids,
+                                 text::ToolDialect dialect)
+    : impl_(std::make_unique<Impl>(tokenizer_info(t, vocab_size, stop_ids, text::dialect_markers(dialect)),
+                                   int32_t(std::max<int64_t>(vocab_size, t.vocab_size())))) {}
 
 GrammarCompiler::~GrammarCompiler() = default;
 
@@ -264,10 +308,11 @@ std::shared_ptr<const TokenGrammar> GrammarCompiler::compile(const OutputConstra
       if (error = unenforceable(schema, ""); !error.empty()) return nullptr;
     }
     if (c.kind != OutputConstraint::Kind::None &&
-        (c.thinking != OutputConstraint::Thinking::None || c.kind == OutputConstraint::Kind::ToolCalls)) {
+        (c.thinking != OutputConstraint::Thinking::None || c.kind == OutputConstraint::Kind::ToolCalls ||
+         c.kind == OutputConstraint::Kind::NoToolCalls || c.dialect == text::ToolDialect::Harmony)) {
       const std::string format = format_of(c, error);
       if (format.empty()) return nullptr;
-      return std::make_shared<Compiled>(impl_->compiler.CompileStructuralTag(structural_tag(format, c.thinking)), impl_->vocab_size);
+      return std::make_shared<Compiled>(impl_->compiler.CompileStructuralTag(structural_tag(format, c)), impl_->vocab_size);
     }
     switch (c.kind) {
       case OutputConstraint::Kind::None: return nullptr;
@@ -278,7 +323,8 @@ std::shared_ptr<const TokenGrammar> GrammarCompiler::compile(const OutputConstra
         return std::make_shared<Compiled>(impl_->compiler.CompileJSONSchema(c.text, false), impl_->vocab_size);
       case OutputConstraint::Kind::Gbnf:
         return std::make_shared<Compiled>(impl_->compiler.CompileGrammar(c.text, "root"), impl_->vocab_size);
-      case OutputConstraint::Kind::ToolCalls: break;  // a structural tag, above
+      case OutputConstraint::Kind::ToolCalls:
+      case OutputConstraint::Kind::NoToolCalls: break;  // a structural tag, above
     }
   } catch (const std::exception& e) {
     error = without_log_prefix(e.what());

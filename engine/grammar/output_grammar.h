@@ -20,8 +20,10 @@ class GrammarCompiler {
  public:
   // The vocabulary as the bytes each token decodes to (special tokens can never be produced, except
   // `stop_ids`, allowed once the output is complete); `vocab_size` is the logits' width (>= the
-  // tokenizer's: the rows past it belong to no token).
-  GrammarCompiler(const tokenizer::Tokenizer& tokenizer, int64_t vocab_size, const std::vector<int32_t>& stop_ids);
+  // tokenizer's: the rows past it belong to no token). The special tokens among `dialect`'s markers are
+  // written as their text (enforced tool calls are made of them).
+  GrammarCompiler(const tokenizer::Tokenizer& tokenizer, int64_t vocab_size, const std::vector<int32_t>& stop_ids,
+                  text::ToolDialect dialect = text::ToolDialect::None);
   ~GrammarCompiler();
 
   // The grammar for `constraint`, or null with `error` saying what in it cannot be enforced.

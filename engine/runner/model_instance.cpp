@@ -24,7 +24,8 @@ const grammar::GrammarCompiler& ModelInstance::grammars() const {
   // Built on first use: reading a 151k vocabulary into the grammar engine takes a moment that models
   // never asked for structured output need not pay at load.
   std::call_once(grammars_once_, [this] {
-    grammars_ = std::make_unique<grammar::GrammarCompiler>(*text().tokenizer, config().vocab_size, config().eos_token_ids);
+    const auto dialect = text().chat_template ? text::detect_tool_dialect(text().chat_template->source()) : text::ToolDialect::None;
+    grammars_ = std::make_unique<grammar::GrammarCompiler>(*text().tokenizer, config().vocab_size, config().eos_token_ids, dialect);
   });
   return *grammars_;
 }

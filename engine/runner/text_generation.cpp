@@ -25,9 +25,20 @@ struct Choice {
 std::optional<OutputConstraint> output_constraint(const TextRequest& request, const text::OutputFormat& format,
                                                   std::string& error, std::string& param) {
   const ChatInput& chat = request.chat;
-  const bool call_required = request.input == TextRequest::Input::Chat &&
-                             (chat.tool_choice == "required" || chat.tool_choice == "function");
-  if (!call_required) return request.constraint;
+  const bool chat_input = request.input == TextRequest::Input::Chat;
+  const bool call_required = chat_input && (chat.tool_choice == "required" || chat.tool_choice == "function");
+  if (!call_required) {
+    // tool_choice "none" with tools rendered: the model must not open a call it was told not to make.
+    if (chat_input && chat.tool_choice == "none" && !chat.tools_json.empty() && format.dialect != text::ToolDialect::None &&
+        request.constraint.kind == OutputConstraint::Kind::None) {
+      OutputConstraint c;
+      c.kind = OutputConstraint::Kind::NoToolCalls;
+      c.dialect = format.dialect;
+      c.param = "tool_choice";
+      return c;
+    }
+    return request.constraint;
+  }
   param = "tool_choice";
   if (request.constraint.kind != OutputConstraint::Kind::None) {
     error = "'tool_choice' " + chat.tool_choice + " cannot be combined with '" + request.constraint.param + "'";
@@ -35,13 +46,14 @@ std::optional<OutputConstraint> output_constraint(const TextRequest& request, co
   }
   if (!format.tools) {
     error = "'tool_choice' " + chat.tool_choice + " cannot be enforced: this model's chat template writes no tool-call format the "
-            "server knows (<tool_call> blocks)";
+            "server knows (Hermes/Qwen, Qwen3-Coder, GLM-4.5, Llama 3, Mistral, DeepSeek, Kimi-K2, gpt-oss)";
     return std::nullopt;
   }
   OutputConstraint c;
   c.kind = OutputConstraint::Kind::ToolCalls;
   c.text = chat.tools_json;
   c.param = "tools";
+  c.dialect = format.dialect;
   c.only_tool = chat.tool_choice == "function" ? chat.forced_tool : "";
   c.parallel = chat.parallel_tool_calls;
   return c;
@@ -74,6 +86,7 @@ BuiltPrompts build_prompts(const ModelInstance& m, const TextRequest& request) {
   // still finds it.
   if (format.chat && format.reasoning)
     constraint->thinking = format.starts_in_reasoning ? OutputConstraint::Thinking::Opened : OutputConstraint::Thinking::Optional;
+  if (format.chat) constraint->dialect = format.dialect;
   if (constraint->kind != OutputConstraint::Kind::None) {
     if (!m.text().tokenizer) return refuse(ModelText::no_tokenizer(m.options().name) + ": its output cannot be constrained", constraint->param);
     built.grammar = m.grammars().compile(*constraint, error);

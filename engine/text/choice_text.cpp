@@ -9,8 +9,15 @@ ChoiceText::ChoiceText(const tokenizer::Tokenizer* tokenizer, size_t choice, Out
       format_(format),
       logprobs_(logprobs),
       stop_(std::move(stop)),
-      parser_(format.reasoning, format.starts_in_reasoning, format.tools) {
-  if (tokenizer) stream_.emplace(*tokenizer, true);
+      parser_(format.reasoning, format.starts_in_reasoning, format.dialect, format.tools, format.tools_json) {
+  if (!tokenizer) return;
+  // Special tokens are not text, except the markers of the dialect whose calls (or gpt-oss's channels)
+  // are parsed.
+  std::vector<int32_t> kept;
+  if (format.chat && (format.tools || format.dialect == ToolDialect::Harmony))
+    for (const std::string& marker : dialect_markers(format.dialect))
+      if (auto id = tokenizer->token_id(marker); id && tokenizer->is_special(*id)) kept.push_back(*id);
+  stream_.emplace(*tokenizer, true, std::move(kept));
 }
 
 TextEvent ChoiceText::on(const GenerationEvent& e) {

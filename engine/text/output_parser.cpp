@@ -1,17 +1,10 @@
 #include "output_parser.h"
 
-#include <simdjson.h>
-
 #include <algorithm>
-#include <cctype>
-#include <regex>
 
 namespace ftllm::text {
 
 namespace {
-
-const std::string kThinkOpen = "<think>", kThinkClose = "</think>";
-const std::string kToolOpen = "<tool_call>", kToolClose = "</tool_call>";
 
 // How many trailing bytes of `s` could begin `tag` (so must wait for more text).
 size_t partial_tag(const std::string& s, const std::string& tag) {
@@ -20,74 +13,108 @@ size_t partial_tag(const std::string& s, const std::string& tag) {
   return 0;
 }
 
-bool parse_tool_call(const std::string& body, ToolCall& call) {
-  simdjson::dom::parser parser;
-  simdjson::padded_string text(body);
-  simdjson::dom::element e;
-  std::string_view name;
-  if (parser.parse(text).get(e) || e["name"].get(name)) return false;
-  call.name = name;
-  simdjson::dom::element args;
-  if (e["arguments"].get(args)) call.arguments_json = "{}";
-  else if (std::string_view s; !args.get(s)) call.arguments_json = s;  // already a JSON string
-  else call.arguments_json = simdjson::to_string(args);
-  return true;
-}
+bool all_space(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 }  // namespace
 
+OutputParser::OutputParser(bool reasoning, bool starts_in_reasoning, ToolDialect dialect, bool parse_calls,
+                           const std::string& tools_json)
+    : reasoning_(reasoning),
+      in_think_(starts_in_reasoning),
+      dialect_(dialect),
+      parse_calls_(parse_calls && dialect != ToolDialect::None),
+      types_(parse_calls ? tool_parameter_types(tools_json) : ToolParameterTypes{}),
+      content_started_(!reasoning) {
+  if (parse_calls_) openers_ = dialect_openers(dialect);
+  if (dialect == ToolDialect::Harmony) {
+    // gpt-oss answers in channels: analysis is its reasoning, final (and commentary to no one) is content.
+    think_open_ = "<|channel|>analysis<|message|>";
+    think_close_ = "<|end|>";
+    dropped_ = {"<|start|>assistant", "<|channel|>final<|message|>", "<|channel|>commentary<|message|>", "<|end|>",
+                "<|return|>", "<|call|>"};
+  }
+}
+
+void OutputParser::add_content(const std::string& text, ParsedDelta& out) {
+  out.content += text;
+  wrote_content_ = wrote_content_ || !text.empty();
+}
+
+bool OutputParser::scan_section(ParsedDelta& out, bool final, std::string& after) {
+  const SectionScan s = scan_tool_section(dialect_, section_, types_, final);
+  if (s.failed) {
+    // Not a call after all: the opener is text, and what follows is read again (fragments already sent
+    // for it cannot be taken back).
+    add_content(std::exchange(space_before_section_, {}) + section_.substr(0, opener_size_), out);
+    after = section_.substr(opener_size_);
+  } else {
+    for (size_t i = 0; i < s.calls.size(); ++i) {
+      const CallProgress& c = s.calls[i];
+      if (c.name.empty()) break;
+      if (reported_.size() <= i) reported_.emplace_back();
+      Reported& r = reported_[i];
+      const size_t index = size_t(tool_count_) + i;
+      if (!r.named) {
+        r.id = c.id.empty() && dialect_names_calls(dialect_) ? nine_character_call_id() : c.id;
+        out.fragments.push_back({index, c.name, c.args, r.id});
+        r.named = true;
+        r.args = c.args.size();
+      } else if (c.args.size() > r.args) {
+        out.fragments.push_back({index, "", c.args.substr(r.args), ""});
+        r.args = c.args.size();
+      }
+      if (c.complete && !r.done) {
+        out.tool_calls.push_back({c.name, c.arguments, r.id});
+        r.done = true;
+      }
+    }
+    if (!s.closed && !final) return false;
+    // Ended, or the answer ended first: its whole calls count, the rest is text.
+    size_t whole = 0;
+    while (whole < s.calls.size() && s.calls[whole].complete) ++whole;
+    tool_count_ += int(whole);
+    after = s.closed ? section_.substr(s.consumed) : "";
+    if (!s.closed) add_content(whole ? section_.substr(s.consumed) : space_before_section_ + section_, out);
+    space_before_section_.clear();
+  }
+  in_section_ = false;
+  section_.clear();
+  reported_.clear();
+  return true;
+}
+
 void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
   // `text` holds no partial tag at its end unless final.
-  while (!text.empty()) {
+  while (!text.empty() || (final && in_section_)) {
     if (in_think_) {
-      size_t close = text.find(kThinkClose);
+      size_t close = text.find(think_close_);
       if (close == std::string::npos) {
         out.reasoning += text;
         return;
       }
       out.reasoning += text.substr(0, close);
-      text.erase(0, close + kThinkClose.size());
+      text.erase(0, close + think_close_.size());
       in_think_ = false;
       content_started_ = false;
       continue;
     }
-    if (in_tool_) {
-      size_t close = text.find(kToolClose);
-      if (close == std::string::npos) {
-        tool_buffer_ += text;
-        stream_call(out);
-        return;
-      }
-      tool_buffer_ += text.substr(0, close);
-      text.erase(0, close + kToolClose.size());
-      in_tool_ = false;
-      ToolCall call;
-      if (parse_tool_call(tool_buffer_, call)) {
-        out.tool_calls.push_back(call);
-        if (!call_named_) {
-          out.fragments.push_back({size_t(tool_count_), call.name, call.arguments_json});
-        } else if (!streaming_args_) {
-          out.fragments.push_back({size_t(tool_count_), "", call.arguments_json});
-        } else {
-          // The rest of the arguments: up to the call object's closing brace, the last one.
-          const size_t end = tool_buffer_.rfind('}');
-          std::string rest = end > args_sent_ ? tool_buffer_.substr(args_sent_, end - args_sent_) : "";
-          rest.erase(rest.find_last_not_of(" \t\r\n") + 1);
-          if (!rest.empty()) out.fragments.push_back({size_t(tool_count_), "", rest});
-        }
-        ++tool_count_;
-      } else {
-        // Not a call after all: keep the text (fragments already streamed for it cannot be taken back).
-        out.content += kToolOpen + tool_buffer_ + kToolClose;
-      }
-      tool_buffer_.clear();
-      call_named_ = streaming_args_ = false;
-      args_sent_ = 0;
+    if (in_section_) {
+      section_ += std::exchange(text, {});
+      if (!scan_section(out, final, text)) return;
       continue;
     }
-    size_t think = reasoning_ ? text.find(kThinkOpen) : std::string::npos;
-    size_t tool = tools_ ? text.find(kToolOpen) : std::string::npos;
-    size_t next = std::min(think, tool);
+    // The first of: a <think>, a tool call's opener, framing to drop.
+    size_t next = std::string::npos, next_size = 0;
+    enum { None, Think, Call, Drop } what = None;
+    auto consider = [&](const std::string& tag, decltype(what) kind) {
+      size_t at = text.find(tag);
+      // A bare "{" opens Llama 3's call only as the answer's first text.
+      if (tag == "{" && at != std::string::npos && (wrote_content_ || !all_space(text.substr(0, at)))) at = std::string::npos;
+      if (at < next) next = at, next_size = tag.size(), what = kind;
+    };
+    if (reasoning_) consider(think_open_, Think);
+    for (const std::string& o : openers_) consider(o, Call);
+    for (const std::string& d : dropped_) consider(d, Drop);
     std::string plain = text.substr(0, next);
     // Content begins after </think> with the newlines that separate it: drop those.
     if (!content_started_) {
@@ -95,58 +122,38 @@ void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
       plain = start == std::string::npos ? "" : plain.substr(start);
       if (!plain.empty()) content_started_ = true;
     }
-    if (tools_) {
+    if (parse_calls_) {
       // Whitespace before a call (between calls, as separators) is not content: held back until text
       // other than whitespace shows it is.
       const size_t body = plain.find_last_not_of(" \t\r\n") + 1;  // npos + 1 == 0: all whitespace
-      if (body > 0) out.content += std::exchange(held_space_, {}) + plain.substr(0, body);
+      if (body > 0) add_content(std::exchange(held_space_, {}) + plain.substr(0, body), out);
       held_space_ += plain.substr(body);
     } else {
-      out.content += plain;
+      add_content(plain, out);
     }
-    if (next == std::string::npos) return;
-    if (next == think) {
+    if (what == None) return;
+    if (what == Think) {
       in_think_ = true;
-      text.erase(0, think + kThinkOpen.size());
+      text.erase(0, next + next_size);
+    } else if (what == Drop) {
+      text.erase(0, next + next_size);
     } else {
-      in_tool_ = true;
-      held_space_.clear();
-      text.erase(0, tool + kToolOpen.size());
+      in_section_ = true;
+      opener_size_ = next_size;
+      space_before_section_ = std::exchange(held_space_, {});
+      text.erase(0, next);  // the section's text starts with its opener
     }
   }
-  (void)final;
-}
-
-void OutputParser::stream_call(ParsedDelta& out) {
-  if (!call_named_) {
-    static const std::regex head(R"re(^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*)re");
-    std::smatch m;
-    if (!std::regex_search(tool_buffer_, m, head) || size_t(m.length(0)) == tool_buffer_.size()) return;
-    simdjson::dom::parser parser;
-    simdjson::padded_string quoted(m.str(1));
-    std::string_view name;
-    if (parser.parse(quoted).get(name)) return;
-    out.fragments.push_back({size_t(tool_count_), std::string(name), ""});
-    call_named_ = true;
-    args_sent_ = size_t(m.length(0));
-    streaming_args_ = tool_buffer_[args_sent_] == '{';  // a JSON string of arguments comes whole, decoded
-  }
-  if (!streaming_args_) return;
-  // Held back: trailing whitespace and a last '}', which may close the call object rather than the
-  // arguments (then it is never sent).
-  size_t end = tool_buffer_.size();
-  while (end > args_sent_ && std::isspace(static_cast<unsigned char>(tool_buffer_[end - 1]))) --end;
-  if (end > args_sent_ && tool_buffer_[end - 1] == '}') --end;
-  if (end <= args_sent_) return;
-  out.fragments.push_back({size_t(tool_count_), "", tool_buffer_.substr(args_sent_, end - args_sent_)});
-  args_sent_ = end;
 }
 
 ParsedDelta OutputParser::push(const std::string& text) {
   ParsedDelta out;
   pending_ += text;
   size_t hold = 0;
-  for (const std::string* tag : {&kThinkOpen, &kThinkClose, &kToolOpen, &kToolClose}) hold = std::max(hold, partial_tag(pending_, *tag));
+  auto hold_for = [&](const std::string& tag) { hold = std::max(hold, partial_tag(pending_, tag)); };
+  if (reasoning_ || in_think_) hold_for(think_open_), hold_for(think_close_);
+  for (const std::string& o : openers_) hold_for(o);
+  for (const std::string& d : dropped_) hold_for(d);
   std::string ready = pending_.substr(0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);
   route(std::move(ready), out, false);
@@ -156,13 +163,8 @@ ParsedDelta OutputParser::push(const std::string& text) {
 ParsedDelta OutputParser::finish() {
   ParsedDelta out;
   route(std::exchange(pending_, {}), out, true);
-  if (tool_count_ == 0 || in_tool_) out.content += held_space_;  // an answer without calls keeps its text whole
+  if (tool_count_ == 0) add_content(held_space_, out);  // an answer without calls keeps its text whole
   held_space_.clear();
-  if (in_tool_) {
-    out.content += kToolOpen + tool_buffer_;
-    tool_buffer_.clear();
-    in_tool_ = false;
-  }
   return out;
 }
 

@@ -1,7 +1,7 @@
 // Splits generated text into what OpenAI clients expect: reasoning (between <think> and </think>, as
-// Qwen3 and DeepSeek-R1 write it) goes to reasoning_content, Hermes/Qwen-style
-// <tool_call>{"name": ..., "arguments": ...}</tool_call> blocks become tool_calls, the rest is content.
-// Works on streamed text: a tag split across chunks is held back until it is whole.
+// Qwen3 and DeepSeek-R1 write it, or gpt-oss's analysis channel) goes to reasoning_content, tool calls in
+// the model's dialect (tool_dialect.h) become tool_calls, the rest is content. Works on streamed text: a
+// tag split across chunks is held back until it is whole, and a call is reported as it grows.
 #pragma once
 
 #include <string>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "text_request.h"
+#include "tool_dialect.h"
 
 namespace ftllm::text {
 
@@ -21,29 +22,47 @@ struct ParsedDelta {
 
 class OutputParser {
  public:
-  // `reasoning`: the template thinks in <think> tags; `starts_in_reasoning`: the prompt already opened
-  // one (DeepSeek-R1 style). `tools`: the request offered tools and the template writes <tool_call>.
-  OutputParser(bool reasoning, bool starts_in_reasoning, bool tools)
-      : reasoning_(reasoning), in_think_(starts_in_reasoning), tools_(tools), content_started_(!reasoning) {}
+  // `reasoning`: the template thinks (in <think> tags, or gpt-oss's channels when `dialect` is Harmony);
+  // `starts_in_reasoning`: the prompt already opened a <think> (DeepSeek-R1 style). `dialect`: the
+  // template's tool-call dialect; `parse_calls`: tools were offered, so calls in it are parsed, with the
+  // offered tools (`tools_json`) saying their parameters' types.
+  OutputParser(bool reasoning, bool starts_in_reasoning, ToolDialect dialect = ToolDialect::None, bool parse_calls = false,
+               const std::string& tools_json = "");
 
   ParsedDelta push(const std::string& text);
-  ParsedDelta finish();  // whatever is held back; an unclosed tool call is returned as content
+  ParsedDelta finish();  // whatever is held back; an unfinished tool call is returned as content
   bool saw_tool_call() const { return tool_count_ > 0; }
 
  private:
   void route(std::string text, ParsedDelta& out, bool final);
-  // The open call's name once its head is whole, then its arguments as they come.
-  void stream_call(ParsedDelta& out);
+  // Scans the open tool-call section; returns the text after it once it has ended (or failed).
+  bool scan_section(ParsedDelta& out, bool final, std::string& after);
+  void add_content(const std::string& text, ParsedDelta& out);
 
-  bool reasoning_, in_think_, tools_;
+  bool reasoning_, in_think_;
+  ToolDialect dialect_;
+  bool parse_calls_;
+  ToolParameterTypes types_;
+  std::string think_open_ = "<think>", think_close_ = "</think>";
+  std::vector<std::string> openers_;  // strings that begin a tool-call section
+  std::vector<std::string> dropped_;  // framing that is neither reasoning nor content (gpt-oss's headers)
   bool content_started_;  // leading newlines after </think> are dropped until content starts
-  bool in_tool_ = false;
-  std::string pending_, tool_buffer_;
+  bool wrote_content_ = false;
+  std::string pending_;
   std::string held_space_;  // whitespace that may only separate tool calls
-  int tool_count_ = 0;
-  bool call_named_ = false;  // the open call's name went out in a fragment
-  bool streaming_args_ = false;  // its arguments go out as they come (an object, not a JSON string)
-  size_t args_sent_ = 0;     // bytes of tool_buffer_ up to which the arguments went out
+  int tool_count_ = 0;      // calls in sections already closed
+
+  // The open section: its text from the opener on, and what was reported of each of its calls.
+  bool in_section_ = false;
+  std::string section_;
+  size_t opener_size_ = 0;
+  std::string space_before_section_;  // held whitespace: content again if the section is not a call
+  struct Reported {
+    bool named = false, done = false;
+    size_t args = 0;  // bytes of the call's arguments text sent
+    std::string id;
+  };
+  std::vector<Reported> reported_;
 };
 
 }  // namespace ftllm::text

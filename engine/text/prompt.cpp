@@ -43,13 +43,17 @@ Prompt build_prompt(const ModelText& text, const std::string& model_name, int64_
     if (Status s = render_chat(text, model_name, request.chat, rendered); !s.ok) return refuse(Refusal::ChatTemplate, s.message, field);
     if (!text.tokenizer) return refuse(Refusal::InvalidPrompt, ModelText::no_tokenizer(model_name), "");
     p.ids = text.tokenizer->encode(rendered, false, true);
-    // Templates that think in <think> tags get reasoning; those that write <tool_call> get tool calls.
+    // Templates that think in <think> tags (or gpt-oss's analysis channel) get reasoning; tool calls are
+    // read in the template's dialect.
     const std::string& source = text.chat_template->source();
     std::string tail = rendered;
     while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
-    p.format = {true, source.find("<think>") != std::string::npos, tail.ends_with("<think>"),
-                !request.chat.tools_json.empty() && request.chat.tool_choice != "none" &&
-                    source.find("<tool_call>") != std::string::npos};
+    p.format.chat = true;
+    p.format.dialect = detect_tool_dialect(source);
+    p.format.reasoning = source.find("<think>") != std::string::npos || p.format.dialect == ToolDialect::Harmony;
+    p.format.starts_in_reasoning = tail.ends_with("<think>");
+    p.format.tools = !request.chat.tools_json.empty() && request.chat.tool_choice != "none" && p.format.dialect != ToolDialect::None;
+    if (p.format.tools) p.format.tools_json = request.chat.tools_json;
   } else if (request.input == TextRequest::Input::Tokens) {
     p.ids = request.token_prompts.at(which);
   } else {

@@ -1,6 +1,6 @@
 // A request's prompt as the model sees it: a chat rendered with the model's template (with its special
 // tokens) and tokenized, a text tokenized, or token ids as given; and the format the model will answer
-// in, read off its template (reasoning in <think> tags, tool calls in <tool_call> blocks).
+// in, read off its template (reasoning in <think> tags, tool calls in its dialect).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include "../core/status.h"
 #include "model_text.h"
 #include "text_request.h"
+#include "tool_dialect.h"
 
 namespace ftllm::text {
 
@@ -18,7 +19,9 @@ struct OutputFormat {
   bool chat = false;                 // a chat answer (else plain completion text)
   bool reasoning = false;            // the template thinks in <think> tags
   bool starts_in_reasoning = false;  // the prompt already opened one (DeepSeek-R1 style)
-  bool tools = false;                // tools were offered and the template writes <tool_call> blocks
+  ToolDialect dialect = ToolDialect::None;  // how the template writes tool calls
+  bool tools = false;                // tools were offered (and tool_choice is not "none"): calls are parsed
+  std::string tools_json;            // the tools offered
 };
 
 struct Prompt {

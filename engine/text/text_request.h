@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../scheduler/request.h"
+#include "tool_dialect.h"
 
 namespace ftllm {
 
@@ -28,12 +29,13 @@ struct ChatInput {
 // What the output must match, enforced token by token (constrained decoding): OpenAI's response_format,
 // llama-server's json_schema and grammar fields.
 struct OutputConstraint {
-  // ToolCalls: one or more calls (or exactly the one named) in the <tool_call> format of Hermes and Qwen,
-  // each call's arguments valid against its tool's parameters.
-  enum class Kind { None, JsonObject, JsonSchema, Gbnf, ToolCalls };
+  // ToolCalls: one or more calls (or exactly the one named) in the model's dialect, each call's arguments
+  // valid against its tool's parameters. NoToolCalls: free text that never opens a call (tool_choice "none").
+  enum class Kind { None, JsonObject, JsonSchema, Gbnf, ToolCalls, NoToolCalls };
   Kind kind = Kind::None;
   std::string text;   // JsonSchema: the schema (JSON); Gbnf: the grammar; ToolCalls: the tools (JSON array)
   std::string param;  // the request field it came from, named when it cannot be enforced
+  text::ToolDialect dialect = text::ToolDialect::None;  // ToolCalls, NoToolCalls: how calls are written
   std::string only_tool;  // ToolCalls: the one tool that must be called (empty: any of them)
   bool parallel = true;   // ToolCalls: several calls allowed
   // Whether the constrained part follows a <think> block the model writes first: none, one it may write
@@ -67,6 +69,7 @@ struct TextRequest {
 struct ToolCall {
   std::string name;
   std::string arguments_json;  // the arguments object, serialised
+  std::string id;              // the call's id when the dialect names calls (Kimi, Mistral); else ""
   bool operator==(const ToolCall&) const = default;
 };
 
@@ -77,6 +80,7 @@ struct ToolCallFragment {
   size_t index = 0;
   std::string name;       // the first fragment of a call only
   std::string arguments;  // a piece of the arguments' JSON text
+  std::string id;         // the first fragment only: as ToolCall::id
 };
 
 // One generated token for logprobs: its bytes (possibly part of a UTF-8 character), its log-probability,

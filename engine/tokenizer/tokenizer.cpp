@@ -155,7 +155,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
 }
 
 std::string Tokenizer::Stream::feed(int32_t id) {
-  if (id < 0 || size_t(id) >= t_.piece_bytes_.size() || (skip_special_ && t_.is_special(id))) return {};
+  if (id < 0 || size_t(id) >= t_.piece_bytes_.size()) return {};
+  if (skip_special_ && t_.is_special(id) && std::find(kept_.begin(), kept_.end(), id) == kept_.end()) return {};
   t_.append_token_bytes(id, !started_, pending_);
   started_ = true;
   size_t n = complete_utf8_prefix(pending_);

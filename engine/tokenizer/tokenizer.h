@@ -53,13 +53,16 @@ class Tokenizer {
   // part of a UTF-8 character; all pieces plus finish() equal decode() of the same ids.
   class Stream {
    public:
-    explicit Stream(const Tokenizer& t, bool skip_special = false) : t_(t), skip_special_(skip_special) {}
+    // `kept`: special tokens decoded even when skipping them (the markers a parser reads).
+    explicit Stream(const Tokenizer& t, bool skip_special = false, std::vector<int32_t> kept = {})
+        : t_(t), skip_special_(skip_special), kept_(std::move(kept)) {}
     std::string feed(int32_t id);
     std::string finish();
 
    private:
     const Tokenizer& t_;
     bool skip_special_;
+    std::vector<int32_t> kept_;
     bool started_ = false;
     std::string pending_;
   };

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "grammar/output_grammar.h"
+#include "text/output_parser.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace ftllm;
@@ -114,6 +115,7 @@ OutputConstraint constraint(OutputConstraint::Kind kind, std::string text) {
   c.kind = kind;
   c.text = std::move(text);
   c.param = "the test's constraint";
+  if (kind == OutputConstraint::Kind::ToolCalls) c.dialect = text::ToolDialect::Hermes;
   return c;
 }
 
@@ -280,6 +282,85 @@ BOOST_AUTO_TEST_CASE(required_tool_calls_follow_the_format_and_the_parameters) {
       }
       if (!c.only.empty()) BOOST_TEST((names == std::set<std::string>{c.only}));
     }
+}
+
+// Every dialect's enforced calls, whatever the model wishes, are calls its own parser reads back: the
+// grammar and the parser agree on the syntax, and the arguments keep to each tool's parameters.
+BOOST_AUTO_TEST_CASE(enforced_calls_in_every_dialect_parse_back) {
+  const std::string tools = R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["C", "F"]}},
+      "required": ["city", "unit"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+      "required": ["a", "b"], "additionalProperties": false}}}])";
+  using text::ToolDialect;
+  for (ToolDialect d : {ToolDialect::Hermes, ToolDialect::QwenXml, ToolDialect::Glm, ToolDialect::Llama3, ToolDialect::MistralJson,
+                        ToolDialect::Mistral, ToolDialect::DeepSeekR1, ToolDialect::DeepSeekV31, ToolDialect::Kimi, ToolDialect::Harmony})
+    for (const Vocabulary& v : vocabularies()) {
+      if (v.name == "llama3") continue;  // two vocabularies suffice here: SentencePiece and Qwen's 151k
+      OutputConstraint calls = constraint(OutputConstraint::Kind::ToolCalls, tools);
+      calls.dialect = d;
+      auto g = compile(v, calls);
+      for (uint64_t seed = 0; seed < 3; ++seed) {
+        Walk w = walk(v, *g, seed, seed % 2 == 1, 800);
+        BOOST_TEST_CONTEXT(text::dialect_name(d) << " " << v.name << " seed " << seed << ": " << w.text) {
+          BOOST_REQUIRE(w.ended);
+          text::OutputParser parser(false, false, d, true, tools);
+          text::ParsedDelta a = parser.push(w.text), b = parser.finish();
+          std::vector<ToolCall> found = a.tool_calls;
+          found.insert(found.end(), b.tool_calls.begin(), b.tool_calls.end());
+          BOOST_TEST(found.size() >= 1u);
+          if (text::call_syntax(d).single_call) BOOST_TEST(found.size() == 1u);
+          BOOST_TEST((a.content + b.content).find_first_not_of(" \n") == std::string::npos, "content: " << a.content + b.content);
+          for (const ToolCall& call : found) {
+            simdjson::dom::parser json;
+            simdjson::dom::object args = parse(json, call.arguments_json);
+            if (call.name == "add") {
+              int64_t x = -1, y = -1;
+              BOOST_TEST((!args["a"].get(x) && !args["b"].get(y) && x >= 0 && x <= 99 && y >= 0 && y <= 99), call.arguments_json);
+            } else {
+              BOOST_REQUIRE(call.name == "get_weather");
+              std::string_view unit, city;
+              BOOST_TEST((!args["unit"].get(unit) && (unit == "C" || unit == "F") && !args["city"].get(city)), call.arguments_json);
+              // maxLength counts characters: UTF-8 bytes that do not continue one.
+              BOOST_TEST(std::count_if(city.begin(), city.end(), [](char ch) { return (ch & 0xC0) != 0x80; }) <= 8, city);
+            }
+            BOOST_TEST(args.size() == 2u);
+          }
+        }
+      }
+    }
+}
+
+// tool_choice "none" with tools rendered: the model may write anything but a call's opener.
+BOOST_AUTO_TEST_CASE(no_tool_calls_forbids_the_dialects_opener) {
+  const Vocabulary& qwen3 = vocabularies().back();
+  OutputConstraint none = constraint(OutputConstraint::Kind::NoToolCalls, "");
+  none.dialect = text::ToolDialect::Hermes;
+  auto g = compile(qwen3, none);
+  auto m = g->start();
+  std::vector<float> logits(size_t(qwen3.vocab_size), 0.0f);
+  m->mask(logits);
+  const int32_t opener = qwen3.tokenizer->token_id("<tool_call>").value();
+  BOOST_TEST(std::isinf(logits[size_t(opener)]));  // the opener's own token
+  BOOST_TEST(!std::isinf(logits[size_t(qwen3.tokenizer->token_id("Hello").value())]));
+  BOOST_TEST(!std::isinf(logits[size_t(qwen3.stop)]));  // an answer may end at once
+  for (uint64_t seed = 0; seed < 3; ++seed) {
+    Walk w = walk(qwen3, *g, seed, true, 200);
+    BOOST_TEST(w.text.find("<tool_call>") == std::string::npos, w.text);
+  }
+  // Spelled out a piece at a time, it is still refused before it is whole.
+  auto spelled = g->start();
+  for (std::string_view piece : {"Sure. <", "tool", "_call"}) {
+    std::vector<float> l(size_t(qwen3.vocab_size), 0.0f);
+    spelled->mask(l);
+    const auto ids = qwen3.tokenizer->encode(piece, false, false);
+    for (int32_t id : ids) BOOST_REQUIRE(spelled->accept(id));
+  }
+  std::vector<float> last(size_t(qwen3.vocab_size), 0.0f);
+  spelled->mask(last);
+  BOOST_TEST(std::isinf(last[size_t(qwen3.tokenizer->encode(">", false, false).at(0))]));
 }
 
 // A model that wants to write `text`: each step it takes the longest allowed token that continues it.
