@@ -56,6 +56,9 @@ bool OutputParser::scan_section(ParsedDelta& out, bool final, std::string& after
       const size_t index = size_t(tool_count_) + i;
       if (!r.named) {
         r.id = c.id.empty() && dialect_names_calls(dialect_) ? nine_character_call_id() : c.id;
+        // Kimi's template numbers the calls it renders back itself (functions.NAME:IDX by position): the
+        // id says the same, whatever number the model wrote.
+        if (dialect_ == ToolDialect::Kimi) r.id = "functions." + c.name + ":" + std::to_string(index);
         out.fragments.push_back({index, c.name, c.args, r.id});
         r.named = true;
         r.args = c.args.size();
@@ -149,13 +152,26 @@ void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
 ParsedDelta OutputParser::push(const std::string& text) {
   ParsedDelta out;
   pending_ += text;
+  std::vector<const std::string*> tags;
+  if (reasoning_ || in_think_) tags.push_back(&think_open_), tags.push_back(&think_close_);
+  for (const std::string& o : openers_) tags.push_back(&o);
+  for (const std::string& d : dropped_) tags.push_back(&d);
   size_t hold = 0;
-  auto hold_for = [&](const std::string& tag) { hold = std::max(hold, partial_tag(pending_, tag)); };
-  if (reasoning_ || in_think_) hold_for(think_open_), hold_for(think_close_);
-  for (const std::string& o : openers_) hold_for(o);
-  for (const std::string& d : dropped_) hold_for(d);
-  std::string ready = pending_.substr(0, pending_.size() - hold);
-  pending_.erase(0, pending_.size() - hold);
+  for (const std::string* tag : tags) hold = std::max(hold, partial_tag(pending_, *tag));
+  // Nor may the cut split a whole tag (one tag's beginning can end another: "<|channel|>commentary to=").
+  size_t cut = pending_.size() - hold;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (const std::string* tag : tags)
+      for (size_t at = cut > tag->size() ? cut - tag->size() + 1 : 0; at < cut; ++at)
+        if (pending_.compare(at, tag->size(), *tag) == 0 && at + tag->size() > cut) {
+          cut = at;
+          moved = true;
+          break;
+        }
+  }
+  std::string ready = pending_.substr(0, cut);
+  pending_.erase(0, cut);
   route(std::move(ready), out, false);
   return out;
 }

@@ -148,15 +148,46 @@ std::string escape_raw_controls(std::string_view raw) {
   return out;
 }
 
+// JSON without the whitespace between its tokens.
+std::string compact(std::string_view json) {
+  std::string out;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string && c == '\\' && i + 1 < json.size()) {
+      out += c;
+      out += json[++i];
+      continue;
+    }
+    if (c == '"') in_string = !in_string;
+    if (in_string || !std::isspace(static_cast<unsigned char>(c))) out += c;
+  }
+  return out;
+}
+
 // Arguments written as JSON: an object, serialised compactly, or a string holding one (some templates
 // render arguments that way). False when they are not an object.
 bool normalise_arguments(std::string_view raw, std::string& out) {
   simdjson::dom::parser parser;
   simdjson::padded_string text(raw);
   simdjson::dom::element e;
-  if (parser.parse(text).get(e)) {
-    text = simdjson::padded_string(escape_raw_controls(raw));
-    if (parser.parse(text).get(e)) return false;
+  simdjson::error_code error = parser.parse(text).get(e);
+  if (error) {
+    const std::string escaped = escape_raw_controls(raw);
+    text = simdjson::padded_string(escaped);
+    error = parser.parse(text).get(e);
+    // An integer past 64 bits is JSON all the same (and a grammar's "integer" allows it), which simdjson
+    // does not read: kept as written when the text is JSON with such numbers as 0.
+    if (error && !escaped.empty() && escaped[0] == '{') {
+      static const std::regex long_digits("[0-9]{19,}");
+      const std::string small = std::regex_replace(compact(escaped), long_digits, "0");
+      simdjson::padded_string check(small);
+      if (!parser.parse(check).get(e) && e.type() == simdjson::dom::element_type::OBJECT) {
+        out = compact(escaped);
+        return true;
+      }
+    }
+    if (error) return false;
   }
   if (std::string_view inner; !e.get(inner)) {
     simdjson::padded_string again(inner);

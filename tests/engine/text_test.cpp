@@ -118,6 +118,41 @@ BOOST_AUTO_TEST_CASE(tool_calls_are_parsed_at_any_offset) {
   BOOST_TEST(d.content == "<tool_call>not json</tool_call>");
 }
 
+// gpt-oss answers in channels: analysis is reasoning, final is content, a commentary message to a
+// function is a call (in the order the model writes its header, and in the template's).
+BOOST_AUTO_TEST_CASE(harmony_channels_split_at_any_offset) {
+  const std::vector<std::string> texts = {
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+      "<|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json"
+      "<|message|>{\"city\": \"Paris\"}"};
+  for (const std::string& text : texts)
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      OutputParser p(true, false, ToolDialect::Harmony, true);
+      std::string reasoning, content;
+      std::vector<ToolCall> calls;
+      for (const ParsedDelta& d : {p.push(text.substr(0, cut)), p.push(text.substr(cut)), p.finish()}) {
+        reasoning += d.reasoning;
+        content += d.content;
+        calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+      }
+      BOOST_TEST(reasoning == "Need weather.", "cut " << cut);
+      BOOST_TEST(content == "", "cut " << cut << ": " << content);
+      BOOST_REQUIRE_EQUAL(calls.size(), 1u);
+      BOOST_TEST(calls[0].name == "get_weather");
+      BOOST_TEST(calls[0].arguments_json == R"({"city":"Paris"})");
+    }
+  const std::string answer = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi there.<|return|>";
+  for (size_t cut = 0; cut <= answer.size(); ++cut) {
+    OutputParser p(true, false, ToolDialect::Harmony, false);
+    std::string reasoning, content;
+    for (const ParsedDelta& d : {p.push(answer.substr(0, cut)), p.push(answer.substr(cut)), p.finish()})
+      reasoning += d.reasoning, content += d.content;
+    BOOST_TEST(reasoning == "Easy.", "cut " << cut);
+    BOOST_TEST(content == "Hi there.", "cut " << cut);
+  }
+}
+
 namespace {
 
 const std::string kData = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/";
