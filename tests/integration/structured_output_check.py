@@ -1,4 +1,5 @@
-"""Structured output against a running ftllmd (argv: base URL, model name, number of generated schemas).
+"""Structured output against a running ftllmd (argv: base URL, model name or names separated by commas,
+number of generated schemas, and "schemas" to check the schemas alone).
 
 Python's jsonschema is the oracle. Generated schemas (every keyword the README lists: types, properties,
 required, additionalProperties, enum, const, anyOf/oneOf, $ref/$defs with recursion, arrays with
@@ -19,7 +20,9 @@ import jsonschema
 import openai
 import pydantic
 
-base, model, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+base, models, count = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
+schemas_only = sys.argv[4:] == ["schemas"]
+model = models[0]
 client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=300)
 rng = random.Random(20261202)
 
@@ -106,7 +109,7 @@ FIXED = [
 def ask(i, s):
     greedy = i % 2 == 0
     r = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "Reply with JSON."}], max_tokens=160,
+        model=models[i % len(models)], messages=[{"role": "user", "content": "Reply with JSON."}], max_tokens=160,
         temperature=0 if greedy else 1.5, seed=i,
         response_format={"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": s, "strict": True}})
     return r.choices[0]
@@ -128,7 +131,11 @@ with concurrent.futures.ThreadPoolExecutor(16) as pool:
             raise SystemExit(f"schema {i} {json.dumps(s)}\noutput {text!r}\n{e}")
         checked += 1
 assert checked >= len(schemas) * 3 // 4, f"only {checked} of {len(schemas)} answers finished within max_tokens"
-print(f"json_schema ok: {checked} answers validate, {cut} cut off by max_tokens, of {len(schemas)} schemas")
+print(f"json_schema ok: {checked} answers validate, {cut} cut off by max_tokens, of {len(schemas)} schemas"
+      f" on {len(models)} model(s)")
+if schemas_only:
+    print("ALL OK")
+    sys.exit(0)
 
 
 class Pet(pydantic.BaseModel):
