@@ -25,6 +25,13 @@ enum class ToolDialect {
   Harmony,      // gpt-oss: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>
 };
 
+// Markers that more than the parser need: DeepSeek's (fullwidth bars, "▁" for spaces) and Kimi's.
+inline const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCallsEnd = "<｜tool▁calls▁end｜>",
+                         kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>", kDsSep = "<｜tool▁sep｜>";
+inline const std::string kKimiSectionBegin = "<|tool_calls_section_begin|>", kKimiSectionEnd = "<|tool_calls_section_end|>",
+                         kKimiCallBegin = "<|tool_call_begin|>", kKimiArgBegin = "<|tool_call_argument_begin|>",
+                         kKimiCallEnd = "<|tool_call_end|>";
+
 // The dialect a chat template writes tool calls in (None when it writes none we know).
 ToolDialect detect_tool_dialect(std::string_view template_source);
 std::string_view dialect_name(ToolDialect d);
@@ -68,8 +75,8 @@ std::string nine_character_call_id();
 // where a call is begin + NAME + name_end [+ digits + index_end] + arguments (JSON, or parameters in
 // `args_style`: "qwen_xml", "glm_xml") + call_end.
 struct CallSyntax {
-  std::string section_open, section_close, separator;
-  std::string begin, name_end, index_end, call_end;
+  std::string section_open{}, section_close{}, separator{};
+  std::string begin{}, name_end{}, index_end{}, call_end{};
   std::string args_style = "json";
   bool name_is_json_string = false;  // the name is written as a JSON string (quoted)
   bool single_call = false;          // the template allows one call per answer

@@ -120,6 +120,15 @@ OutputConstraint constraint(OutputConstraint::Kind kind, std::string text) {
   return c;
 }
 
+// Two tools whose arguments are easy to check: a bounded string and an enum, two bounded integers.
+const std::string kTwoTools = R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["C", "F"]}},
+      "required": ["city", "unit"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+      "required": ["a", "b"], "additionalProperties": false}}}])";
+
 simdjson::dom::element parse(simdjson::dom::parser& parser, const std::string& text) {
   simdjson::dom::element e;
   BOOST_REQUIRE_MESSAGE(!parser.parse(text).get(e), "not JSON: " << text);
@@ -227,13 +236,7 @@ digit ::= [0-9])";
 // tool_choice "required" or a named tool: calls in the <tool_call> format, each naming an offered tool
 // (or the one named) with arguments valid against its parameters; one call when parallel calls are off.
 BOOST_AUTO_TEST_CASE(required_tool_calls_follow_the_format_and_the_parameters) {
-  const std::string tools = R"([
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
-      "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["C", "F"]}},
-      "required": ["city", "unit"], "additionalProperties": false}}},
-    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
-      "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": 0, "maximum": 99}},
-      "required": ["a", "b"], "additionalProperties": false}}}])";
+  const std::string& tools = kTwoTools;
   struct Case {
     std::string only;
     bool parallel;
@@ -288,13 +291,7 @@ BOOST_AUTO_TEST_CASE(required_tool_calls_follow_the_format_and_the_parameters) {
 // Every dialect's enforced calls, whatever the model wishes, are calls its own parser reads back: the
 // grammar and the parser agree on the syntax, and the arguments keep to each tool's parameters.
 BOOST_AUTO_TEST_CASE(enforced_calls_in_every_dialect_parse_back) {
-  const std::string tools = R"([
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
-      "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["C", "F"]}},
-      "required": ["city", "unit"], "additionalProperties": false}}},
-    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
-      "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": 0, "maximum": 99}},
-      "required": ["a", "b"], "additionalProperties": false}}}])";
+  const std::string& tools = kTwoTools;
   using text::ToolDialect;
   for (ToolDialect d : {ToolDialect::Hermes, ToolDialect::QwenXml, ToolDialect::Glm, ToolDialect::Llama3, ToolDialect::MistralJson,
                         ToolDialect::Mistral, ToolDialect::DeepSeekR1, ToolDialect::DeepSeekV31, ToolDialect::Kimi, ToolDialect::Harmony})
