@@ -402,9 +402,9 @@ BOOST_AUTO_TEST_CASE(structured_output_validates_against_every_schema) {
   BOOST_TEST(r.out.find("ALL OK") != std::string::npos);
 }
 
-// The same property on every random-weight fixture architecture (f32): their wishes are noise, read
-// through a tokenizer of bytes alone (tests/data/tokenizers/bytes), and what they write must still
-// validate.
+// The same property on every random-weight fixture architecture (f32), every schema on each: their
+// wishes are noise, read through a tokenizer of bytes alone (tests/data/tokenizers/bytes), and what they
+// write must still validate; so must their required and named tool calls (ChatML's <tool_call>).
 BOOST_AUTO_TEST_CASE(structured_output_holds_on_every_fixture_architecture) {
   TempDir dir;
   const std::string data = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/";
@@ -422,12 +422,12 @@ BOOST_AUTO_TEST_CASE(structured_output_holds_on_every_fixture_architecture) {
   std::sort(names.begin(), names.end());
   BOOST_REQUIRE(names.size() >= 10u);
   const std::string chatml = " --chat_template " + data + "chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja";
-  DaemonProcess d(dir, {dir.file(names[0]), "--name", names[0], "-t", "2", "--ctx", "512", "--chat_template",
+  DaemonProcess d(dir, {dir.file(names[0]), "--name", names[0], "-t", "2", "--ctx", "2048", "--chat_template",
                         data + "chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"});
   std::string list = names[0];
   for (size_t i = 1; i < names.size(); ++i) {
     CommandResult load = run_command(env_or_fail("FTLLMCTL") + " --socket " + d.socket_path() + " load " + dir.file(names[i]) +
-                                     " --name " + names[i] + " -t 2 --ctx 512" + chatml);
+                                     " --name " + names[i] + " -t 2 --ctx 2048" + chatml);
     BOOST_REQUIRE_MESSAGE(load.exit_code == 0, load.out + load.err);
     list += "," + names[i];
   }
@@ -435,6 +435,13 @@ BOOST_AUTO_TEST_CASE(structured_output_holds_on_every_fixture_architecture) {
   CommandResult r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
                                 "/tests/integration/structured_output_check.py " + d.base_url() + " " + list + " " +
                                 std::to_string(schemas) + " schemas");
+  BOOST_TEST_MESSAGE(r.out);
+  BOOST_TEST(r.exit_code == 0, r.out + r.err);
+  BOOST_TEST(r.out.find("ALL OK") != std::string::npos);
+  std::string hermes;
+  for (const std::string& name : names) hermes += " " + name + "=hermes";
+  r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
+                  "/tests/integration/tool_dialects_check.py " + d.base_url() + hermes);
   BOOST_TEST_MESSAGE(r.out);
   BOOST_TEST(r.exit_code == 0, r.out + r.err);
   BOOST_TEST(r.out.find("ALL OK") != std::string::npos);

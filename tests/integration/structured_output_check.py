@@ -1,5 +1,5 @@
 """Structured output against a running ftllmd (argv: base URL, model name or names separated by commas,
-number of generated schemas, and "schemas" to check the schemas alone).
+number of generated schemas, and "schemas" to check the schemas alone). Every schema goes to every model.
 
 Python's jsonschema is the oracle. Generated schemas (every keyword the README lists: types, properties,
 required, additionalProperties, enum, const, anyOf/oneOf, $ref/$defs with recursion, arrays with
@@ -106,19 +106,20 @@ FIXED = [
 ]
 
 
-def ask(i, s):
+def ask(i, s, model):
     greedy = i % 2 == 0
     r = client.chat.completions.create(
-        model=models[i % len(models)], messages=[{"role": "user", "content": "Reply with JSON."}], max_tokens=160,
+        model=model, messages=[{"role": "user", "content": "Reply with JSON."}], max_tokens=160,
         temperature=0 if greedy else 1.5, seed=i,
         response_format={"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": s, "strict": True}})
     return r.choices[0]
 
 
 schemas = FIXED + [schema() for _ in range(count)]
+jobs = [(i, s, m) for i, s in enumerate(schemas) for m in models]
 checked = cut = 0
 with concurrent.futures.ThreadPoolExecutor(16) as pool:
-    for i, (s, choice) in enumerate(zip(schemas, pool.map(ask, range(len(schemas)), schemas))):
+    for (i, s, m), choice in zip(jobs, pool.map(lambda job: ask(*job), jobs)):
         text = choice.message.content
         if choice.finish_reason == "length":
             cut += 1
@@ -128,11 +129,11 @@ with concurrent.futures.ThreadPoolExecutor(16) as pool:
             value = json.loads(text)
             jsonschema.validate(value, s, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
         except Exception as e:
-            raise SystemExit(f"schema {i} {json.dumps(s)}\noutput {text!r}\n{e}")
+            raise SystemExit(f"{m}, schema {i} {json.dumps(s)}\noutput {text!r}\n{e}")
         checked += 1
-assert checked >= len(schemas) * 3 // 4, f"only {checked} of {len(schemas)} answers finished within max_tokens"
+assert checked >= len(jobs) * 3 // 4, f"only {checked} of {len(jobs)} answers finished within max_tokens"
 print(f"json_schema ok: {checked} answers validate, {cut} cut off by max_tokens, of {len(schemas)} schemas"
-      f" on {len(models)} model(s)")
+      f" on each of {len(models)} model(s)")
 if schemas_only:
     print("ALL OK")
     sys.exit(0)
