@@ -41,7 +41,7 @@ void OutputParser::add_content(const std::string& text, ParsedDelta& out) {
 }
 
 bool OutputParser::scan_section(ParsedDelta& out, bool final, std::string& after) {
-  const SectionScan s = scan_tool_section(dialect_, section_, types_, final);
+  const SectionScan s = scan_tool_section(dialect_, section_, types_, final, &memo_);
   if (s.failed) {
     // Not a call after all: the opener is text, and what follows is read again (fragments already sent
     // for it cannot be taken back).
@@ -83,6 +83,7 @@ bool OutputParser::scan_section(ParsedDelta& out, bool final, std::string& after
   in_section_ = false;
   section_.clear();
   reported_.clear();
+  memo_ = {};
   return true;
 }
 

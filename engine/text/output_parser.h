@@ -63,6 +63,7 @@ class OutputParser {
     std::string id;
   };
   std::vector<Reported> reported_;
+  ScanMemo memo_;
 };
 
 }  // namespace ftllm::text

@@ -20,6 +20,7 @@ enum class Got { Yes, More, No };
 struct Reader {
   std::string_view s;
   size_t pos = 0;
+  ScanMemo* memo = nullptr;
 
   bool at_end() const { return pos >= s.size(); }
   void spaces() {
@@ -34,8 +35,17 @@ struct Reader {
   }
   // The text before `end` (moving past it), or More while `end` has not come.
   Got until(std::string_view end, std::string_view& out) {
-    const size_t at = s.find(end, pos);
-    if (at == std::string_view::npos) return Got::More;
+    size_t from = pos;
+    if (memo && memo->until_start == pos && memo->until_end == end) from = std::max(pos, memo->until_at);
+    const size_t at = s.find(end, from);
+    if (at == std::string_view::npos) {
+      if (memo) {
+        memo->until_start = pos;
+        memo->until_at = s.size() >= end.size() ? std::max(pos, s.size() - end.size() + 1) : pos;
+        memo->until_end = end;
+      }
+      return Got::More;
+    }
     out = s.substr(pos, at - pos);
     pos = at + end.size();
     return Got::Yes;
@@ -59,6 +69,11 @@ struct Reader {
     if (c == '{' || c == '[' || c == '"') {
       int depth = 0;
       bool in_string = false;
+      if (memo && memo->json_start == start && memo->json_at > i) {
+        i = memo->json_at;
+        depth = memo->json_depth;
+        in_string = memo->json_in_string;
+      }
       for (; i < s.size(); ++i) {
         const char ch = s[i];
         if (in_string) {
@@ -74,6 +89,7 @@ struct Reader {
         }
       }
       if (i >= s.size()) {
+        if (memo) memo->json_start = start, memo->json_at = i, memo->json_depth = depth, memo->json_in_string = in_string;
         out = s.substr(start);
         return Got::More;
       }
@@ -533,9 +549,10 @@ ToolParameterTypes tool_parameter_types(const std::string& tools_json) {
   return types;
 }
 
-SectionScan scan_tool_section(ToolDialect d, std::string_view text, const ToolParameterTypes& types, bool final) {
+SectionScan scan_tool_section(ToolDialect d, std::string_view text, const ToolParameterTypes& types, bool final,
+                              ScanMemo* memo) {
   SectionScan out;
-  Reader r{text};
+  Reader r{text, 0, memo};
   const Got got = scan(d, r, out.calls, out.consumed, types, final);
   out.closed = got == Got::Yes;
   if (out.closed) out.consumed = r.pos;

@@ -66,8 +66,21 @@ struct SectionScan {
 using ToolParameterTypes = std::map<std::string, std::map<std::string, std::vector<std::string>>, std::less<>>;
 ToolParameterTypes tool_parameter_types(const std::string& tools_json);
 
+// Where the last scan of a growing section stopped inside a value still being written, so the next scan
+// of the same section (the same text and more) resumes there: a long argument costs its length once, not
+// once per token.
+struct ScanMemo {
+  size_t json_start = std::string_view::npos, json_at = 0;  // a JSON value: its start, where scanning stopped
+  int json_depth = 0;
+  bool json_in_string = false;
+  size_t until_start = std::string_view::npos, until_at = 0;  // a search for `until_end` from `until_start`
+  std::string until_end;
+};
+
 // `final`: the answer has ended (a call that runs to the end, such as Llama 3's built-in tools, is whole).
-SectionScan scan_tool_section(ToolDialect d, std::string_view text, const ToolParameterTypes& types, bool final);
+// `memo`, kept by the caller for one section, makes scanning it again as it grows cost only the new text.
+SectionScan scan_tool_section(ToolDialect d, std::string_view text, const ToolParameterTypes& types, bool final,
+                              ScanMemo* memo = nullptr);
 // A call id as Mistral's templates require them: nine random letters and digits.
 std::string nine_character_call_id();
 
