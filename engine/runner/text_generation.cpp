@@ -20,25 +20,23 @@ struct Choice {
   bool stop_wanted = false, stop_sent = false;
 };
 
-// The request's output constraint: its own (response_format, json_schema, grammar), or tool calls in the
-// model's format when tool_choice requires them.
+// The request's output constraint: its own (response_format, json_schema, grammar), tool calls in the
+// model's format when tool_choice requires them, or text without calls when it forbids them. The caller
+// sets the dialect.
 std::optional<OutputConstraint> output_constraint(const TextRequest& request, const text::OutputFormat& format,
                                                   std::string& error, std::string& param) {
   const ChatInput& chat = request.chat;
   const bool chat_input = request.input == TextRequest::Input::Chat;
-  const bool call_required = chat_input && (chat.tool_choice == "required" || chat.tool_choice == "function");
-  if (!call_required) {
-    // tool_choice "none" with tools rendered: the model must not open a call it was told not to make.
-    if (chat_input && chat.tool_choice == "none" && !chat.tools_json.empty() && format.dialect != text::ToolDialect::None &&
-        request.constraint.kind == OutputConstraint::Kind::None) {
-      OutputConstraint c;
-      c.kind = OutputConstraint::Kind::NoToolCalls;
-      c.dialect = format.dialect;
-      c.param = "tool_choice";
-      return c;
-    }
-    return request.constraint;
+  // tool_choice "none" with tools rendered: the model must not open a call it was told not to make.
+  if (chat_input && chat.tool_choice == "none" && !chat.tools_json.empty() && format.dialect != text::ToolDialect::None &&
+      request.constraint.kind == OutputConstraint::Kind::None) {
+    OutputConstraint c;
+    c.kind = OutputConstraint::Kind::NoToolCalls;
+    c.param = "tool_choice";
+    return c;
   }
+  const bool call_required = chat_input && (chat.tool_choice == "required" || chat.tool_choice == "function");
+  if (!call_required) return request.constraint;
   param = "tool_choice";
   if (request.constraint.kind != OutputConstraint::Kind::None) {
     error = "'tool_choice' " + chat.tool_choice + " cannot be combined with '" + request.constraint.param + "'";
@@ -53,7 +51,6 @@ std::optional<OutputConstraint> output_constraint(const TextRequest& request, co
   c.kind = OutputConstraint::Kind::ToolCalls;
   c.text = chat.tools_json;
   c.param = "tools";
-  c.dialect = format.dialect;
   c.only_tool = chat.tool_choice == "function" ? chat.forced_tool : "";
   c.parallel = chat.parallel_tool_calls;
   return c;

@@ -8,6 +8,7 @@
 #include <random>
 #include <regex>
 
+#include "../core/json_writer.h"
 #include "tool_dialect.h"
 
 namespace ftllm::text {
@@ -119,25 +120,9 @@ std::string rtrim(std::string_view s) {
   return std::string(s.substr(0, b));
 }
 
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += char(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else out += char(c);
-  }
-  return out + "\"";
-}
-
-// JSON as models write it: control characters inside strings (a raw tab or newline, which JSON wants
-// escaped, and which grammars let through) escaped.
-std::string escape_raw_controls(std::string_view raw) {
+// JSON as models write it, repaired and compact: control characters inside strings (a raw tab or
+// newline, which JSON wants escaped and grammars let through) escaped, whitespace between tokens dropped.
+std::string compact_json(std::string_view raw) {
   std::string out;
   bool in_string = false;
   for (size_t i = 0; i < raw.size(); ++i) {
@@ -149,28 +134,11 @@ std::string escape_raw_controls(std::string_view raw) {
     }
     if (c == '"') in_string = !in_string;
     if (in_string && static_cast<unsigned char>(c) < 0x20) {
-      const std::string escaped = quote(std::string_view(&c, 1));  // "\t", with its quotes
+      const std::string escaped = json_quote(std::string_view(&c, 1));  // "\t", with its quotes
       out.append(escaped, 1, escaped.size() - 2);
-    } else {
+    } else if (in_string || !std::isspace(static_cast<unsigned char>(c))) {
       out += c;
     }
-  }
-  return out;
-}
-
-// JSON without the whitespace between its tokens.
-std::string compact(std::string_view json) {
-  std::string out;
-  bool in_string = false;
-  for (size_t i = 0; i < json.size(); ++i) {
-    const char c = json[i];
-    if (in_string && c == '\\' && i + 1 < json.size()) {
-      out += c;
-      out += json[++i];
-      continue;
-    }
-    if (c == '"') in_string = !in_string;
-    if (in_string || !std::isspace(static_cast<unsigned char>(c))) out += c;
   }
   return out;
 }
@@ -183,17 +151,16 @@ bool normalise_arguments(std::string_view raw, std::string& out) {
   simdjson::dom::element e;
   simdjson::error_code error = parser.parse(text).get(e);
   if (error) {
-    const std::string escaped = escape_raw_controls(raw);
-    text = simdjson::padded_string(escaped);
+    const std::string repaired = compact_json(raw);
+    text = simdjson::padded_string(repaired);
     error = parser.parse(text).get(e);
     // An integer past 64 bits is JSON all the same (and a grammar's "integer" allows it), which simdjson
     // does not read: kept as written when the text is JSON with such numbers as 0.
-    if (error && !escaped.empty() && escaped[0] == '{') {
+    if (error && repaired.starts_with('{')) {
       static const std::regex long_digits("[0-9]{19,}");
-      const std::string small = std::regex_replace(compact(escaped), long_digits, "0");
-      simdjson::padded_string check(small);
+      simdjson::padded_string check(std::regex_replace(repaired, long_digits, "0"));
       if (!parser.parse(check).get(e) && e.type() == simdjson::dom::element_type::OBJECT) {
-        out = compact(escaped);
+        out = repaired;
         return true;
       }
     }
@@ -275,14 +242,14 @@ Got json_call(Reader& r, CallProgress& call, std::initializer_list<std::string_v
 // string without the whitespace around it (an enum's value, say).
 std::string parameter_json(std::string_view value, const std::vector<std::string>* types) {
   const std::string v = trim(value);
-  if (types && types->size() == 1 && (*types)[0] == "string") return quote(v);
+  if (types && types->size() == 1 && (*types)[0] == "string") return json_quote(v);
   simdjson::dom::parser parser;
   simdjson::padded_string text(v);
   simdjson::dom::element e;
   if (!v.empty() && !parser.parse(text).get(e)) return simdjson::to_string(e);
   if (v == "True" || v == "False") return v == "True" ? "true" : "false";
   if (v == "None") return "null";
-  return quote(v);
+  return json_quote(v);
 }
 
 // Parameters one by one (Qwen3-Coder's <parameter=P>...</parameter>, GLM's <arg_key>P</arg_key>
@@ -319,7 +286,7 @@ Got xml_parameters(Reader& r, CallProgress& call, const ToolParameterTypes& type
     const std::vector<std::string>* param_types = nullptr;
     if (tool != types.end())
       if (auto p = tool->second.find(std::string(trim(key))); p != tool->second.end()) param_types = &p->second;
-    object += (object.size() > 1 ? ", " : "") + quote(trim(key)) + ": " + parameter_json(value, param_types);
+    object += (object.size() > 1 ? ", " : "") + json_quote(trim(key)) + ": " + parameter_json(value, param_types);
   }
 }
 
@@ -333,7 +300,7 @@ bool builtin_call(std::string_view text, CallProgress& call) {
   const std::string args = m.str(2);
   std::string object = "{";
   for (auto it = std::sregex_iterator(args.begin(), args.end(), arg); it != std::sregex_iterator(); ++it)
-    object += (object.size() > 1 ? ", " : "") + quote((*it)[1].str()) + ": " + quote((*it)[2].str());
+    object += (object.size() > 1 ? ", " : "") + json_quote((*it)[1].str()) + ": " + json_quote((*it)[2].str());
   call.args = call.arguments = object + "}";
   return true;
 }

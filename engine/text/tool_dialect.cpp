@@ -1,5 +1,7 @@
 #include "tool_dialect.h"
 
+#include <iterator>
+
 namespace ftllm::text {
 
 namespace {
@@ -22,66 +24,40 @@ ToolDialect detect_tool_dialect(std::string_view t) {
   return ToolDialect::None;
 }
 
-std::string_view dialect_name(ToolDialect d) {
-  switch (d) {
-    case ToolDialect::None: return "none";
-    case ToolDialect::Hermes: return "hermes";
-    case ToolDialect::QwenXml: return "qwen3-coder";
-    case ToolDialect::Glm: return "glm-4.5";
-    case ToolDialect::Llama3: return "llama-3";
-    case ToolDialect::MistralJson: return "mistral-nemo";
-    case ToolDialect::Mistral: return "mistral";
-    case ToolDialect::DeepSeekR1: return "deepseek-r1";
-    case ToolDialect::DeepSeekV31: return "deepseek-v3.1";
-    case ToolDialect::Kimi: return "kimi-k2";
-    case ToolDialect::Harmony: return "gpt-oss";
-  }
-  return "none";
+namespace {
+
+// What each dialect is called, the fixed strings it writes, and those that begin a call.
+struct Facts {
+  std::string_view name;
+  std::vector<std::string> markers, openers;
+};
+
+const Facts& facts(ToolDialect d) {
+  static const std::vector<std::string> tool_call = {"<tool_call>"}, mistral = {"[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"},
+                                        deepseek = {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
+  static const Facts all[] = {  // in ToolDialect's order
+      {"none", {}, {}},
+      {"hermes", {"<tool_call>", "</tool_call>"}, tool_call},
+      {"qwen3-coder", {"<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=", "</parameter>"}, tool_call},
+      {"glm-4.5", {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"}, tool_call},
+      {"llama-3", {"<|python_tag|>"}, {"<|python_tag|>", "{"}},
+      {"mistral-nemo", mistral, {"[TOOL_CALLS]"}},
+      {"mistral", mistral, {"[TOOL_CALLS]"}},
+      {"deepseek-r1", deepseek, {kDsCallsBegin}},
+      {"deepseek-v3.1", deepseek, {kDsCallsBegin}},
+      {"kimi-k2", {kKimiSectionBegin, kKimiSectionEnd, kKimiCallBegin, kKimiArgBegin, kKimiCallEnd}, {kKimiSectionBegin}},
+      {"gpt-oss", {"<|channel|>", "<|message|>", "<|constrain|>", "<|start|>", "<|end|>", "<|call|>"},
+       {"<|channel|>commentary to=", " to=functions."}},
+  };
+  static_assert(std::size(all) == size_t(ToolDialect::Harmony) + 1);
+  return all[size_t(d)];
 }
 
-const std::vector<std::string>& dialect_markers(ToolDialect d) {
-  static const std::vector<std::string> none, hermes = {"<tool_call>", "</tool_call>"},
-                                        qwen = {"<tool_call>", "</tool_call>", "<function=", "</function>", "<parameter=", "</parameter>"},
-                                        glm = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"},
-                                        llama = {"<|python_tag|>"}, mistral = {"[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"},
-                                        deepseek = {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep},
-                                        kimi = {kKimiSectionBegin, kKimiSectionEnd, kKimiCallBegin, kKimiArgBegin, kKimiCallEnd},
-                                        harmony = {"<|channel|>", "<|message|>", "<|constrain|>", "<|start|>", "<|end|>", "<|call|>"};
-  switch (d) {
-    case ToolDialect::None: return none;
-    case ToolDialect::Hermes: return hermes;
-    case ToolDialect::QwenXml: return qwen;
-    case ToolDialect::Glm: return glm;
-    case ToolDialect::Llama3: return llama;
-    case ToolDialect::MistralJson:
-    case ToolDialect::Mistral: return mistral;
-    case ToolDialect::DeepSeekR1:
-    case ToolDialect::DeepSeekV31: return deepseek;
-    case ToolDialect::Kimi: return kimi;
-    case ToolDialect::Harmony: return harmony;
-  }
-  return none;
-}
+}  // namespace
 
-const std::vector<std::string>& dialect_openers(ToolDialect d) {
-  static const std::vector<std::string> none, tool_call = {"<tool_call>"}, llama = {"<|python_tag|>", "{"},
-                                        mistral = {"[TOOL_CALLS]"}, deepseek = {kDsCallsBegin}, kimi = {kKimiSectionBegin},
-                                        harmony = {"<|channel|>commentary to=", " to=functions."};
-  switch (d) {
-    case ToolDialect::None: return none;
-    case ToolDialect::Hermes:
-    case ToolDialect::QwenXml:
-    case ToolDialect::Glm: return tool_call;
-    case ToolDialect::Llama3: return llama;
-    case ToolDialect::MistralJson:
-    case ToolDialect::Mistral: return mistral;
-    case ToolDialect::DeepSeekR1:
-    case ToolDialect::DeepSeekV31: return deepseek;
-    case ToolDialect::Kimi: return kimi;
-    case ToolDialect::Harmony: return harmony;
-  }
-  return none;
-}
+std::string_view dialect_name(ToolDialect d) { return facts(d).name; }
+const std::vector<std::string>& dialect_markers(ToolDialect d) { return facts(d).markers; }
+const std::vector<std::string>& dialect_openers(ToolDialect d) { return facts(d).openers; }
 
 bool dialect_names_calls(ToolDialect d) {
   return d == ToolDialect::Kimi || d == ToolDialect::Mistral || d == ToolDialect::MistralJson;

@@ -8,17 +8,11 @@ import sys
 import jsonschema
 import openai
 
+from example_tools import add, schemas, tools, weather
+
 base, model = sys.argv[1], sys.argv[2]
 client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=300)
 
-weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                            "unit": {"enum": ["celsius", "fahrenheit"]}},
-           "required": ["city", "unit"], "additionalProperties": False}
-add = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-       "required": ["a", "b"], "additionalProperties": False}
-tools = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.", "parameters": weather}},
-         {"type": "function", "function": {"name": "add", "description": "Adds two integers.", "parameters": add}}]
-schemas = {"get_weather": weather, "add": add}
 messages = [{"role": "user", "content": "Tell me a joke."}]  # a request no tool fits: the choice forces one
 
 
