@@ -152,24 +152,6 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
   for (; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
-// e^x, eight at once: x = k ln2 + r with |r| <= ln2 / 2, e^r by Cephes expf's degree-6 polynomial
-// (within 2 ulp of expf), 2^k put into the exponent. Inputs are clamped to where e^x is a normal float.
-inline __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // ln2 in two parts, so k * ln2 is taken off without rounding away r.
-  const __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x));
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 er = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i two_k = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(er, _mm256_castsi256_ps(two_k));
-}
-
 // f over n floats eight at a time; the last few go through the same eight-lane f (padded), so an
 // element's value does not depend on where a call's tail falls.
 template <typename F>
@@ -186,12 +168,6 @@ inline __m256 load_part(const float* p, int count) {
   return _mm256_load_ps(v);
 }
 
-// v in the first count lanes, fill in the rest.
-inline __m256 first_lanes(__m256 v, int count, __m256 fill) {
-  const __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  return _mm256_blendv_ps(fill, v, _mm256_castsi256_ps(below));
-}
-
 inline void store_part(float* p, __m256 v, int count) {
   if (count == 8) return _mm256_storeu_ps(p, v);
   alignas(32) float out[8];
@@ -205,26 +181,6 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
     const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
     store_part(out + i, _mm256_mul_ps(silu, load_part(up + i, count)), count);
   });
-}
-
-void softmax(float* x, int64_t n) {
-  __m256 mx = _mm256_set1_ps(-INFINITY);
-  map8(n, [&](int64_t i, int count) {
-    mx = _mm256_max_ps(mx, first_lanes(load_part(x + i, count), count, _mm256_set1_ps(-INFINITY)));
-  });
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const __m256 top = _mm256_set1_ps(_mm_cvtss_f32(m4));
-  __m256 sum = _mm256_setzero_ps();
-  map8(n, [&](int64_t i, int count) {
-    __m256 e = exp8(_mm256_sub_ps(load_part(x + i, count), top));
-    if (count < 8) e = first_lanes(e, count, _mm256_setzero_ps());
-    sum = _mm256_add_ps(sum, e);
-    store_part(x + i, e, count);
-  });
-  const __m256 inv = _mm256_set1_ps(1.0f / hsum(sum));
-  map8(n, [&](int64_t i, int count) { store_part(x + i, _mm256_mul_ps(load_part(x + i, count), inv), count); });
 }
 
 template <DType T>
@@ -245,160 +201,14 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
-// Eight cached values from value c of a head's row (c a multiple of 8), as floats: the stored type read
-// directly. `at` reads one (the rows' tails).
-struct KvF32 {
-  static __m256 load8(const uint8_t* row, int64_t c) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c); }
-};
-struct KvF16 {
-  static __m256 load8(const uint8_t* row, int64_t c) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
-  }
-};
-struct KvBF16 {
-  static __m256 load8(const uint8_t* row, int64_t c) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-  }
-};
-struct KvQ8_0 {
-  static __m256 load8(const uint8_t* row, int64_t c) {
-    const uint8_t* block = row + c / 32 * 34;
-    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + c % 32))));
-    const __m128 scale = _mm_cvtph_ps(_mm_cvtsi32_si128(quant::decode::u16(block)));  // F16C, as half() reads it
-    return _mm256_mul_ps(_mm256_broadcastss_ps(scale), q);
-  }
-};
-// An e4m3 byte moved into a half's bit fields (sign to bit 15, exponent and mantissa under it) is its
-// value times 2^-8, subnormals included (both formats' subnormals scale by the same power): F16C widens
-// eight at once, and the row's scale takes the 2^8 back. (0x7f, e4m3's NaN, reads as 480; the store never
-// writes it for a finite value.)
-struct KvFP8 {
-  static __m256 load8(const uint8_t* row, int64_t c) {
-    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 4 + c)));
-    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
-                                   _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7));
-    return _mm256_mul_ps(_mm256_set1_ps(quant::decode::f32(row) * 256.0f), _mm256_cvtph_ps(h));
-  }
-};
-
-// Q queries (1 or 2) against keys j..j+3, into s[Q][4]: each chunk of a query is loaded once for the
-// four keys, and a pair shares each key chunk it loads. Each key's eight lanes are summed in hsum's order
-// (halves, then lanes i and i + 2, then the pair) - the same bits whatever its neighbours; a short last
-// group repeats its last key and the caller drops the extra results.
-template <int Q, typename L>
-inline void scores_block(const float* q, const uint8_t* const* keys, kvcache::KvDtype t, int64_t j, int64_t n, int64_t d,
-                         float (*s)[4]) {
-  const int64_t d8 = d & ~int64_t(7);
-  const uint8_t* k[4];
-  for (int64_t i = 0; i < 4; ++i) k[i] = keys[std::min(j + i, n - 1)];
-  __m256 a[Q][4];
-  for (int r = 0; r < Q; ++r)
-    for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < d8; c += 8) {
-    const __m256 k0 = L::load8(k[0], c), k1 = L::load8(k[1], c), k2 = L::load8(k[2], c), k3 = L::load8(k[3], c);
-    for (int r = 0; r < Q; ++r) {
-      const __m256 qv = _mm256_loadu_ps(q + r * d + c);
-      a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(qv, k1, a[r][1]);
-      a[r][2] = _mm256_fmadd_ps(qv, k2, a[r][2]);
-      a[r][3] = _mm256_fmadd_ps(qv, k3, a[r][3]);
-    }
-  }
-  auto fold = [](__m256 v) { return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); };
-  for (int r = 0; r < Q; ++r) {
-    __m128 v0 = fold(a[r][0]), v1 = fold(a[r][1]), v2 = fold(a[r][2]), v3 = fold(a[r][3]);
-    _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
-    _mm_storeu_ps(s[r], _mm_add_ps(_mm_add_ps(v0, v2), _mm_add_ps(v1, v3)));
-    for (int64_t i = 0; i < 4; ++i)
-      for (int64_t x = d8; x < d; ++x) s[r][i] = std::fma(q[r * d + x], kvcache::kv_value(t, k[i], x), s[r][i]);
-  }
-}
-
-template <typename L>
-void scores_of(const float* q, int64_t nq, const uint8_t* const* keys, kvcache::KvDtype t, int64_t n, int64_t d, float scale,
-               float* out) {
-  for (int64_t r = 0; r < nq; r += 2) {
-    const bool pair = r + 1 < nq;
-    for (int64_t j = 0; j < n; j += 4) {
-      float s[2][4];
-      if (pair) scores_block<2, L>(q + r * d, keys, t, j, n, d, s);
-      else scores_block<1, L>(q + r * d, keys, t, j, n, d, s);
-      for (int p = 0; p <= int(pair); ++p)
-        for (int64_t i = 0; i < 4 && j + i < n; ++i) out[(r + p) * n + j + i] = s[p][i] * scale;
-    }
-  }
-}
-
-// Q queries' outputs over `chunks` 8-float chunks from column c: every element summed over j in order,
-// so a query's result does not depend on the tile or on its partner. A pair shares each value chunk.
-template <int Q, int kChunks, typename L>
-inline void weighted_block(const float* w, const uint8_t* const* values, int64_t n, int64_t d, int64_t c, int64_t chunks,
-                           float* out) {
-  __m256 acc[Q][kChunks];
-  for (int r = 0; r < Q; ++r)
-    for (int u = 0; u < kChunks; ++u) acc[r][u] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < n; ++j) {
-    __m256 wj[Q];
-    for (int r = 0; r < Q; ++r) wj[r] = _mm256_set1_ps(w[r * n + j]);
-    for (int64_t u = 0; u < chunks; ++u) {
-      const __m256 vu = L::load8(values[j], c + 8 * u);
-      for (int r = 0; r < Q; ++r) acc[r][u] = _mm256_fmadd_ps(wj[r], vu, acc[r][u]);
-    }
-  }
-  for (int r = 0; r < Q; ++r)
-    for (int64_t u = 0; u < chunks; ++u) _mm256_storeu_ps(out + r * d + c + 8 * u, acc[r][u]);
-}
-
-template <typename L>
-void weighted_sum_of(const float* w, int64_t nq, const uint8_t* const* values, kvcache::KvDtype t, int64_t n, int64_t d,
-                     float* out) {
-  const int64_t d8 = d & ~int64_t(7);
-  for (int64_t r = 0; r < nq; r += 2) {
-    const bool pair = r + 1 < nq;
-    // A pair holds 2 x 4 accumulators, a single query 8 (16 registers either way with the loads).
-    for (int64_t c = 0; c < d8; c += pair ? 32 : 64) {
-      const int64_t chunks = std::min<int64_t>(pair ? 4 : 8, (d8 - c) / 8);
-      if (pair) weighted_block<2, 4, L>(w + r * n, values, n, d, c, chunks, out + r * d);
-      else weighted_block<1, 8, L>(w + r * n, values, n, d, c, chunks, out + r * d);
-    }
-    for (int64_t p = r; p < std::min(nq, r + 2); ++p)
-      for (int64_t x = d8; x < d; ++x) {
-        float s = 0;
-        for (int64_t j = 0; j < n; ++j) s = std::fma(w[p * n + j], kvcache::kv_value(t, values[j], x), s);
-        out[p * d + x] = s;
-      }
-  }
-}
-
-void scores(const float* q, int64_t nq, const uint8_t* const* keys, kvcache::KvDtype t, int64_t n, int64_t d, float scale, float* out) {
-  switch (t) {
-    case kvcache::KvDtype::F32: return scores_of<KvF32>(q, nq, keys, t, n, d, scale, out);
-    case kvcache::KvDtype::F16: return scores_of<KvF16>(q, nq, keys, t, n, d, scale, out);
-    case kvcache::KvDtype::BF16: return scores_of<KvBF16>(q, nq, keys, t, n, d, scale, out);
-    case kvcache::KvDtype::Q8_0: return scores_of<KvQ8_0>(q, nq, keys, t, n, d, scale, out);
-    case kvcache::KvDtype::FP8: return scores_of<KvFP8>(q, nq, keys, t, n, d, scale, out);
-  }
-}
-
-void weighted_sum(const float* w, int64_t nq, const uint8_t* const* values, kvcache::KvDtype t, int64_t n, int64_t d, float* out) {
-  switch (t) {
-    case kvcache::KvDtype::F32: return weighted_sum_of<KvF32>(w, nq, values, t, n, d, out);
-    case kvcache::KvDtype::F16: return weighted_sum_of<KvF16>(w, nq, values, t, n, d, out);
-    case kvcache::KvDtype::BF16: return weighted_sum_of<KvBF16>(w, nq, values, t, n, d, out);
-    case kvcache::KvDtype::Q8_0: return weighted_sum_of<KvQ8_0>(w, nq, values, t, n, d, out);
-    case kvcache::KvDtype::FP8: return weighted_sum_of<KvFP8>(w, nq, values, t, n, d, out);
-  }
-}
-
 // The AVX-512 VNNI table differs only in the integer dot products; the float kernels stay AVX2.
 const Kernels& avx512vnni_kernel_table() {
-  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, softmax, to_f32, scores, weighted_sum};
+  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, avx2::attend_block};
   return k;
 }
 
 const Kernels& avx2_kernel_table() {
-  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, softmax, to_f32, scores, weighted_sum};
+  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, avx2::attend_block};
   return k;
 }
 

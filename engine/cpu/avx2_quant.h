@@ -1,4 +1,5 @@
-// The quantized-weight half of the AVX2 and AVX-512 VNNI kernel tables.
+// The AVX2 and AVX-512 VNNI kernel tables' entries kept in files of their own: the quantized-weight
+// matmuls and attention.
 #pragma once
 
 #include "kernels.h"
@@ -13,6 +14,9 @@ void quantize_q8_256(const float* x, int64_t K, Q8Block* out);
 // avx2_exact_blocks.cpp: weight rows [n0, n1) of a type uses_q8 names against M quantized activation rows.
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                int64_t ldy);
+
+// avx2_attention.cpp: flash attention's step (both tables).
+void attend_block(const AttendBlock& block, const AttendRows& rows);
 
 }  // namespace ftllm::cpu::avx2
 

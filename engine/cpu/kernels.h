@@ -21,6 +21,35 @@ struct Q8Block {
   int8_t q[32];
 };
 
+// One block of n cached head rows for attend_block: keys of d values and values of their first vd
+// values, stored as `dtype` (kv_format.h). keys[0] is the block's first position; only the rows some
+// query row sees are read.
+struct AttendBlock {
+  const uint8_t* const* keys;
+  const uint8_t* const* values;  // multi-head latent attention: the key rows again
+  kvcache::KvDtype dtype;
+  int64_t n, d, vd;
+  float scale;
+};
+// nq query rows (d floats each) and their running state: row i sees keys lo[i] <= j < hi[i] of the
+// block (none when hi[i] <= lo[i]: the row is left as it is); its max m[i], sum l[i] and unnormalised
+// output acc + i * acc_stride (vd floats, then zeros up to a multiple of 8; acc_stride holds that) become
+//   m' = max(m, max s_j),  l' = l e^(m - m') + sum e^(s_j - m'),  acc' = acc e^(m - m') + sum e^(s_j - m') v_j
+// over the keys it sees, s_j = scale (q . k_j). Starting from m = -inf, l = 0, acc = 0 and meeting a
+// sequence's blocks in order, acc / l is the row's attention. A row's bits depend only on its own
+// query, state, range and the block: rows may be grouped into calls any way. Every key and value the
+// rows see must be finite.
+struct AttendRows {
+  const float* const* q;
+  int64_t nq;
+  const int32_t* lo;
+  const int32_t* hi;
+  float* m;
+  float* l;
+  float* acc;
+  int64_t acc_stride;
+};
+
 struct Kernels {
   const char* name;
   // y[m * ldy + n] = sum_k x[m * K + k] * w_n[k] for m in [0, M), n in [n0, n1): w is row-major
@@ -38,18 +67,10 @@ struct Kernels {
   // out = x / sqrt(mean(x^2) + eps) * w
   void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);  // silu(gate) * up
-  void (*softmax)(float* x, int64_t n);  // in place: e^(x - max x), over their sum
   // One row of n values of any dtype (a whole row of a block type) to float32.
   void (*to_f32)(DType t, const void* src, float* dst, int64_t n);
-  // Attention's two halves for nq queries sharing their keys (the heads of one key-value head), each
-  // query and output row d floats after the last: out[i * n + j] = scale * (q_i . keys[j]), and
-  // out_i = sum_j w[i * n + j] * values[j], over n cached head rows stored as `t` (kv_format.h; the
-  // first d of their values). A query's scores and sums are the same bits whichever queries and keys
-  // share its call.
-  void (*scores)(const float* q, int64_t nq, const uint8_t* const* keys, kvcache::KvDtype t, int64_t n, int64_t d, float scale,
-                 float* out);
-  void (*weighted_sum)(const float* w, int64_t nq, const uint8_t* const* values, kvcache::KvDtype t, int64_t n, int64_t d,
-                       float* out);
+  // Flash attention's step, an online softmax: query rows meet one block of cached keys and values.
+  void (*attend_block)(const AttendBlock& block, const AttendRows& rows);
 };
 
 // Q4_K, Q5_K and Q6_K take their activations with one scale per 256 values (llama.cpp's q8_K): every block

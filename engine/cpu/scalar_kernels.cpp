@@ -76,38 +76,39 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-void softmax(float* x, int64_t n) {
-  const float top = *std::max_element(x, x + n);
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - top));
-  const float inv = 1.0f / sum;
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
-
 void to_f32(DType t, const void* src, float* dst, int64_t n) { quant::dequantize_row(t, src, dst, n); }
 
-// The cached rows read value by value, in the one order.
-void scores(const float* q, int64_t nq, const uint8_t* const* keys, kvcache::KvDtype t, int64_t n, int64_t d, float scale, float* out) {
-  for (int64_t i = 0; i < nq; ++i)
-    for (int64_t j = 0; j < n; ++j) {
+// The cached rows read value by value, in the one order; the online softmax exactly as kernels.h
+// states it.
+void attend_block(const AttendBlock& b, const AttendRows& r) {
+  std::vector<float> p(static_cast<size_t>(b.n));
+  for (int64_t i = 0; i < r.nq; ++i) {
+    if (r.lo[i] >= r.hi[i]) continue;
+    float top = -INFINITY;
+    for (int64_t j = r.lo[i]; j < r.hi[i]; ++j) {
       float s = 0;
-      for (int64_t x = 0; x < d; ++x) s += q[i * d + x] * kvcache::kv_value(t, keys[j], x);
-      out[i * n + j] = s * scale;
+      for (int64_t x = 0; x < b.d; ++x) s += r.q[i][x] * kvcache::kv_value(b.dtype, b.keys[j], x);
+      p[size_t(j)] = s * b.scale;
+      top = std::max(top, p[size_t(j)]);
     }
-}
-
-void weighted_sum(const float* w, int64_t nq, const uint8_t* const* values, kvcache::KvDtype t, int64_t n, int64_t d, float* out) {
-  for (int64_t i = 0; i < nq; ++i) {
-    std::fill(out + i * d, out + (i + 1) * d, 0.0f);
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t x = 0; x < d; ++x) out[i * d + x] += w[i * n + j] * kvcache::kv_value(t, values[j], x);
+    const float m = std::max(r.m[i], top), alpha = r.m[i] == -INFINITY ? 0.0f : std::exp(r.m[i] - m);
+    float* acc = r.acc + i * r.acc_stride;
+    float sum = 0;
+    for (int64_t x = 0; x < b.vd; ++x) acc[x] *= alpha;
+    for (int64_t j = r.lo[i]; j < r.hi[i]; ++j) {
+      const float e = std::exp(p[size_t(j)] - m);
+      sum += e;
+      for (int64_t x = 0; x < b.vd; ++x) acc[x] += e * kvcache::kv_value(b.dtype, b.values[j], x);
+    }
+    r.l[i] = r.l[i] * alpha + sum;
+    r.m[i] = m;
   }
 }
 
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, quantize_q8_256, dot, axpy, rmsnorm, silu_mul, softmax, to_f32, scores, weighted_sum};
+  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, quantize_q8_256, dot, axpy, rmsnorm, silu_mul, to_f32, attend_block};
   return k;
 }
 

@@ -1,5 +1,7 @@
 #include "ops.h"
 
+#include "cpu_attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -291,44 +293,7 @@ void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, con
     return cuda::paged_attention(device_index(b, q.device), q, device_kv(kv), p, out);
   }
 #endif
-  const int64_t T = q.dim(0), d = sh.head_dim, group = sh.heads / sh.kv_heads;
-  const int64_t vd = sh.value_dim ? sh.value_dim : d;
-  const auto& k = ctx.kernels;
-  // A work item is a token's key-value head and the query heads that share it (or a part of them,
-  // when there are too few items to keep every thread busy): the keys' addresses are found once and
-  // each key row loaded once for two heads at a time. A head's result does not depend on the grouping.
-  const int64_t items = T * sh.kv_heads;
-  const int64_t parts = std::clamp<int64_t>((4 * ctx.pool.size() + items - 1) / items, 1, group);
-  const int64_t per_part = (group + parts - 1) / parts;
-  const int64_t head_bytes = kvcache::kv_head_bytes(kv.dtype, d);
-  ctx.pool.parallel_for(items * parts, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> scores;
-    std::vector<const uint8_t*> keys, values;
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / (sh.kv_heads * parts), kvh = i / parts % sh.kv_heads, part = i % parts;
-      const int64_t h0 = kvh * group + part * per_part, h1 = std::min(kvh * group + group, h0 + per_part);
-      if (h0 >= h1) continue;
-      const int32_t* table = b.block_table.data() + b.table_start[size_t(b.seq[size_t(t)])];
-      const int64_t last = b.pos[size_t(t)];
-      const int64_t first = sh.window > 0 ? std::max<int64_t>(0, last - sh.window + 1) : 0;
-      const int64_t n = last - first + 1;
-      scores.resize(size_t((h1 - h0) * n));
-      keys.resize(size_t(n));
-      values.resize(size_t(n));
-      // Block by block: one table lookup per block, not a division per key.
-      for (int64_t p = first; p <= last;) {
-        const int64_t block = p / sh.block_tokens, end = std::min(last + 1, (block + 1) * sh.block_tokens);
-        int64_t at = int64_t(table[block]) * kv.block_bytes + (p - block * sh.block_tokens) * kv.row_bytes + kvh * head_bytes;
-        for (; p < end; ++p, at += kv.row_bytes) {
-          keys[size_t(p - first)] = kv.keys + at;
-          values[size_t(p - first)] = kv.values + at;
-        }
-      }
-      k.scores(q.as<float>() + (t * sh.heads + h0) * d, h1 - h0, keys.data(), kv.dtype, n, d, sh.scale, scores.data());
-      for (int64_t h = 0; h < h1 - h0; ++h) k.softmax(scores.data() + h * n, n);
-      k.weighted_sum(scores.data(), h1 - h0, values.data(), kv.dtype, n, vd, out.as<float>() + (t * sh.heads + h0) * vd);
-    }
-  });
+  cpu_paged_attention(ctx, q, b, kv, sh, out);
 }
 
 }  // namespace ftllm::ops

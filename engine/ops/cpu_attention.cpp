@@ -1,0 +1,206 @@
+// Flash attention on the CPU. The step's tokens are cut into tiles (a few consecutive tokens of one
+// sequence); a tile's query heads that share a key-value head meet each block of keys together
+// (kernels' attend_block: the block is read and widened once for all of them), keeping a running
+// softmax, so no score matrix is ever written out. A context longer than one segment may be split
+// over threads, each segment's partial result merged afterwards in position order.
+//
+// The promise that batching never changes a token's bits: blocks and segments are counted from
+// position 0, a row's arithmetic does not depend on the rows beside it, and partial results merge in
+// segment order whether one thread made them all or each came from another (the same merge either
+// way). So a token's attention depends on its own position and keys, never on the step around it.
+#include "cpu_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "../cpu/kernels.h"
+#include "../cpu/thread_pool.h"
+
+namespace ftllm::ops {
+
+int64_t attention_block_keys(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 32 : 16; }
+
+namespace {
+
+constexpr int64_t kTileRows = 16;  // query rows per tile, about: tokens x heads sharing a KV head
+
+// Tokens [t0, t1) of one sequence.
+struct Tile {
+  int64_t t0, t1;
+  int64_t first, last;  // the positions any of its tokens sees
+};
+
+// A tile's query heads [h0, h1) of one key-value head over segments [s0, s1). `partial` >= 0: the
+// item is one segment of a tile split over threads and leaves its state there for the merge.
+struct Item {
+  int64_t tile, kvh, h0, h1, s0, s1;
+  int64_t partial = -1;
+};
+
+// Rows' running softmax: max, sum and unnormalised output (width floats each).
+struct State {
+  std::vector<float> m, l, acc;
+  void reset(int64_t rows, int64_t width) {
+    m.assign(size_t(rows), -INFINITY);
+    l.assign(size_t(rows), 0.0f);
+    acc.assign(size_t(rows * width), 0.0f);
+  }
+};
+
+// Folds segment b's state of one row into a's (a comes first in position order). The one merge used
+// by a thread that made both and by the merge of results from different threads.
+void merge_row(float& m, float& l, float* acc, float bm, float bl, const float* bacc, int64_t width) {
+  if (bm == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = bm;
+    l = bl;
+    std::copy(bacc, bacc + width, acc);
+    return;
+  }
+  const float top = std::max(m, bm), x = std::exp(m - top), y = std::exp(bm - top);
+  l = std::fma(bl, y, l * x);
+  for (int64_t i = 0; i < width; ++i) acc[i] = std::fma(bacc[i], y, acc[i] * x);
+  m = top;
+}
+
+// A split tile's heads [h0, h1): items [first_item, first_item + items) hold its segments in order.
+struct Merge {
+  int64_t tile, h0, h1, first_item, items;
+};
+
+struct Plan {
+  std::vector<Tile> tiles;
+  std::vector<Item> items;
+  std::vector<Merge> merges;
+  int64_t partial_rows = 0;
+};
+
+}  // namespace
+
+void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, const KvLayer& kv, const AttentionShape& sh,
+                         Tensor& out) {
+  const int64_t T = q.dim(0), d = sh.head_dim, group = sh.heads / sh.kv_heads;
+  const int64_t vd = sh.value_dim ? sh.value_dim : d, width = (vd + 7) / 8 * 8;
+  const int64_t KB = attention_block_keys(d), SK = kAttentionSegmentKeys, head_bytes = kvcache::kv_head_bytes(kv.dtype, d);
+  auto first_of = [&](int64_t p) { return sh.window > 0 ? std::max<int64_t>(0, p - sh.window + 1) : int64_t(0); };
+
+  Plan plan;
+  const int64_t tile_tokens = std::max<int64_t>(1, kTileRows / group);
+  for (int64_t t = 0; t < T;) {
+    Tile tile{t, t + 1, first_of(b.pos[size_t(t)]), b.pos[size_t(t)]};
+    while (tile.t1 < T && tile.t1 - t < tile_tokens && b.seq[size_t(tile.t1)] == b.seq[size_t(t)]) {
+      tile.first = std::min(tile.first, first_of(b.pos[size_t(tile.t1)]));
+      tile.last = std::max(tile.last, b.pos[size_t(tile.t1)]);
+      ++tile.t1;
+    }
+    plan.tiles.push_back(tile);
+    t = tile.t1;
+  }
+  // Enough work for every thread: whole tiles when there are plenty, else segments (their partial
+  // results merged after), and heads split too when even that is short.
+  const int64_t want = 4 * ctx.pool.size();
+  const bool split = int64_t(plan.tiles.size()) * sh.kv_heads < want;
+  int64_t segment_items = 0;
+  for (const Tile& tile : plan.tiles) segment_items += tile.last / SK - tile.first / SK + 1;
+  const int64_t parts = split ? std::clamp<int64_t>((want + segment_items * sh.kv_heads - 1) / (segment_items * sh.kv_heads), 1, group) : 1;
+  const int64_t per_part = (group + parts - 1) / parts;
+  // Costly items first (later tiles see more keys), so the last ones to run are short.
+  for (int64_t i = int64_t(plan.tiles.size()) - 1; i >= 0; --i) {
+    const Tile& tile = plan.tiles[size_t(i)];
+    const int64_t s0 = tile.first / SK, s1 = tile.last / SK + 1, rows = tile.t1 - tile.t0;
+    for (int64_t kvh = 0; kvh < sh.kv_heads; ++kvh)
+      for (int64_t h0 = kvh * group; h0 < (kvh + 1) * group; h0 += per_part) {
+        const int64_t h1 = std::min(h0 + per_part, (kvh + 1) * group);
+        if (!split || s1 - s0 == 1) {
+          plan.items.push_back({i, kvh, h0, h1, s0, s1});
+          continue;
+        }
+        plan.merges.push_back({i, h0, h1, int64_t(plan.items.size()), s1 - s0});
+        for (int64_t s = s0; s < s1; ++s) {
+          plan.items.push_back({i, kvh, h0, h1, s, s + 1, plan.partial_rows});
+          plan.partial_rows += rows * (h1 - h0);
+        }
+      }
+  }
+  std::vector<float> partial_m(size_t(plan.partial_rows)), partial_l(size_t(plan.partial_rows));
+  std::vector<float> partial_acc(size_t(plan.partial_rows * width));
+
+  const cpu::Kernels& k = ctx.kernels;
+  const float* qf = q.as<float>();
+  auto write_row = [&, of = out.as<float>()](int64_t t, int64_t h, const float* acc, float l) {
+    const float inv = 1.0f / l;
+    float* o = of + (t * sh.heads + h) * vd;
+    for (int64_t x = 0; x < vd; ++x) o[x] = acc[x] * inv;
+  };
+  ctx.pool.parallel_for(int64_t(plan.items.size()), 1, [&](int64_t i0, int64_t i1) {
+    State seg, whole;
+    std::vector<const float*> qrows;
+    std::vector<int32_t> lo, hi;
+    std::vector<const uint8_t*> keys(static_cast<size_t>(KB)), values(static_cast<size_t>(KB));
+    for (int64_t it = i0; it < i1; ++it) {
+      const Item& item = plan.items[size_t(it)];
+      const Tile& tile = plan.tiles[size_t(item.tile)];
+      const int64_t heads = item.h1 - item.h0, rows = (tile.t1 - tile.t0) * heads;
+      qrows.resize(size_t(rows));
+      lo.resize(size_t(rows));
+      hi.resize(size_t(rows));
+      for (int64_t r = 0; r < rows; ++r) qrows[size_t(r)] = qf + ((tile.t0 + r / heads) * sh.heads + item.h0 + r % heads) * d;
+      const int32_t* table = b.block_table.data() + b.table_start[size_t(b.seq[size_t(tile.t0)])];
+      const bool complete = item.partial < 0;
+      if (complete) whole.reset(rows, width);
+      for (int64_t s = item.s0; s < item.s1; ++s) {
+        seg.reset(rows, width);
+        const int64_t from = std::max(s * SK, tile.first), to = std::min((s + 1) * SK, tile.last + 1);
+        for (int64_t bs = from / KB * KB; bs < to; bs += KB) {
+          const int64_t n = std::min(KB, tile.last + 1 - bs);
+          for (int64_t j = std::max<int64_t>(0, tile.first - bs); j < n; ++j) {
+            const int64_t p = bs + j, page = p / sh.block_tokens;
+            const int64_t at = int64_t(table[page]) * kv.block_bytes + (p - page * sh.block_tokens) * kv.row_bytes + item.kvh * head_bytes;
+            keys[size_t(j)] = kv.keys + at;
+            values[size_t(j)] = kv.values + at;
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t p = b.pos[size_t(tile.t0 + r / heads)];
+            lo[size_t(r)] = int32_t(std::clamp<int64_t>(first_of(p) - bs, 0, n));
+            hi[size_t(r)] = int32_t(std::clamp<int64_t>(p + 1 - bs, 0, n));
+          }
+          const cpu::AttendBlock block{keys.data(), values.data(), kv.dtype, n, d, vd, sh.scale};
+          k.attend_block(block, {qrows.data(), rows, lo.data(), hi.data(), seg.m.data(), seg.l.data(), seg.acc.data(), width});
+        }
+        if (!complete) {
+          std::copy(seg.m.begin(), seg.m.end(), partial_m.begin() + item.partial);
+          std::copy(seg.l.begin(), seg.l.end(), partial_l.begin() + item.partial);
+          std::copy(seg.acc.begin(), seg.acc.end(), partial_acc.begin() + item.partial * width);
+          continue;
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          merge_row(whole.m[size_t(r)], whole.l[size_t(r)], whole.acc.data() + r * width, seg.m[size_t(r)], seg.l[size_t(r)],
+                    seg.acc.data() + r * width, width);
+      }
+      if (!complete) continue;
+      for (int64_t r = 0; r < rows; ++r) write_row(tile.t0 + r / heads, item.h0 + r % heads, whole.acc.data() + r * width, whole.l[size_t(r)]);
+    }
+  });
+  if (plan.partial_rows == 0) return;
+
+  // The split tiles: each row's segments merged in position order.
+  ctx.pool.parallel_for(int64_t(plan.merges.size()), 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> acc(static_cast<size_t>(width));
+    for (int64_t i = i0; i < i1; ++i) {
+      const Merge& mg = plan.merges[size_t(i)];
+      const Tile& tile = plan.tiles[size_t(mg.tile)];
+      const int64_t heads = mg.h1 - mg.h0, rows = (tile.t1 - tile.t0) * heads;
+      for (int64_t r = 0; r < rows; ++r) {
+        float m = -INFINITY, l = 0;
+        for (int64_t it = mg.first_item; it < mg.first_item + mg.items; ++it) {
+          const int64_t at = plan.items[size_t(it)].partial + r;
+          merge_row(m, l, acc.data(), partial_m[size_t(at)], partial_l[size_t(at)], partial_acc.data() + at * width, width);
+        }
+        write_row(tile.t0 + r / heads, mg.h0 + r % heads, acc.data(), l);
+      }
+    }
+  });
+}
+
+}  // namespace ftllm::ops
