@@ -1,7 +1,8 @@
-// Flash attention's step on AVX2 (both kernel tables): a block of cached keys and values is widened to
-// float32 once, then every query row of the call is scored against it and folded into its running
-// softmax. Rows go in pairs, so each loaded key or value chunk serves two rows; a row's arithmetic is
-// the same alone or paired, so its bits do not depend on its partner.
+// Flash attention's step on AVX2 (both kernel tables): every query row of the call is scored against a
+// block of cached keys and folded into its running softmax. Rows go in pairs, so each loaded key or
+// value chunk serves two rows; the cache is read as stored (F16C and friends widen as they load, which
+// measured faster than widening the block into a float copy once: 144 against 105 GFLOP/s). A row's
+// arithmetic is the same alone or paired, so its bits depend on nothing but its own query and keys.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,8 +19,8 @@ namespace {
 
 constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// Rows [j0, j1) of the block widened to float32 rows of `width` (zeros past `count` values); the
-// scores' partial groups of four read the rows next to them, which hold zeros.
+// Rows [j0, j1) of the block widened to float32 rows of `width` (zeros past `count` values), for heads
+// whose length is not a multiple of 8; the rows of the groups of four around them are zeros.
 template <typename L>
 void widen(const uint8_t* const* rows, kvcache::KvDtype t, int64_t j0, int64_t j1, int64_t count, int64_t width, float* out) {
   const int64_t c8 = count & ~int64_t(7);
@@ -35,19 +36,18 @@ void widen(const uint8_t* const* rows, kvcache::KvDtype t, int64_t j0, int64_t j
   }
 }
 
-// Q rows (1 or 2, `width` floats apart) against keys j..j+3: s[r][i] = q_r . k_(j+i). Each key's
-// eight lanes are summed by the same hadd tree whatever its neighbours, so a score's bits depend only
-// on its query and key.
-template <int Q>
-inline void scores4(const float* q, const float* k, int64_t width, float (*s)[4]) {
+// Q rows (1 or 2, `qstride` floats apart) against keys k[0..3] (rows read by L, `width` values, a
+// multiple of 8), times scale, into s[r] + j. Each key's eight lanes are summed by the same hadd tree
+// whatever its neighbours, so a score's bits depend only on its query and key.
+template <int Q, typename L>
+inline void scores4(const float* q, int64_t qstride, const uint8_t* const* k, int64_t width, float scale, float* const* s, int64_t j) {
   __m256 a[Q][4];
   for (int r = 0; r < Q; ++r)
     for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
   for (int64_t c = 0; c < width; c += 8) {
-    const __m256 k0 = _mm256_loadu_ps(k + c), k1 = _mm256_loadu_ps(k + width + c), k2 = _mm256_loadu_ps(k + 2 * width + c),
-                 k3 = _mm256_loadu_ps(k + 3 * width + c);
+    const __m256 k0 = L::load8(k[0], c), k1 = L::load8(k[1], c), k2 = L::load8(k[2], c), k3 = L::load8(k[3], c);
     for (int r = 0; r < Q; ++r) {
-      const __m256 qv = _mm256_loadu_ps(q + r * width + c);
+      const __m256 qv = _mm256_loadu_ps(q + r * qstride + c);
       a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);
       a[r][1] = _mm256_fmadd_ps(qv, k1, a[r][1]);
       a[r][2] = _mm256_fmadd_ps(qv, k2, a[r][2]);
@@ -56,14 +56,46 @@ inline void scores4(const float* q, const float* k, int64_t width, float (*s)[4]
   }
   for (int r = 0; r < Q; ++r) {
     const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[r][0], a[r][1]), _mm256_hadd_ps(a[r][2], a[r][3]));
-    _mm_storeu_ps(s[r], _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(s[r] + j, _mm_mul_ps(sum, _mm_set1_ps(scale)));
   }
 }
 
-// Q rows' outputs, chunks [c, c + 8 * kChunks) of `width`: acc = acc * alpha + sum_j p_j v_j over
-// j in [j0, j1), in j order (a partner's extra keys carry p = 0 and add nothing).
-template <int Q, int kChunks>
-inline void weigh(const float* const* p, const float* alpha, const float* v, int64_t width, int64_t j0, int64_t j1, int64_t c,
+// Lanes j..j+7 that lie in [lo, hi), as a mask.
+inline __m256 lanes_in(int64_t j, int32_t lo, int32_t hi) {
+  const __m256i at = _mm256_add_epi32(_mm256_set1_epi32(int32_t(j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i below_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(lo), at), below_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), at);
+  return _mm256_castsi256_ps(_mm256_andnot_si256(below_lo, below_hi));
+}
+
+// One row's softmax step over groups of eight from g0 (a multiple of 8) to end (the call's last key,
+// so a partner's keys get their zeros): the new max, e^(s - max) into p (zero outside [lo, hi); lanes
+// never scored are masked whatever they hold) and their sum. The lanes start at the block's first key,
+// so groups a partner adds hold zeros and change no bit.
+__attribute__((noinline)) float softmax_step(const float* s, int64_t g0, int64_t end, int32_t lo, int32_t hi, float m_old, float* p,
+                                             float* m_new) {
+  __m256 top = _mm256_set1_ps(-INFINITY);
+  for (int64_t j = g0; j < hi; j += 8)
+    top = _mm256_max_ps(top, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(s + j), lanes_in(j, lo, hi)));
+  __m128 t4 = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+  t4 = _mm_max_ps(t4, _mm_movehl_ps(t4, t4));
+  t4 = _mm_max_ss(t4, _mm_movehdup_ps(t4));
+  const float m = std::max(m_old, _mm_cvtss_f32(t4));
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t j = g0; j < end; j += 8) {
+    const __m256 e = _mm256_and_ps(lanes_in(j, lo, hi), exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
+    sum = _mm256_add_ps(sum, e);
+    _mm256_storeu_ps(p + j, e);
+  }
+  *m_new = m;
+  return hsum(sum);
+}
+
+// Q rows' outputs, chunks [c, c + 8 * kChunks): acc = acc * alpha + sum_j p_j v_j over j in [j0, j1),
+// in j order (a partner's extra keys carry p = 0 and add nothing).
+template <int Q, int kChunks, typename L>
+inline void weigh(const float* const* p, const float* alpha, const uint8_t* const* v, int64_t j0, int64_t j1, int64_t c,
                   float* const* acc) {
   __m256 a[Q][kChunks];
   for (int r = 0; r < Q; ++r)
@@ -72,7 +104,7 @@ inline void weigh(const float* const* p, const float* alpha, const float* v, int
     __m256 pj[Q];
     for (int r = 0; r < Q; ++r) pj[r] = _mm256_set1_ps(p[r][j]);
     for (int u = 0; u < kChunks; ++u) {
-      const __m256 vu = _mm256_loadu_ps(v + j * width + c + 8 * u);
+      const __m256 vu = L::load8(v[j], c + 8 * u);
       for (int r = 0; r < Q; ++r) a[r][u] = _mm256_fmadd_ps(pj[r], vu, a[r][u]);
     }
   }
@@ -80,102 +112,103 @@ inline void weigh(const float* const* p, const float* alpha, const float* v, int
     for (int u = 0; u < kChunks; ++u) _mm256_storeu_ps(acc[r] + c + 8 * u, a[r][u]);
 }
 
-template <int Q>
-void weigh_rows(const float* const* p, const float* alpha, const float* v, int64_t width, int64_t j0, int64_t j1, float* const* acc) {
+template <int Q, typename L>
+void weigh_rows(const float* const* p, const float* alpha, const uint8_t* const* v, int64_t width, int64_t j0, int64_t j1,
+                float* const* acc) {
   int64_t c = 0;
-  for (; c + 32 <= width; c += 32) weigh<Q, 4>(p, alpha, v, width, j0, j1, c, acc);
-  for (; c < width; c += 8) weigh<Q, 1>(p, alpha, v, width, j0, j1, c, acc);
+  for (; c + 32 <= width; c += 32) weigh<Q, 4, L>(p, alpha, v, j0, j1, c, acc);
+  for (; c < width; c += 8) weigh<Q, 1, L>(p, alpha, v, j0, j1, c, acc);
 }
 
 struct Scratch {
   std::vector<float> q, k, v, s, p, alpha;
+  std::vector<const uint8_t*> krows, vrows;
   std::vector<int64_t> live;  // the rows that see a key of this block
+  std::vector<uint8_t> zeros;
 };
 
+// The rows' scores, softmax step and weighted values, reading keys and values through L from the row
+// pointers (cache rows as stored, or float rows widened from them).
+// q: the rows' queries, qstride floats apart; width: the key values read (a multiple of 8, zeros past
+// d), vwidth: the values weighed.
 template <typename L>
-void attend(const AttendBlock& b, const AttendRows& r) {
-  int64_t j0 = b.n, j1 = 0;
-  thread_local Scratch t;
-  std::vector<int64_t>& live = t.live;
-  live.clear();
-  for (int64_t i = 0; i < r.nq; ++i)
-    if (r.lo[i] < r.hi[i]) {
-      live.push_back(i);
-      j0 = std::min<int64_t>(j0, r.lo[i]);
-      j1 = std::max<int64_t>(j1, r.hi[i]);
-    }
-  if (live.empty()) return;
-  const int64_t dw = round_up(b.d, 8), vw = r.acc_stride, n4 = round_up(b.n, 4), n8 = round_up(b.n, 8);
-  t.k.resize(size_t(n4 * dw));
-  t.v.resize(size_t(n4 * vw));
-  t.q.resize(size_t(r.nq * dw));
-  t.s.resize(size_t(r.nq * n4));
-  t.p.resize(size_t(r.nq * n8));
-  widen<L>(b.keys, b.dtype, j0, j1, b.d, dw, t.k.data());
-  widen<L>(b.values, b.dtype, j0, std::min(j1, b.n), b.vd, vw, t.v.data());
-  for (int64_t i : live) {
-    std::copy(r.q[i], r.q[i] + b.d, t.q.data() + i * dw);
-    std::fill(t.q.data() + i * dw + b.d, t.q.data() + (i + 1) * dw, 0.0f);
-  }
-
-  // Scores over the keys any row sees, two rows at a time.
+void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t j0, int64_t j1, int64_t width, int64_t vwidth,
+                 const float* q, int64_t qstride) {
+  const int64_t n8 = round_up(b.n, 8), vw = r.acc_stride;
+  const std::vector<int64_t>& live = t.live;
   for (size_t x = 0; x < live.size(); x += 2) {
     const bool pair = x + 1 < live.size();
     const int64_t a = live[x], c = pair ? live[x + 1] : a;
-    // The pair's rows are adjacent in the scratch copy only when their indices are; copy otherwise.
+    float* s[2] = {t.s.data() + a * n8, t.s.data() + c * n8};
+    // The pair's query rows are adjacent only when their indices are; one at a time otherwise.
     for (int64_t j = j0 & ~int64_t(3); j < j1; j += 4) {
-      float s[2][4];
       if (pair && c == a + 1) {
-        scores4<2>(t.q.data() + a * dw, t.k.data() + j * dw, dw, s);
+        scores4<2, L>(q + a * qstride, qstride, t.krows.data() + j, width, b.scale, s, j);
       } else {
-        scores4<1>(t.q.data() + a * dw, t.k.data() + j * dw, dw, s);
-        if (pair) scores4<1>(t.q.data() + c * dw, t.k.data() + j * dw, dw, s + 1);
-      }
-      for (int i = 0; i < 4; ++i) {
-        t.s[size_t(a * n4 + j + i)] = s[0][i] * b.scale;
-        if (pair) t.s[size_t(c * n4 + j + i)] = s[1][i] * b.scale;
+        scores4<1, L>(q + a * qstride, qstride, t.krows.data() + j, width, b.scale, s, j);
+        if (pair) scores4<1, L>(q + c * qstride, qstride, t.krows.data() + j, width, b.scale, s + 1, j);
       }
     }
   }
-
-  // Each row's new max, its e^(s - max) (zero outside its keys) and their sum, in lanes that start at
-  // the block's first key, so groups a partner adds hold zeros.
-  std::vector<float>& alpha = t.alpha;
-  alpha.resize(size_t(r.nq));
   for (int64_t i : live) {
-    const float* s = t.s.data() + i * n4;
-    float* p = t.p.data() + i * n8;
-    float top = -INFINITY;
-    for (int64_t j = r.lo[i]; j < r.hi[i]; ++j) top = std::max(top, s[j]);
-    const float m = std::max(r.m[i], top);
-    alpha[size_t(i)] = r.m[i] == -INFINITY ? 0.0f : std::exp(r.m[i] - m);
-    const __m256 mv = _mm256_set1_ps(m), lo = _mm256_set1_ps(float(r.lo[i])), hi = _mm256_set1_ps(float(r.hi[i]));
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t j = j0 & ~int64_t(7); j < j1; j += 8) {
-      const __m256 at = _mm256_add_ps(_mm256_set1_ps(float(j)), _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
-      const __m256 seen = _mm256_and_ps(_mm256_cmp_ps(at, lo, _CMP_GE_OQ), _mm256_cmp_ps(at, hi, _CMP_LT_OQ));
-      // Lanes past the scores written are masked, whatever they hold.
-      alignas(32) float sj[8];
-      for (int x = 0; x < 8; ++x) sj[x] = j + x >= j0 && j + x < j1 ? s[j + x] : m;
-      const __m256 e = _mm256_and_ps(seen, exp8(_mm256_sub_ps(_mm256_load_ps(sj), mv)));
-      sum = _mm256_add_ps(sum, e);
-      _mm256_storeu_ps(p + j, e);
-    }
-    r.l[i] = r.l[i] * alpha[size_t(i)] + hsum(sum);
+    float m;
+    const float sum = softmax_step(t.s.data() + i * n8, j0 & ~int64_t(7), j1, r.lo[i], r.hi[i], r.m[i], t.p.data() + i * n8, &m);
+    t.alpha[size_t(i)] = r.m[i] == -INFINITY ? 0.0f : std::exp(r.m[i] - m);
+    r.l[i] = r.l[i] * t.alpha[size_t(i)] + sum;
     r.m[i] = m;
   }
-
-  // acc = acc * alpha + p V, two rows at a time over the keys either sees.
   for (size_t x = 0; x < live.size(); x += 2) {
     const bool pair = x + 1 < live.size();
     const int64_t a = live[x], c = pair ? live[x + 1] : a;
     const float* p[2] = {t.p.data() + a * n8, t.p.data() + c * n8};
-    const float al[2] = {alpha[size_t(a)], alpha[size_t(c)]};
+    const float al[2] = {t.alpha[size_t(a)], t.alpha[size_t(c)]};
     float* acc[2] = {r.acc + a * vw, r.acc + c * vw};
     const int64_t k0 = std::min(r.lo[a], r.lo[c]), k1 = std::max(r.hi[a], r.hi[c]);
-    if (pair) weigh_rows<2>(p, al, t.v.data(), vw, k0, k1, acc);
-    else weigh_rows<1>(p, al, t.v.data(), vw, k0, k1, acc);
+    if (pair) weigh_rows<2, L>(p, al, t.vrows.data(), vwidth, k0, k1, acc);
+    else weigh_rows<1, L>(p, al, t.vrows.data(), vwidth, k0, k1, acc);
   }
+}
+
+template <typename L>
+void attend(const AttendBlock& b, const AttendRows& r) {
+  thread_local Scratch t;
+  int64_t j0 = b.n, j1 = 0;
+  t.live.clear();
+  for (int64_t i = 0; i < r.nq; ++i)
+    if (r.lo[i] < r.hi[i]) {
+      t.live.push_back(i);
+      j0 = std::min<int64_t>(j0, r.lo[i]);
+      j1 = std::max<int64_t>(j1, r.hi[i]);
+    }
+  if (t.live.empty()) return;
+  const int64_t dw = round_up(b.d, 8), vw = r.acc_stride, n4 = round_up(b.n, 4), n8 = round_up(b.n, 8);
+  t.s.resize(size_t(r.nq * n8));
+  t.p.resize(size_t(r.nq * n8));
+  t.alpha.resize(size_t(r.nq));
+  t.krows.resize(size_t(n4));
+  t.vrows.resize(size_t(n4));
+  t.q.resize(size_t(r.nq * dw));
+  for (int64_t i : t.live) {
+    std::copy(r.q[i], r.q[i] + b.d, t.q.data() + i * dw);
+    std::fill(t.q.data() + i * dw + b.d, t.q.data() + (i + 1) * dw, 0.0f);
+  }
+  if (b.d % 8 == 0 && b.vd % 8 == 0) {
+    // The cache as stored; the groups of four around the keys read a row of zeros (any dtype's zero
+    // bytes read as 0). The acc rows' zeros past vd are left alone.
+    t.zeros.resize(size_t(kvcache::kv_head_bytes(b.dtype, b.d)));
+    for (int64_t j = j0 & ~int64_t(3); j < round_up(j1, 4); ++j) t.krows[size_t(j)] = j < j0 || j >= j1 ? t.zeros.data() : b.keys[j];
+    for (int64_t j = j0; j < j1; ++j) t.vrows[size_t(j)] = b.values[j];
+    return attend_rows<L>(b, r, t, j0, j1, b.d, b.vd, t.q.data(), dw);
+  }
+  t.k.resize(size_t(n4 * dw));
+  t.v.resize(size_t(n4 * vw));
+  widen<L>(b.keys, b.dtype, j0, j1, b.d, dw, t.k.data());
+  widen<L>(b.values, b.dtype, j0, j1, b.vd, vw, t.v.data());
+  for (int64_t j = j0 & ~int64_t(3); j < round_up(j1, 4); ++j) {
+    t.krows[size_t(j)] = reinterpret_cast<const uint8_t*>(t.k.data() + j * dw);
+    t.vrows[size_t(j)] = reinterpret_cast<const uint8_t*>(t.v.data() + j * vw);
+  }
+  attend_rows<KvF32>(b, r, t, j0, j1, dw, vw, t.q.data(), dw);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ int64_t attention_block_keys(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 32 : 
 
 namespace {
 
-constexpr int64_t kTileRows = 16;  // query rows per tile, about: tokens x heads sharing a KV head
+constexpr int64_t kTileRows = 32;  // query rows per tile, about: tokens x heads sharing a KV head
 
 // Tokens [t0, t1) of one sequence.
 struct Tile {
@@ -147,6 +147,10 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
       hi.resize(size_t(rows));
       for (int64_t r = 0; r < rows; ++r) qrows[size_t(r)] = qf + ((tile.t0 + r / heads) * sh.heads + item.h0 + r % heads) * d;
       const int32_t* table = b.block_table.data() + b.table_start[size_t(b.seq[size_t(tile.t0)])];
+      auto row_at = [&](int64_t p) {
+        const int64_t page = p / sh.block_tokens;
+        return int64_t(table[page]) * kv.block_bytes + (p - page * sh.block_tokens) * kv.row_bytes + item.kvh * head_bytes;
+      };
       const bool complete = item.partial < 0;
       if (complete) whole.reset(rows, width);
       for (int64_t s = item.s0; s < item.s1; ++s) {
@@ -155,8 +159,7 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
         for (int64_t bs = from / KB * KB; bs < to; bs += KB) {
           const int64_t n = std::min(KB, tile.last + 1 - bs);
           for (int64_t j = std::max<int64_t>(0, tile.first - bs); j < n; ++j) {
-            const int64_t p = bs + j, page = p / sh.block_tokens;
-            const int64_t at = int64_t(table[page]) * kv.block_bytes + (p - page * sh.block_tokens) * kv.row_bytes + item.kvh * head_bytes;
+            const int64_t at = row_at(bs + j);
             keys[size_t(j)] = kv.keys + at;
             values[size_t(j)] = kv.values + at;
           }

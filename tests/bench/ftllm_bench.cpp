@@ -2,13 +2,17 @@
 //
 //   ftllm-bench MODEL [-t THREADS] [--prompt N] [--decode N] [--repeat R] [--batch B] [--dtype D] [--kernels K]
 //               [--device cpu|cuda|{'cuda:0':3,'cpu':1}] [--moe_device cpu|cuda] [--bandwidth GBPS]
-//               [--kv_dtype f16|bf16|f32|q8_0|fp8]
+//               [--kv_dtype f16|bf16|f32|q8_0|fp8] [--context N]
 //
 // Decode moves every weight byte once per step, so its ceiling is (read bandwidth) / (weight bytes): the
 // bandwidth is measured here, a STREAM-like sum over 1 GiB on the same threads, and each decode row
 // reports the fraction of that roofline it reached.
 //   ftllm-bench --make-random DIR [--shape qwen2.5-0.5b|smollm2-135m|qwen3-0.6b|qwen3-8b|qwen3-30b-a3b]
 //               [--dtype bf16|f16|f32|int8|int4gN]
+//
+// --context N adds a row for decode at a long context: N tokens prefilled (in 2048-token slices, not
+// timed), then --decode single-token steps timed one by one through the forward pass (attention then
+// reads N keys a step; compare with --context 512 for what a long context costs).
 //
 // MODEL is a Hugging Face directory or a .gguf file. --make-random writes a random-weight model of a real
 // shape, so speed can be measured without downloading weights.
@@ -238,6 +242,35 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
   return 0;
 }
 
+// Tokens per second of `steps` single-token forward passes after `context` tokens of one sequence;
+// the median over `repeat` runs, each after its own (untimed) prefill.
+double decode_at_context(ModelInstance& m, int64_t context, int64_t steps, int repeat) {
+  std::vector<double> rates;
+  std::mt19937 rng(5);
+  const int64_t vocab = m.config().vocab_size;
+  for (int r = 0; r < repeat; ++r)
+    m.runner().exclusive([&](const ForwardPass& pass) {
+      kvcache::SequenceKv kv;
+      if (!kv.reserve(pass.kv, context + steps)) throw EngineError("the context does not fit in the KV cache");
+      auto feed = [&](int64_t from, int64_t n) {
+        model::Batch batch;
+        for (int64_t i = from; i < from + n; ++i) {
+          batch.tokens.push_back(int32_t(rng() % uint32_t(vocab)));
+          batch.positions.push_back(i);
+          batch.seq.push_back(0);
+        }
+        batch.logit_rows = {n - 1};
+        pass.forward(batch, {&kv});
+      };
+      for (int64_t p = 0; p < context; p += 2048) feed(p, std::min<int64_t>(2048, context - p));
+      const double a = now();
+      for (int64_t s = 0; s < steps; ++s) feed(context + s, 1);
+      rates.push_back(double(steps) / (now() - a));
+      kv.release(pass.kv);
+    });
+  return median(rates);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -245,7 +278,7 @@ int main(int argc, char** argv) {
   std::string device = "cpu", moe_device = "cpu", kv_dtype = ModelLoadOptions().kv_dtype;
   double bandwidth_given = 0;  // GB/s for the roofline instead of measuring the host's
   int threads = 0, repeat = 3, batch = 1;
-  int64_t prompt = 128, decode = 64;
+  int64_t prompt = 128, decode = 64, context = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -262,6 +295,7 @@ int main(int argc, char** argv) {
     else if (a == "--moe_device") moe_device = value();
     else if (a == "--bandwidth") bandwidth_given = std::stod(value());
     else if (a == "--kv_dtype") kv_dtype = value();
+    else if (a == "--context") context = std::stoll(value());
     else if (a.starts_with("-")) return std::fprintf(stderr, "unknown option %s\n", a.c_str()), 2;
     else model = a;
   }
@@ -273,7 +307,7 @@ int main(int argc, char** argv) {
   ModelLoadOptions o;
   o.path = model;
   o.threads = threads;
-  o.context_length = prompt + decode + 8;
+  o.context_length = std::max(prompt, context) + decode + 8;
   o.max_sequences = std::max(batch, 1);
   o.dtype = compute_dtype;
   o.kernels = kernels;
@@ -336,5 +370,10 @@ int main(int argc, char** argv) {
   // Sequences decoded together share each weight read: the roofline is in steps per second.
   std::printf("decode %-4lld x%-5d %12.1f %10.2f %9.0f%%\n", (long long)decode, batch, d, 1000.0 * batch / d,
               100.0 * (d / batch) * step_bytes / (bandwidth * 1e9));
+  if (context > 0) {
+    const double rate = decode_at_context(*m, context, decode, repeat);
+    std::printf("decode %-4lld at %-6lld %7.1f %10.2f %9.0f%%\n", (long long)decode, (long long)context, rate, 1000.0 / rate,
+                100.0 * rate * step_bytes / (bandwidth * 1e9));
+  }
   return 0;
 }
