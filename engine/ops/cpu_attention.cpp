@@ -97,9 +97,10 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
     plan.tiles.push_back(tile);
     t = tile.t1;
   }
-  // Enough work for every thread: whole tiles when there are plenty, else segments (their partial
-  // results merged after), and heads split too when even that is short.
-  const int64_t want = 4 * ctx.pool.size();
+  // Enough work for every thread (two items each: more measured slower, each item a fixed cost): whole
+  // tiles when there are plenty, else segments (their partial results merged after), and heads split
+  // too when even that is short.
+  const int64_t want = 2 * ctx.pool.size();
   const bool split = int64_t(plan.tiles.size()) * sh.kv_heads < want;
   int64_t segment_items = 0;
   for (const Tile& tile : plan.tiles) segment_items += tile.last / SK - tile.first / SK + 1;
