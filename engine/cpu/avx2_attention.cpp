@@ -71,7 +71,8 @@ inline __m256 lanes_in(int64_t j, int32_t lo, int32_t hi) {
 // One row's softmax step over groups of eight from g0 (a multiple of 8) to end (the call's last key,
 // so a partner's keys get their zeros): the new max, e^(s - max) into p (zero outside [lo, hi); lanes
 // never scored are masked whatever they hold) and their sum. The lanes start at the block's first key,
-// so groups a partner adds hold zeros and change no bit.
+// so groups a partner adds hold zeros and change no bit. Not inlined: inside the caller exp8's
+// constants spilled to the stack (measured).
 __attribute__((noinline)) float softmax_step(const float* s, int64_t g0, int64_t end, int32_t lo, int32_t hi, float m_old, float* p,
                                              float* m_new) {
   __m256 top = _mm256_set1_ps(-INFINITY);
@@ -128,9 +129,8 @@ struct Scratch {
 };
 
 // The rows' scores, softmax step and weighted values, reading keys and values through L from the row
-// pointers (cache rows as stored, or float rows widened from them).
-// q: the rows' queries, qstride floats apart; width: the key values read (a multiple of 8, zeros past
-// d), vwidth: the values weighed.
+// pointers (cache rows as stored, or float rows widened from them). q: the rows' queries, qstride
+// floats apart; width: the key values read (a multiple of 8, zeros past d); vwidth: the values weighed.
 template <typename L>
 void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t j0, int64_t j1, int64_t width, int64_t vwidth,
                  const float* q, int64_t qstride) {

@@ -1,7 +1,7 @@
 // Flash attention on the CPU. The step's tokens are cut into tiles (a few consecutive tokens of one
 // sequence); a tile's query heads that share a key-value head meet each block of keys together
-// (kernels' attend_block: the block is read and widened once for all of them), keeping a running
-// softmax, so no score matrix is ever written out. A context longer than one segment may be split
+// (kernels' attend_block, which reads the block while it is in cache for all of them), keeping a
+// running softmax, so no score matrix is ever written out. A context longer than one segment may be split
 // over threads, each segment's partial result merged afterwards in position order.
 //
 // The promise that batching never changes a token's bits: blocks and segments are counted from
@@ -19,9 +19,12 @@
 
 namespace ftllm::ops {
 
-int64_t attention_block_keys(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 32 : 16; }
-
 namespace {
+
+// Keys per block of the online softmax (a block's keys and values stay in L1) and per segment (the
+// part of a long context one thread takes, flash-decoding), both counted from position 0.
+int64_t block_keys(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 32 : 16; }
+constexpr int64_t kSegmentKeys = 512;
 
 constexpr int64_t kTileRows = 32;  // query rows per tile, about: tokens x heads sharing a KV head
 
@@ -82,7 +85,7 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
                          Tensor& out) {
   const int64_t T = q.dim(0), d = sh.head_dim, group = sh.heads / sh.kv_heads;
   const int64_t vd = sh.value_dim ? sh.value_dim : d, width = (vd + 7) / 8 * 8;
-  const int64_t KB = attention_block_keys(d), SK = kAttentionSegmentKeys, head_bytes = kvcache::kv_head_bytes(kv.dtype, d);
+  const int64_t KB = block_keys(d), SK = kSegmentKeys, head_bytes = kvcache::kv_head_bytes(kv.dtype, d);
   auto first_of = [&](int64_t p) { return sh.window > 0 ? std::max<int64_t>(0, p - sh.window + 1) : int64_t(0); };
 
   Plan plan;

@@ -1,6 +1,6 @@
 // CPU attention alone (ops::paged_attention over a paged f16 cache), for one layer of a model's shape:
-// decode of one token at a context of N keys, a batch of 16 decoding sequences, and a prefill of N
-// tokens in 512-token slices (the last slice timed: it sees the whole context). Prints milliseconds per
+// decode of one token at a context of N keys, a batch of 16 decoding sequences, and the last 512-token
+// slice of an N-token prefill (the slice that sees the whole context; the cache is filled beforehand). Prints milliseconds per
 // call and GFLOP/s (4 flops per query head, key and head value: the two dot products).
 //   ftllm-attention-bench [-t THREADS] [--heads H --kv_heads K --head_dim D] [--kv_dtype f16|...] [N ...]
 #include <algorithm>
