@@ -36,18 +36,18 @@ void widen(const uint8_t* const* rows, kvcache::KvDtype t, int64_t j0, int64_t j
   }
 }
 
-// Q rows (1 or 2, `qstride` floats apart) against keys k[0..3] (rows read by L, `width` values, a
+// Q rows (1 or 2, queries q[0], q[1]) against keys k[0..3] (rows read by L, `width` values, a
 // multiple of 8), times scale, into s[r] + j. Each key's eight lanes are summed by the same hadd tree
 // whatever its neighbours, so a score's bits depend only on its query and key.
 template <int Q, typename L>
-inline void scores4(const float* q, int64_t qstride, const uint8_t* const* k, int64_t width, float scale, float* const* s, int64_t j) {
+inline void scores4(const float* const* q, const uint8_t* const* k, int64_t width, float scale, float* const* s, int64_t j) {
   __m256 a[Q][4];
   for (int r = 0; r < Q; ++r)
     for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
   for (int64_t c = 0; c < width; c += 8) {
     const __m256 k0 = L::load8(k[0], c), k1 = L::load8(k[1], c), k2 = L::load8(k[2], c), k3 = L::load8(k[3], c);
     for (int r = 0; r < Q; ++r) {
-      const __m256 qv = _mm256_loadu_ps(q + r * qstride + c);
+      const __m256 qv = _mm256_loadu_ps(q[r] + c);
       a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);
       a[r][1] = _mm256_fmadd_ps(qv, k1, a[r][1]);
       a[r][2] = _mm256_fmadd_ps(qv, k2, a[r][2]);
@@ -124,30 +124,27 @@ void weigh_rows(const float* const* p, const float* alpha, const uint8_t* const*
 struct Scratch {
   std::vector<float> q, k, v, s, p, alpha;
   std::vector<const uint8_t*> krows, vrows;
+  std::vector<const float*> qrows;
   std::vector<int64_t> live;  // the rows that see a key of this block
   std::vector<uint8_t> zeros;
 };
 
 // The rows' scores, softmax step and weighted values, reading keys and values through L from the row
-// pointers (cache rows as stored, or float rows widened from them). q: the rows' queries, qstride
-// floats apart; width: the key values read (a multiple of 8, zeros past d); vwidth: the values weighed.
+// pointers (cache rows as stored, or float rows widened from them). q: the rows' queries; width: the
+// key values read (a multiple of 8, zeros past d); vwidth: the values weighed.
 template <typename L>
 void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t j0, int64_t j1, int64_t width, int64_t vwidth,
-                 const float* q, int64_t qstride) {
+                 const float* const* q) {
   const int64_t n8 = round_up(b.n, 8), vw = r.acc_stride;
   const std::vector<int64_t>& live = t.live;
   for (size_t x = 0; x < live.size(); x += 2) {
     const bool pair = x + 1 < live.size();
     const int64_t a = live[x], c = pair ? live[x + 1] : a;
     float* s[2] = {t.s.data() + a * n8, t.s.data() + c * n8};
-    // The pair's query rows are adjacent only when their indices are; one at a time otherwise.
+    const float* qs[2] = {q[a], q[c]};
     for (int64_t j = j0 & ~int64_t(3); j < j1; j += 4) {
-      if (pair && c == a + 1) {
-        scores4<2, L>(q + a * qstride, qstride, t.krows.data() + j, width, b.scale, s, j);
-      } else {
-        scores4<1, L>(q + a * qstride, qstride, t.krows.data() + j, width, b.scale, s, j);
-        if (pair) scores4<1, L>(q + c * qstride, qstride, t.krows.data() + j, width, b.scale, s + 1, j);
-      }
+      if (pair) scores4<2, L>(qs, t.krows.data() + j, width, b.scale, s, j);
+      else scores4<1, L>(qs, t.krows.data() + j, width, b.scale, s, j);
     }
   }
   for (int64_t i : live) {
@@ -187,18 +184,21 @@ void attend(const AttendBlock& b, const AttendRows& r) {
   t.alpha.resize(size_t(r.nq));
   t.krows.resize(size_t(n4));
   t.vrows.resize(size_t(n4));
-  t.q.resize(size_t(r.nq * dw));
-  for (int64_t i : t.live) {
-    std::copy(r.q[i], r.q[i] + b.d, t.q.data() + i * dw);
-    std::fill(t.q.data() + i * dw + b.d, t.q.data() + (i + 1) * dw, 0.0f);
-  }
   if (b.d % 8 == 0 && b.vd % 8 == 0) {
-    // The cache as stored; the groups of four around the keys read a row of zeros (any dtype's zero
-    // bytes read as 0). The acc rows' zeros past vd are left alone.
+    // The cache and queries as they are; the groups of four around the keys read a row of zeros (any
+    // dtype's zero bytes read as 0). The acc rows' zeros past vd are left alone.
     t.zeros.resize(size_t(kvcache::kv_head_bytes(b.dtype, b.d)));
     for (int64_t j = j0 & ~int64_t(3); j < round_up(j1, 4); ++j) t.krows[size_t(j)] = j < j0 || j >= j1 ? t.zeros.data() : b.keys[j];
     for (int64_t j = j0; j < j1; ++j) t.vrows[size_t(j)] = b.values[j];
-    return attend_rows<L>(b, r, t, j0, j1, b.d, b.vd, t.q.data(), dw);
+    return attend_rows<L>(b, r, t, j0, j1, b.d, b.vd, r.q);
+  }
+  // Widened to whole chunks of 8, queries too (zeros past d).
+  t.q.resize(size_t(r.nq * dw));
+  t.qrows.resize(size_t(r.nq));
+  for (int64_t i : t.live) {
+    std::copy(r.q[i], r.q[i] + b.d, t.q.data() + i * dw);
+    std::fill(t.q.data() + i * dw + b.d, t.q.data() + (i + 1) * dw, 0.0f);
+    t.qrows[size_t(i)] = t.q.data() + i * dw;
   }
   t.k.resize(size_t(n4 * dw));
   t.v.resize(size_t(n4 * vw));
@@ -208,7 +208,7 @@ void attend(const AttendBlock& b, const AttendRows& r) {
     t.krows[size_t(j)] = reinterpret_cast<const uint8_t*>(t.k.data() + j * dw);
     t.vrows[size_t(j)] = reinterpret_cast<const uint8_t*>(t.v.data() + j * vw);
   }
-  attend_rows<KvF32>(b, r, t, j0, j1, dw, vw, t.q.data(), dw);
+  attend_rows<KvF32>(b, r, t, j0, j1, dw, vw, t.qrows.data());
 }
 
 }  // namespace
