@@ -67,6 +67,7 @@ struct Kernels {
   // out = x / sqrt(mean(x^2) + eps) * w
   void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);  // silu(gate) * up
+  void (*gelu_tanh_mul)(const float* gate, const float* up, float* out, int64_t n);  // gelu_tanh(gate) * up
   // One row of n values of any dtype (a whole row of a block type) to float32.
   void (*to_f32)(DType t, const void* src, float* dst, int64_t n);
   // Flash attention's step, an online softmax: query rows meet one block of cached keys and values.

@@ -24,9 +24,10 @@ void linear_gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y
 // Rows of w decoded to float32 (out [N, K], float32): the reference dequantization on the device.
 void dequantize(const Tensor& w, Tensor& out);
 
-void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out);  // rows of w.numel()
+void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out, float w_offset);  // rows of w.numel()
 void embedding(const Tensor& table, std::span<const int32_t> ids, Tensor& out);
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 void add(Tensor& x, const Tensor& y);
 // Rotate-half RoPE (interleaved: DeepSeek's pairs) on x[T, heads * d] (rows of `stride` floats, the head
 // block starting at `offset`) with cos/sin[T, d/2] on the same device.

@@ -12,7 +12,8 @@ namespace {
 
 // One block per row; rows `stride` floats apart, the first n of each normalised (n == stride: whole rows).
 // x may be out (in place): each thread reads its values before writing them.
-__global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, int64_t n, int64_t stride, float eps, float* out) {
+__global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, float w_offset, int64_t n, int64_t stride, float eps,
+                               float* out) {
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * stride;
   float* o = out + blockIdx.x * stride;
@@ -20,13 +21,21 @@ __global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, int6
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
   ss = block_sum(ss, scratch);
   const float scale = 1.0f / sqrtf(ss / float(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * scale * (w[i] + w_offset);
 }
 
 __global__ void silu_mul_kernel(const float* __restrict__ gate, const float* __restrict__ up, float* out, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float g = gate[i];
     out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+// GeGLU's tanh-approximated GELU, as torch computes gelu(approximate="tanh").
+__global__ void gelu_tanh_mul_kernel(const float* __restrict__ gate, const float* __restrict__ up, float* out, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * up[i];
   }
 }
 
@@ -110,18 +119,18 @@ __global__ void scale_rows_kernel(float* x, const float* __restrict__ scale, int
 
 }  // namespace
 
-void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out, float w_offset) {
   DeviceState& s = state(x.device);
   const int64_t d = w.numel(), rows = x.numel() / d;
   if (rows == 0) return;
-  rmsnorm_kernel<<<unsigned(rows), 256, 0, s.stream>>>(x.as<float>(), w.as<float>(), d, d, eps, out.as<float>());
+  rmsnorm_kernel<<<unsigned(rows), 256, 0, s.stream>>>(x.as<float>(), w.as<float>(), w_offset, d, d, eps, out.as<float>());
   check_launch("rmsnorm", s.index);
 }
 
 void rmsnorm_prefix(Tensor& x, const Tensor& w, float eps) {
   DeviceState& s = state(x.device);
   if (x.dim(0) == 0) return;
-  rmsnorm_kernel<<<unsigned(x.dim(0)), 256, 0, s.stream>>>(x.as<float>(), w.as<float>(), w.numel(), x.dim(1), eps,
+  rmsnorm_kernel<<<unsigned(x.dim(0)), 256, 0, s.stream>>>(x.as<float>(), w.as<float>(), 0.0f, w.numel(), x.dim(1), eps,
                                                            x.as<float>());
   check_launch("rmsnorm_prefix", s.index);
 }
@@ -132,6 +141,14 @@ void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   if (n == 0) return;
   silu_mul_kernel<<<blocks_for(n, 256), 256, 0, s.stream>>>(gate.as<float>(), up.as<float>(), out.as<float>(), n);
   check_launch("silu_mul", s.index);
+}
+
+void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  DeviceState& s = state(gate.device);
+  const size_t n = size_t(gate.numel());
+  if (n == 0) return;
+  gelu_tanh_mul_kernel<<<blocks_for(n, 256), 256, 0, s.stream>>>(gate.as<float>(), up.as<float>(), out.as<float>(), n);
+  check_launch("gelu_tanh_mul", s.index);
 }
 
 void add(Tensor& x, const Tensor& y) {

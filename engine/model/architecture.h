@@ -1,47 +1,56 @@
-// What distinguishes one decoder architecture from another, and the registry from the
-// Hugging Face "architectures" name to it. A new architecture is one file defining its spec function
-// plus one line in registry.cpp.
+// An architecture: what one Hugging Face model class adds to the shared decoder (decoder.h). Its file
+// reads the config.json keys only it has, checks what it cannot run, binds its layers' weights and
+// builds each layer from the shared blocks (LayerStep); a new architecture is that file plus one line
+// in registry.cpp.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "../ops/moe.h"
+#include "config_reader.h"
+#include "layer.h"
 #include "model_config.h"
 
 namespace ftllm::model {
 
-struct DecoderSpec {
-  bool qkv_bias = false;        // q, k, v projections have biases
-  bool o_bias = false;          // the output projection has a bias
-  bool mlp_bias = false;        // gate, up and down projections have biases
-  bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (Qwen3)
-  bool sliding_window = false;  // honour config.sliding_window on every layer (Mistral)
-  bool moe = false;             // config.moe's layers route each token to experts (mlp.gate, mlp.experts.N)
-  bool shared_expert = false;   // MoE layers also run mlp.shared_expert, gated by mlp.shared_expert_gate
-  bool shared_experts = false;  // DeepSeek: MoE layers also run mlp.shared_experts, ungated
-  bool mla = false;             // multi-head latent attention (config.mla) instead of q, k, v projections
+class LayerStep;
+
+class Architecture {
+ public:
+  explicit Architecture(const char* hf_name) : hf_name_(hf_name) {}
+  virtual ~Architecture() = default;
+  const char* hf_name() const { return hf_name_; }
+
+  // Reads the config.json keys this architecture adds to the common ones (config_reader.h); throws
+  // EngineError naming a key it cannot honour.
+  virtual void read_config(const ConfigReader&, ModelConfig&) const {}
+  // Writes those keys back (ftllmctl export): field(key, JSON value).
+  using ConfigField = std::function<void(const char* key, const std::string& json_value)>;
+  virtual void write_config(const ModelConfig&, const ConfigField&) const {}
+  // Checks a config however it was read (config.json, GGUF metadata, --moe_experts applied); throws
+  // EngineError saying what this architecture cannot run.
+  virtual void check(const ModelConfig&) const {}
+  // Binds one layer's weights.
+  virtual void bind_layer(const LayerBinder& b, LayerWeights& L) const = 0;
+  // Runs one layer on the residual stream x: by default x += attention(norm(x)), x += mlp(norm(x)).
+  virtual void run_layer(LayerStep& s, Tensor& x) const;
+  // The attention block, from the normalised rows h: by default grouped-query attention with RoPE over
+  // the paged cache (LayerStep::gqa_attention).
+  virtual void attention(LayerStep& s, const Tensor& h, Tensor& out) const;
+  // A mixture-of-experts layer's routing from the router's logits [T, E] (host float32): by default a
+  // softmax and the top config.moe.experts_per_token, renormalised when norm_topk_prob.
+  virtual ops::Routes route(const ModelConfig& c, const LayerWeights& L, const Tensor& logits) const;
+  // What happens to the shared experts' output [T, H] for the rows h (by default nothing).
+  virtual void scale_shared_experts(ops::Context&, const LayerWeights&, const Tensor& /*h*/, Tensor& /*shared*/) const {}
+
+ private:
+  const char* hf_name_;
 };
 
-// Returns the spec for this config, or throws EngineError for a variant the engine cannot run.
-using SpecFunction = DecoderSpec (*)(const ModelConfig&);
-
-struct Architecture {
-  const char* hf_name;
-  SpecFunction spec;
-};
-
-const std::vector<Architecture>& architectures();
+const std::vector<const Architecture*>& architectures();
 // Throws EngineError naming the architecture and listing the supported ones.
 const Architecture& find_architecture(const std::string& hf_name);
-
-// One per architecture file.
-DecoderSpec llama_spec(const ModelConfig&);
-DecoderSpec mistral_spec(const ModelConfig&);
-DecoderSpec qwen2_spec(const ModelConfig&);
-DecoderSpec qwen3_spec(const ModelConfig&);
-DecoderSpec qwen2_moe_spec(const ModelConfig&);
-DecoderSpec qwen3_moe_spec(const ModelConfig&);
-DecoderSpec deepseek_v2_spec(const ModelConfig&);
-DecoderSpec deepseek_v3_spec(const ModelConfig&);
 
 }  // namespace ftllm::model

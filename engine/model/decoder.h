@@ -1,6 +1,7 @@
-// The decoder-only transformer shared by every architecture in architecture.h: embeddings, N blocks of
-// (RMSNorm, attention with RoPE and GQA, RMSNorm, SwiGLU MLP or mixture of SwiGLU experts), final norm,
-// LM head.
+// The decoder-only transformer every architecture in architecture.h shares: embeddings, N layers
+// (each as its architecture builds it from the shared blocks: RMSNorm, attention with RoPE and GQA over
+// the paged cache, a SwiGLU MLP or mixture of SwiGLU experts), final norm, LM head; placement of layers
+// and experts on devices, and tensor-parallel splits.
 #pragma once
 
 #include <functional>
@@ -11,28 +12,48 @@
 #include "../ops/moe.h"
 #include "../ops/ops.h"
 #include "architecture.h"
+#include "layer.h"
 #include "model_config.h"
 #include "weights.h"
 
 namespace ftllm::model {
 
-struct LayerWeights {
-  Tensor attn_norm, q, k, v, o;  // q only without q compression and k, v none under MLA
-  // Multi-head latent attention: q_a (-> q_a_norm -> q_b) when q is compressed; kv_a gives the compressed
-  // row (kv_a_norm over its first kv_lora_rank values); kv_b as float32 [heads * (nope + v), kv_lora_rank],
-  // read by rows: a head's nope rows absorb its query, its v rows expand its output.
-  Tensor q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b;
-  std::optional<Tensor> q_bias, k_bias, v_bias, o_bias;
-  std::optional<Tensor> q_norm, k_norm;
-  Tensor mlp_norm, gate, up, down;  // a dense layer's MLP (empty in a mixture-of-experts layer)
-  std::optional<Tensor> gate_bias, up_bias, down_bias;
-  // A mixture-of-experts layer: the router [E, H], the routed experts, and Qwen2-MoE's shared expert
-  // with its gate [1, H].
-  Tensor router;
-  std::optional<Tensor> router_bias;  // DeepSeek's e_score_correction_bias
-  std::vector<ops::Expert> experts;
-  std::optional<ops::Expert> shared;
-  std::optional<Tensor> shared_gate;
+class DecoderModel;
+
+// One layer of one forward step, as an architecture's run_layer and attention see it.
+class LayerStep {
+ public:
+  // `rope_on` gives the step's cos/sin tables of one RoPE (LayerWeights::rope_table) on a device.
+  using RopeTables = std::function<std::pair<Tensor, Tensor>(Device, int)>;
+  LayerStep(const DecoderModel& model, ops::Context& ctx, int64_t layer, const LayerWeights& w, const LayerWeights& local,
+            kvcache::KvPool& pool, const ops::AttentionBatch& ab, const RopeTables& rope_on, const Tensor& cos,
+            const Tensor& sin, Tensor& h, Tensor& proj)
+      : ctx(ctx), config(model_config(model)), layer(layer), w(w), local(local), pool(pool), ab(ab), cos(cos), sin(sin), h(h),
+        proj(proj), model_(model), rope_on_(rope_on) {}
+  ops::Context& ctx;
+  const ModelConfig& config;
+  const int64_t layer;
+  const LayerWeights& w;      // the layer's weights (a split layer's stay on the host)
+  const LayerWeights& local;  // the norms on the layer's device: w's, or a split layer's first shard's
+  kvcache::KvPool& pool;
+  const ops::AttentionBatch& ab;
+  const Tensor &cos, &sin;  // RoPE tables for the batch's positions, on ctx's device
+  Tensor &h, &proj;         // [T, hidden] scratch on ctx's device
+
+  void rmsnorm(const Tensor& x, const Tensor& weight, Tensor& out) {
+    ops::rmsnorm(ctx, x, weight, float(config.rms_norm_eps), out, config.norm_weight_offset);
+  }
+  // The layer's attention: the architecture's, or a split layer's shards'.
+  void attention(const Tensor& h, Tensor& out);
+  // The layer's MLP: its experts, a split layer's shards' or the dense one.
+  void mlp(const Tensor& h, Tensor& out);
+  // Grouped-query attention with RoPE over the paged cache (the default attention block).
+  void gqa_attention(const Tensor& h, Tensor& out);
+
+ private:
+  static const ModelConfig& model_config(const DecoderModel& m);
+  const DecoderModel& model_;
+  const RopeTables& rope_on_;
 };
 
 // One forward step: any mix of sequences, each token at its position. Tokens of one sequence must
@@ -47,9 +68,10 @@ struct Batch {
 class DecoderModel {
  public:
   // Binds every weight with its expected shape; throws EngineError naming a missing or mis-shaped one.
-  DecoderModel(ModelConfig config, DecoderSpec spec, const WeightStore& weights);
+  DecoderModel(ModelConfig config, const Architecture& architecture, const WeightStore& weights);
 
   const ModelConfig& config() const { return config_; }
+  const Architecture& architecture() const { return arch_; }
   // Parameters and the bytes their tensors take, and the dtypes they are stored in ("bf16", "f32").
   uint64_t parameter_count() const { return parameters_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
@@ -60,13 +82,8 @@ class DecoderModel {
   // input embedding along with it when tied), or of the routed experts' only; --device numa and
   // --moe_device numa move them into node-bound memory.
   void move_matrices(const std::function<void(Tensor&)>& move, bool experts_only = false);
-  // Moves the chosen parts of layer l with `move` (or only looks at them: `move` may leave them be).
-  // --device and rebalance put layers on a GPU this way, --moe_device and --cuda_se the experts.
-  enum LayerParts : unsigned {
-    kAttentionAndDense = 1,  // norms, attention, a dense MLP, their biases
-    kRoutedExperts = 2,      // the routed experts with their router
-    kSharedExperts = 4,      // shared experts with their gate
-  };
+  // Moves the chosen parts (LayerParts) of layer l with `move` (or only looks at them: `move` may leave
+  // them be). --device and rebalance put layers on a GPU this way, --moe_device and --cuda_se the experts.
   void move_layer(int64_t l, const std::function<void(Tensor&)>& move, unsigned parts);
   // Moves the final norm and the LM head (the input embedding along with it when tied).
   void move_head(const std::function<void(Tensor&)>& move);
@@ -98,16 +115,15 @@ class DecoderModel {
                  const std::vector<ops::Context*>* layer_ctx = nullptr, bool logits_on_host = true) const;
 
  private:
-  void bind_experts(const WeightStore& w, const std::string& prefix, LayerWeights& L);
+  friend class LayerStep;
   void moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const;
-  void bind_mla(const WeightStore& w, const std::string& prefix, LayerWeights& L);
-  // Grouped-query attention for layer l (q, k, v projections, RoPE, the paged cache), after o_proj.
+  // Grouped-query attention with heads and kv_heads of the layer (a shard's share when split), after o_proj.
   void gqa_attention(ops::Context& ctx, const LayerWeights& L, int64_t heads, int64_t kv_heads, const Tensor& h,
                      const Tensor& cos, const Tensor& sin, const ops::KvLayer& kv, int64_t block_tokens,
                      const ops::AttentionBatch& ab, Tensor& out) const;
   // A split layer's attention (or dense MLP, `mlp`): each shard on its device, summed into out.
   void split_sublayer(ops::Context& ctx, int64_t l, bool mlp, const Tensor& h, kvcache::KvPool& pool,
-                      const ops::AttentionBatch& ab, const std::function<std::pair<Tensor, Tensor>(Device)>& rope_on,
+                      const ops::AttentionBatch& ab, const LayerStep::RopeTables& rope_on,
                       Tensor& out) const;
   void dense_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const;
   struct Shard {
@@ -115,15 +131,11 @@ class DecoderModel {
     ShardSpan span;
   };
   std::vector<std::vector<Shard>> shards_;  // per layer; empty unless split over devices
-  // MLA for layer l: writes the batch's compressed rows into the cache and the attention output
-  // (after o_proj) into out.
-  void mla_attention(ops::Context& ctx, int64_t l, const LayerWeights& L, const Tensor& h, const Tensor& cos,
-                     const Tensor& sin, kvcache::KvPool& pool, const ops::AttentionBatch& ab, Tensor& out) const;
   ModelConfig config_;
-  DecoderSpec spec_;
+  const Architecture& arch_;
   Tensor embed_, final_norm_, lm_head_;
   std::vector<LayerWeights> layers_;
-  std::vector<float> inv_freq_;
+  std::vector<std::vector<float>> inv_freq_;  // config.rope's, then config.sliding_rope's when set
   uint64_t parameters_ = 0, weight_bytes_ = 0;
   std::string dtypes_;
 };

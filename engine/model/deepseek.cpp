@@ -1,31 +1,192 @@
 // DeepSeek V2 and V3: multi-head latent attention (a compressed KV row per token, absorbed into the
 // query and the output per head), the first first_k_dense_replace layers dense, then mixture-of-experts
-// layers with shared experts. V3 routes by sigmoid scores plus e_score_correction_bias over expert groups
-// (config.moe.sigmoid_grouped); V2 by softmax scores, greedy or group_limited_greedy; both scale the
-// chosen weights by routed_scaling_factor.
-#include "../core/error.h"
+// layers with shared experts. V3 routes by sigmoid scores plus e_score_correction_bias over expert groups;
+// V2 by softmax scores, greedy or group_limited_greedy; both scale the chosen weights by
+// routed_scaling_factor.
+#include <cmath>
+
+#include "../core/json_writer.h"
+#include "../ops/ops.h"
+#include "../quant/quant.h"
 #include "architecture.h"
+#include "decoder.h"
+#include "rope.h"
 
 namespace ftllm::model {
 
 namespace {
 
-DecoderSpec deepseek_spec(const ModelConfig& c, const std::string& name) {
-  if (c.mla.kv_lora_rank == 0) throw EngineError(name + " needs kv_lora_rank in config.json");
-  if (c.moe.num_experts == 0) throw EngineError(name + " needs n_routed_experts in config.json");
-  if (c.rope.type != RopeType::Default && c.rope.type != RopeType::Yarn)
-    throw EngineError(name + " with rope scaling other than yarn is not supported");
-  if (c.attention_bias) throw EngineError(name + " with attention_bias=true is not supported");
-  DecoderSpec s;
-  s.mla = true;
-  s.moe = true;
-  s.shared_experts = c.moe.shared_intermediate > 0;
-  return s;
+const char* const kCorrectionBias = "mlp.gate.e_score_correction_bias";
+
+class DeepSeek final : public Architecture {
+ public:
+  DeepSeek(const char* name, bool v3) : Architecture(name), v3_(v3) {}
+
+  void read_config(const ConfigReader& r, ModelConfig& c) const override {
+    read_experts(r, c, hf_name());
+    MoeConfig& m = c.moe;
+    for (int64_t l = 0; l < r.int_or("first_k_dense_replace", 0); ++l) m.dense_layers.push_back(l);
+    const std::string scoring = r.string_or("scoring_func", v3_ ? "sigmoid" : "softmax");
+    if (scoring != "softmax" && scoring != "sigmoid") throw r.error("scoring_func", "must be softmax or sigmoid");
+    m.sigmoid_grouped = scoring == "sigmoid";
+    const std::string method = r.string_or("topk_method", "noaux_tc");
+    if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
+      throw r.error("topk_method", "must be greedy, group_limited_greedy or noaux_tc");
+    const bool grouped = method != "greedy";
+    m.n_group = grouped ? std::max<int64_t>(1, r.int_or("n_group", 1)) : 1;
+    m.topk_group = grouped ? std::max<int64_t>(1, r.int_or("topk_group", m.n_group)) : 1;
+    if (m.num_experts % m.n_group != 0 || m.topk_group > m.n_group)
+      throw r.error("n_group", "must divide the experts, with topk_group at most n_group");
+    m.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
+
+    MlaConfig& a = c.mla;
+    a.kv_lora_rank = r.required_int("kv_lora_rank");
+    a.q_lora_rank = r.int_or("q_lora_rank", 0);  // null (no q compression) reads as absent
+    a.nope_dim = r.required_int("qk_nope_head_dim");
+    a.rope_dim = r.required_int("qk_rope_head_dim");
+    a.v_dim = r.required_int("v_head_dim");
+    a.rope_interleave = r.bool_or("rope_interleave", true);
+    if (a.rope_dim % 2 != 0) throw r.error("qk_rope_head_dim", "must be even");
+    c.head_dim = a.rope_dim;  // what RoPE rotates
+  }
+
+  void write_config(const ModelConfig& c, const ConfigField& field) const override {
+    const MoeConfig& m = c.moe;
+    field("scoring_func", m.sigmoid_grouped ? "\"sigmoid\"" : "\"softmax\"");
+    field("topk_method", m.n_group > 1 ? (m.sigmoid_grouped ? "\"noaux_tc\"" : "\"group_limited_greedy\"") : "\"greedy\"");
+    field("n_group", std::to_string(m.n_group));
+    field("topk_group", std::to_string(m.topk_group));
+    field("routed_scaling_factor", json_number(m.routed_scaling_factor));
+    const MlaConfig& a = c.mla;
+    field("kv_lora_rank", std::to_string(a.kv_lora_rank));
+    field("q_lora_rank", a.q_lora_rank ? std::to_string(a.q_lora_rank) : "null");
+    field("qk_nope_head_dim", std::to_string(a.nope_dim));
+    field("qk_rope_head_dim", std::to_string(a.rope_dim));
+    field("v_head_dim", std::to_string(a.v_dim));
+    field("rope_interleave", a.rope_interleave ? "true" : "false");
+  }
+
+  void check(const ModelConfig& c) const override {
+    const std::string name = hf_name();
+    if (c.mla.kv_lora_rank == 0) throw EngineError(name + " needs kv_lora_rank in config.json");
+    if (c.moe.num_experts == 0) throw EngineError(name + " needs n_routed_experts in config.json");
+    if (c.rope.type != RopeType::Default && c.rope.type != RopeType::Yarn)
+      throw EngineError(name + " with rope scaling other than yarn is not supported");
+    if (c.attention_bias) throw EngineError(name + " with attention_bias=true is not supported");
+  }
+
+  void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
+    bind_norms(b, L);
+    bind_latent_attention(b, L);
+    if (!b.config.moe.is_moe_layer(b.layer)) return bind_dense_mlp(b, L);
+    bind_experts(b, L, "mlp.shared_experts.");
+    if (b.config.moe.sigmoid_grouped)
+      L.own.push_back({kCorrectionBias, b.vector(kCorrectionBias, b.config.moe.num_experts), kStaysOnHost, false});
+  }
+
+  ops::Routes route(const ModelConfig& c, const LayerWeights& L, const Tensor& logits) const override {
+    const MoeConfig& m = c.moe;
+    if (m.sigmoid_grouped)
+      return ops::route_sigmoid_grouped(logits, L.own_tensor(kCorrectionBias), m.experts_per_token, m.n_group, m.topk_group,
+                                        m.norm_topk_prob, float(m.routed_scaling_factor));
+    return Architecture::route(c, L, logits);
+  }
+
+  void attention(LayerStep& s, const Tensor& h, Tensor& out) const override;
+
+ private:
+  static void bind_latent_attention(const LayerBinder& b, LayerWeights& L);
+  bool v3_;
+};
+
+// q_a (-> q_a_norm -> q_b) when q is compressed, else q_proj; kv_a gives the compressed row (kv_a_norm
+// over its first kv_lora_rank values); kv_b as float32 [heads * (nope + v), kv_lora_rank], read by rows:
+// a head's nope rows absorb its query, its v rows expand its output.
+void DeepSeek::bind_latent_attention(const LayerBinder& b, LayerWeights& L) {
+  const ModelConfig& c = b.config;
+  const MlaConfig& a = c.mla;
+  const int64_t H = c.hidden_size, heads = c.num_heads, qk = a.nope_dim + a.rope_dim;
+  auto own = [&](const char* name, Tensor t, bool matrix) { L.own.push_back({name, std::move(t), kAttentionAndDense, matrix}); };
+  if (a.q_lora_rank) {
+    own("self_attn.q_a_proj.weight", b.matrix("self_attn.q_a_proj.weight", {a.q_lora_rank, H}), true);
+    own("self_attn.q_a_layernorm.weight", b.vector("self_attn.q_a_layernorm.weight", a.q_lora_rank), false);
+    own("self_attn.q_b_proj.weight", b.matrix("self_attn.q_b_proj.weight", {heads * qk, a.q_lora_rank}), true);
+  } else {
+    L.q = b.matrix("self_attn.q_proj.weight", {heads * qk, H});
+  }
+  own("self_attn.kv_a_proj_with_mqa.weight", b.matrix("self_attn.kv_a_proj_with_mqa.weight", {a.kv_lora_rank + a.rope_dim, H}), true);
+  own("self_attn.kv_a_layernorm.weight", b.vector("self_attn.kv_a_layernorm.weight", a.kv_lora_rank), false);
+  // Read a row at a time by the absorbed attention, so kept as float32 whatever it is stored in.
+  const Tensor stored = b.matrix("self_attn.kv_b_proj.weight", {heads * (a.nope_dim + a.v_dim), a.kv_lora_rank});
+  Tensor kv_b = Tensor::zeros_f32(stored.shape);
+  const size_t row = row_bytes(stored.dtype, a.kv_lora_rank);
+  for (int64_t r = 0; r < stored.dim(0); ++r)
+    quant::dequantize_row(stored.dtype, static_cast<const char*>(stored.data) + size_t(r) * row,
+                          kv_b.as<float>() + r * a.kv_lora_rank, a.kv_lora_rank);
+  own("self_attn.kv_b_proj.weight", std::move(kv_b), false);
+  L.o = b.matrix("self_attn.o_proj.weight", {H, heads * a.v_dim});
+}
+
+// Absorbed MLA: head h's score against a cached row [c (kv_lora_rank), k_rot] is
+// (W_uk[h]^T q_nope) . c + q_rot . k_rot, and its output W_uv[h] (sum of p * c), where W_uk[h] and W_uv[h]
+// are head h's nope and v rows of kv_b_proj. The cache holds c and k_rot only; nothing is expanded per
+// cached token, for prefill or decode.
+void DeepSeek::attention(LayerStep& s, const Tensor& h, Tensor& out) const {
+  ops::Context& ctx = s.ctx;
+  const LayerWeights& L = s.w;
+  const ModelConfig& c = s.config;
+  const MlaConfig& a = c.mla;
+  const int64_t T = h.dim(0), heads = c.num_heads, nope = a.nope_dim, rope = a.rope_dim, lora = a.kv_lora_rank;
+  const int64_t qk = nope + rope, row = lora + rope, B = s.pool.block_tokens(), kvb_rows = nope + a.v_dim;
+  const float eps = float(c.rms_norm_eps);
+  const Tensor& kv_b = L.own_tensor("self_attn.kv_b_proj.weight");
+
+  Tensor q = ops::zeros(ctx, {T, heads * qk});
+  if (a.q_lora_rank) {
+    Tensor qa = ops::zeros(ctx, {T, a.q_lora_rank});
+    ops::linear(ctx, h, L.own_tensor("self_attn.q_a_proj.weight"), nullptr, qa);
+    ops::rmsnorm(ctx, qa, L.own_tensor("self_attn.q_a_layernorm.weight"), eps, qa);
+    ops::linear(ctx, qa, L.own_tensor("self_attn.q_b_proj.weight"), nullptr, q);
+  } else {
+    ops::linear(ctx, h, L.q, nullptr, q);
+  }
+  // The cached row: [c (kv_lora_rank, normalised), k_rot (rotated)].
+  Tensor latent = ops::zeros(ctx, {T, row});
+  ops::linear(ctx, h, L.own_tensor("self_attn.kv_a_proj_with_mqa.weight"), nullptr, latent);
+  ops::rmsnorm_prefix(ctx, latent, L.own_tensor("self_attn.kv_a_layernorm.weight"), eps);
+  ops::rope_blocks(ctx, latent, {1, row, lora}, s.cos, s.sin, a.rope_interleave);
+  const Device on = s.pool.layer_storage(s.layer).device;
+  // The value is the first kv_lora_rank floats of the same row.
+  const ops::KvLayer kv{s.pool.key(s.layer, 0, 0), s.pool.key(s.layer, 0, 0), s.pool.block_bytes(), s.pool.row_bytes(),
+                        s.pool.dtype(), on};
+  ops::store_kv(ctx, s.ab, latent, nullptr, kv, B, row);
+
+  // Each head's query as a row against the cache: [W_uk[h]^T q_nope, q_rot].
+  ops::rope_blocks(ctx, q, {heads, qk, nope}, s.cos, s.sin, a.rope_interleave);
+  Tensor query = ops::zeros(ctx, {T, heads * row});
+  ops::head_matmul(ctx, q, {heads, qk, 0}, kv_b, {nope, lora, kvb_rows, 0, true}, query, {heads, row, 0});
+  ops::copy_blocks(ctx, q, {heads, qk, nope}, query, {heads, row, lora}, rope);
+
+  ops::AttentionShape shape{heads, 1, row, B, 0, 1.0f / std::sqrt(float(qk)) * yarn_softmax_scale(c.rope), lora};
+  Tensor mixed = ops::zeros(ctx, {T, heads * lora});
+  ops::paged_attention(ctx, query, s.ab, kv, shape, mixed);
+
+  // Each head's output through its v rows of kv_b_proj, then o_proj.
+  Tensor attn = ops::zeros(ctx, {T, heads * a.v_dim});
+  ops::head_matmul(ctx, mixed, {heads, lora, 0}, kv_b, {lora, a.v_dim, kvb_rows, nope, false}, attn, {heads, a.v_dim, 0});
+  ops::linear(ctx, attn, L.o, nullptr, out);
 }
 
 }  // namespace
 
-DecoderSpec deepseek_v2_spec(const ModelConfig& c) { return deepseek_spec(c, "DeepseekV2ForCausalLM"); }
-DecoderSpec deepseek_v3_spec(const ModelConfig& c) { return deepseek_spec(c, "DeepseekV3ForCausalLM"); }
+const Architecture& deepseek_v2() {
+  static const DeepSeek a("DeepseekV2ForCausalLM", false);
+  return a;
+}
+
+const Architecture& deepseek_v3() {
+  static const DeepSeek a("DeepseekV3ForCausalLM", true);
+  return a;
+}
 
 }  // namespace ftllm::model

@@ -3,11 +3,23 @@
 
 namespace ftllm::model {
 
-DecoderSpec llama_spec(const ModelConfig& c) {
-  DecoderSpec s;
-  s.qkv_bias = s.o_bias = c.attention_bias;
-  s.mlp_bias = c.mlp_bias;
-  return s;
+namespace {
+
+class Llama final : public Architecture {
+ public:
+  Llama() : Architecture("LlamaForCausalLM") {}
+  void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
+    bind_norms(b, L);
+    bind_attention(b, L, {.qkv_bias = b.config.attention_bias, .o_bias = b.config.attention_bias});
+    bind_dense_mlp(b, L, b.config.mlp_bias);
+  }
+};
+
+}  // namespace
+
+const Architecture& llama() {
+  static const Llama a;
+  return a;
 }
 
 }  // namespace ftllm::model

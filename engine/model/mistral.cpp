@@ -4,10 +4,30 @@
 
 namespace ftllm::model {
 
-DecoderSpec mistral_spec(const ModelConfig&) {
-  DecoderSpec s;
-  s.sliding_window = true;
-  return s;
+namespace {
+
+class Mistral final : public Architecture {
+ public:
+  Mistral() : Architecture("MistralForCausalLM") {}
+  void read_config(const ConfigReader& r, ModelConfig& c) const override {
+    if (r.has("sliding_window")) c.sliding_window = r.int_or("sliding_window", 0);
+  }
+  void write_config(const ModelConfig& c, const ConfigField& field) const override {
+    if (c.sliding_window) field("sliding_window", std::to_string(*c.sliding_window));
+  }
+  void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
+    bind_norms(b, L);
+    bind_attention(b, L, {});
+    bind_dense_mlp(b, L);
+    L.window = b.config.sliding_window.value_or(0);
+  }
+};
+
+}  // namespace
+
+const Architecture& mistral() {
+  static const Mistral a;
+  return a;
 }
 
 }  // namespace ftllm::model

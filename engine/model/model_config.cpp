@@ -6,6 +6,8 @@
 
 #include "../core/error.h"
 #include "../core/json_writer.h"
+#include "architecture.h"
+#include "config_reader.h"
 
 namespace ftllm::model {
 
@@ -13,41 +15,6 @@ namespace {
 
 using simdjson::dom::element;
 using simdjson::dom::object;
-
-struct Reader {
-  object obj;
-  const std::string& source;
-
-  EngineError error(const std::string& field, const std::string& why) const {
-    return EngineError(source + ": field \"" + field + "\" " + why);
-  }
-  bool has(const char* key) const {
-    element e;
-    return !obj[key].get(e) && !e.is_null();
-  }
-  int64_t required_int(const char* key) const {
-    if (!has(key)) throw error(key, "is missing; it is required to build the model");
-    return int_or(key, 0);
-  }
-  int64_t int_or(const char* key, int64_t fallback) const {
-    if (!has(key)) return fallback;
-    int64_t v;
-    if (obj[key].get(v) || v < 0) throw error(key, "must be a non-negative integer");
-    return v;
-  }
-  double number_or(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    double v;
-    if (obj[key].get(v)) throw error(key, "must be a number");
-    return v;
-  }
-  bool bool_or(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    bool v;
-    if (obj[key].get(v)) throw error(key, "must be true or false");
-    return v;
-  }
-};
 
 // "eos_token_id": 2 or [2, 32000].
 void add_token_ids(element e, std::vector<int32_t>& out) {
@@ -62,15 +29,15 @@ void add_token_ids(element e, std::vector<int32_t>& out) {
       if (!item.get(id)) out.push_back(int32_t(id));
 }
 
-RopeConfig parse_rope(const Reader& r, const object* scaling_or_null) {
+}  // namespace
+
+RopeConfig read_rope(const ConfigReader& r, const std::optional<ConfigReader>& scaling) {
   RopeConfig rope;
   rope.theta = r.number_or("rope_theta", 10000.0);
-  if (!scaling_or_null) return rope;
-  object scaling = *scaling_or_null;
-  Reader s{scaling, r.source};
+  if (!scaling) return rope;
+  const ConfigReader& s = *scaling;
   if (s.has("rope_theta")) rope.theta = s.number_or("rope_theta", rope.theta);
-  std::string_view type;
-  if (scaling["rope_type"].get(type) && scaling["type"].get(type)) type = "default";
+  const std::string type = s.string_or("rope_type", s.string_or("type", "default"));
   if (type == "default") return rope;
   if (type == "linear") {
     rope.type = RopeType::Linear;
@@ -92,14 +59,100 @@ RopeConfig parse_rope(const Reader& r, const object* scaling_or_null) {
     if (!s.has("factor"))
       rope.factor = double(r.int_or("max_position_embeddings", 2048)) / double(rope.original_max_position_embeddings);
   } else {
-    throw r.error("rope_scaling", "has type \"" + std::string(type) + "\", which is not supported (default, linear, llama3, yarn)");
+    throw r.error("rope_scaling", "has type \"" + type + "\", which is not supported (default, linear, llama3, yarn)");
   }
   if (rope.type != RopeType::Yarn || s.has("factor")) rope.factor = s.number_or("factor", 1.0);
   if (rope.factor <= 0) throw r.error("rope_scaling", "needs a positive factor");
   return rope;
 }
 
-}  // namespace
+bool ConfigReader::has(const char* key) const {
+  element e;
+  return !obj_[key].get(e) && !e.is_null();
+}
+
+int64_t ConfigReader::required_int(const char* key) const {
+  if (!has(key)) throw error(key, "is missing; it is required to build the model");
+  return int_or(key, 0);
+}
+
+int64_t ConfigReader::int_or(const char* key, int64_t fallback) const {
+  if (!has(key)) return fallback;
+  int64_t v;
+  if (obj_[key].get(v) || v < 0) throw error(key, "must be a non-negative integer");
+  return v;
+}
+
+double ConfigReader::number_or(const char* key, double fallback) const {
+  if (!has(key)) return fallback;
+  double v;
+  if (obj_[key].get(v)) throw error(key, "must be a number");
+  return v;
+}
+
+bool ConfigReader::bool_or(const char* key, bool fallback) const {
+  if (!has(key)) return fallback;
+  bool v;
+  if (obj_[key].get(v)) throw error(key, "must be true or false");
+  return v;
+}
+
+std::string ConfigReader::string_or(const char* key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  std::string_view v;
+  if (obj_[key].get(v)) throw error(key, "must be a string");
+  return std::string(v);
+}
+
+std::vector<int64_t> ConfigReader::int_list(const char* key) const {
+  std::vector<int64_t> out;
+  if (!has(key)) return out;
+  simdjson::dom::array list;
+  if (obj_[key].get(list)) throw error(key, "must be a list of integers");
+  for (element item : list) {
+    int64_t v;
+    if (item.get(v)) throw error(key, "must be a list of integers");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::string> ConfigReader::string_list(const char* key) const {
+  std::vector<std::string> out;
+  if (!has(key)) return out;
+  simdjson::dom::array list;
+  if (obj_[key].get(list)) throw error(key, "must be a list of strings");
+  for (element item : list) {
+    std::string_view v;
+    if (item.get(v)) throw error(key, "must be a list of strings");
+    out.emplace_back(v);
+  }
+  return out;
+}
+
+std::optional<ConfigReader> ConfigReader::object(const char* key) const {
+  simdjson::dom::object o;
+  if (obj_[key].get(o)) return std::nullopt;
+  return ConfigReader(o, *source_);
+}
+
+void read_experts(const ConfigReader& r, ModelConfig& c, const std::string& arch) {
+  const char* key = r.has("num_experts") ? "num_experts" : r.has("n_routed_experts") ? "n_routed_experts" : "num_local_experts";
+  MoeConfig& m = c.moe;
+  m.num_experts = r.int_or(key, 0);
+  if (m.num_experts == 0) throw r.error(key, "is missing; " + arch + " routes tokens to that many experts");
+  m.experts_per_token = r.required_int("num_experts_per_tok");
+  if (m.experts_per_token == 0 || m.experts_per_token > m.num_experts)
+    throw r.error("num_experts_per_tok", "must be between 1 and " + std::string(key) + " (" + std::to_string(m.num_experts) + ")");
+  m.expert_intermediate = r.required_int("moe_intermediate_size");
+  m.shared_intermediate = r.int_or("shared_expert_intermediate_size", 0);
+  if (r.has("n_shared_experts")) m.shared_intermediate = m.expert_intermediate * r.int_or("n_shared_experts", 0);
+  m.norm_topk_prob = r.bool_or("norm_topk_prob", false);
+  m.sparse_step = r.int_or("decoder_sparse_step", 1);
+  if (m.sparse_step == 0) throw r.error("decoder_sparse_step", "must be at least 1");
+  m.dense_layers = r.int_list("mlp_only_layers");
+  if (c.activation != Activation::Silu) throw r.error("hidden_act", "must be silu: the experts are SwiGLU MLPs");
+}
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
   simdjson::dom::parser parser;
@@ -107,7 +160,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   object obj;
   if (auto err = parser.parse(text).get(obj))
     throw EngineError(source + ": not a JSON object (" + simdjson::error_message(err) + ")");
-  Reader r{obj, source};
+  ConfigReader r(obj, source);
 
   ModelConfig c;
   simdjson::dom::array archs;
@@ -131,66 +184,17 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
   c.attention_bias = r.bool_or("attention_bias", false);
   c.mlp_bias = r.bool_or("mlp_bias", false);
+  const std::string act = r.string_or("hidden_activation", r.string_or("hidden_act", "silu"));
+  if (act == "gelu_pytorch_tanh" || act == "gelu_tanh") c.activation = Activation::GeluTanh;
+  else if (act != "silu" && act != "swish")
+    throw r.error(r.has("hidden_activation") ? "hidden_activation" : "hidden_act",
+                  "is \"" + act + "\"; supported are silu and gelu_pytorch_tanh");
 
   // Transformers 5 writes rope_parameters (with rope_theta inside); older files rope_theta + rope_scaling.
-  object scaling;
-  bool has_scaling = !obj["rope_parameters"].get(scaling) || !obj["rope_scaling"].get(scaling);
-  c.rope = parse_rope(r, has_scaling ? &scaling : nullptr);
-
-  // Mistral: sliding_window applies when set; Qwen2: only with use_sliding_window.
-  if (r.has("sliding_window") && r.bool_or("use_sliding_window", true))
-    c.sliding_window = r.int_or("sliding_window", 0);
-
-  // Qwen's own configs say num_experts; transformers 5 writes num_local_experts (Mixtral's name);
-  // DeepSeek n_routed_experts.
-  const char* experts_key = r.has("num_experts") ? "num_experts" : r.has("n_routed_experts") ? "n_routed_experts" : "num_local_experts";
-  if (r.int_or(experts_key, 0) > 0) {
-    MoeConfig& m = c.moe;
-    m.num_experts = r.int_or(experts_key, 0);
-    m.experts_per_token = r.required_int("num_experts_per_tok");
-    if (m.experts_per_token == 0 || m.experts_per_token > m.num_experts)
-      throw r.error("num_experts_per_tok", "must be between 1 and num_experts (" + std::to_string(m.num_experts) + ")");
-    m.expert_intermediate = r.required_int("moe_intermediate_size");
-    m.shared_intermediate = r.int_or("shared_expert_intermediate_size", 0);
-    if (r.has("n_shared_experts")) m.shared_intermediate = m.expert_intermediate * r.int_or("n_shared_experts", 0);
-    m.norm_topk_prob = r.bool_or("norm_topk_prob", false);
-    m.sparse_step = r.int_or("decoder_sparse_step", 1);
-    if (m.sparse_step == 0) throw r.error("decoder_sparse_step", "must be at least 1");
-    simdjson::dom::array dense;
-    if (!obj["mlp_only_layers"].get(dense))
-      for (element layer : dense) {
-        int64_t v;
-        if (layer.get(v)) throw r.error("mlp_only_layers", "must be a list of layer numbers");
-        m.dense_layers.push_back(v);
-      }
-    // DeepSeek: the first first_k_dense_replace layers are dense; sigmoid routing over expert groups.
-    for (int64_t l = 0; l < r.int_or("first_k_dense_replace", 0); ++l) m.dense_layers.push_back(l);
-    std::string_view scoring = c.architecture == "DeepseekV3ForCausalLM" ? "sigmoid" : "softmax";
-    if (r.has("scoring_func") && obj["scoring_func"].get(scoring)) throw r.error("scoring_func", "must be a string");
-    if (scoring != "softmax" && scoring != "sigmoid") throw r.error("scoring_func", "must be softmax or sigmoid");
-    m.sigmoid_grouped = scoring == "sigmoid";
-    std::string_view method = "noaux_tc";
-    if (r.has("topk_method") && obj["topk_method"].get(method)) throw r.error("topk_method", "must be a string");
-    if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
-      throw r.error("topk_method", "must be greedy, group_limited_greedy or noaux_tc");
-    const bool grouped = method != "greedy";
-    m.n_group = grouped ? std::max<int64_t>(1, r.int_or("n_group", 1)) : 1;
-    m.topk_group = grouped ? std::max<int64_t>(1, r.int_or("topk_group", m.n_group)) : 1;
-    if (m.num_experts % m.n_group != 0 || m.topk_group > m.n_group)
-      throw r.error("n_group", "must divide the experts, with topk_group at most n_group");
-    m.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
-  }
-  if (r.int_or("kv_lora_rank", 0) > 0) {
-    MlaConfig& a = c.mla;
-    a.kv_lora_rank = r.int_or("kv_lora_rank", 0);
-    a.q_lora_rank = r.int_or("q_lora_rank", 0);  // null (no q compression) reads as absent
-    a.nope_dim = r.required_int("qk_nope_head_dim");
-    a.rope_dim = r.required_int("qk_rope_head_dim");
-    a.v_dim = r.required_int("v_head_dim");
-    a.rope_interleave = r.bool_or("rope_interleave", true);
-    if (a.rope_dim % 2 != 0) throw r.error("qk_rope_head_dim", "must be even");
-    c.head_dim = a.rope_dim;  // what RoPE rotates
-  }
+  std::optional<ConfigReader> scaling = r.object("rope_parameters");
+  if (!scaling) scaling = r.object("rope_scaling");
+  c.rope = read_rope(r, scaling);
+  find_architecture(c.architecture).read_config(r, c);
 
   element e;
   if (!obj["bos_token_id"].get(e) && !e.is_null()) {
@@ -246,7 +250,7 @@ std::string model_config_json(const ModelConfig& c) {
                               std::to_string(c.rope.original_max_position_embeddings) + "}");
   field("attention_bias", c.attention_bias ? "true" : "false");
   field("mlp_bias", c.mlp_bias ? "true" : "false");
-  if (c.sliding_window) field("sliding_window", std::to_string(*c.sliding_window));
+  field("hidden_act", c.activation == Activation::GeluTanh ? "\"gelu_pytorch_tanh\"" : "\"silu\"");
   if (c.moe.num_experts) {
     const MoeConfig& m = c.moe;
     std::string dense;
@@ -258,21 +262,8 @@ std::string model_config_json(const ModelConfig& c) {
     field("norm_topk_prob", m.norm_topk_prob ? "true" : "false");
     field("decoder_sparse_step", std::to_string(m.sparse_step));
     field("mlp_only_layers", "[" + dense + "]");
-    field("scoring_func", m.sigmoid_grouped ? "\"sigmoid\"" : "\"softmax\"");
-    field("topk_method", m.n_group > 1 ? (m.sigmoid_grouped ? "\"noaux_tc\"" : "\"group_limited_greedy\"") : "\"greedy\"");
-    field("n_group", std::to_string(m.n_group));
-    field("topk_group", std::to_string(m.topk_group));
-    field("routed_scaling_factor", json_number(m.routed_scaling_factor));
   }
-  if (c.mla.kv_lora_rank) {
-    const MlaConfig& a = c.mla;
-    field("kv_lora_rank", std::to_string(a.kv_lora_rank));
-    field("q_lora_rank", a.q_lora_rank ? std::to_string(a.q_lora_rank) : "null");
-    field("qk_nope_head_dim", std::to_string(a.nope_dim));
-    field("qk_rope_head_dim", std::to_string(a.rope_dim));
-    field("v_head_dim", std::to_string(a.v_dim));
-    field("rope_interleave", a.rope_interleave ? "true" : "false");
-  }
+  find_architecture(c.architecture).write_config(c, field);
   if (c.bos_token_id) field("bos_token_id", std::to_string(*c.bos_token_id));
   std::string eos;
   for (int32_t id : c.eos_token_ids) eos += (eos.empty() ? "" : ", ") + std::to_string(id);

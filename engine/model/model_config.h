@@ -55,6 +55,9 @@ struct MlaConfig {
   bool rope_interleave = true;  // rope pairs (x0, x1), (x2, x3) ... as DeepSeek's weights lay them out
 };
 
+// The MLP's activation on its gate: SwiGLU's silu, or GeGLU's tanh-approximated GELU (Gemma).
+enum class Activation { Silu, GeluTanh };
+
 struct ModelConfig {
   std::string architecture;  // the first entry of "architectures"
   int64_t hidden_size = 0;
@@ -71,6 +74,15 @@ struct ModelConfig {
   bool attention_bias = false;  // Llama-style: bias on q, k, v and o
   bool mlp_bias = false;
   std::optional<int64_t> sliding_window;  // attention sees at most this many positions back
+  Activation activation = Activation::Silu;  // hidden_act / hidden_activation
+  // What architectures vary in the shared blocks (Gemma): norms scale by (offset + w); the embedding
+  // rows are multiplied by embedding_scale (0: not); attention scores by attention_scale (0: 1/sqrt(head_dim));
+  // the sliding-window layers rotate by sliding_rope when it is set.
+  float norm_weight_offset = 0;
+  float embedding_scale = 0;
+  float attention_scale = 0;
+  std::optional<RopeConfig> sliding_rope;
+  std::vector<bool> sliding_layers;  // Gemma 3: which layers attend within sliding_window
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // config.json's and generation_config.json's, merged
   MoeConfig moe;

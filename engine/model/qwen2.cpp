@@ -1,16 +1,30 @@
 // Qwen2ForCausalLM (Qwen2, Qwen2.5): biases on q, k and v.
-#include "../core/error.h"
 #include "architecture.h"
 
 namespace ftllm::model {
 
-DecoderSpec qwen2_spec(const ModelConfig& c) {
-  // Qwen2's windowed layers start at max_window_layers; no released checkpoint turns them on.
-  if (c.sliding_window)
-    throw EngineError("Qwen2 with use_sliding_window=true is not supported; set it to false in config.json");
-  DecoderSpec s;
-  s.qkv_bias = true;
-  return s;
+namespace {
+
+class Qwen2 final : public Architecture {
+ public:
+  Qwen2() : Architecture("Qwen2ForCausalLM") {}
+  void read_config(const ConfigReader& r, ModelConfig&) const override {
+    // Qwen2's windowed layers start at max_window_layers; no released checkpoint turns them on.
+    if (r.bool_or("use_sliding_window", false))
+      throw r.error("use_sliding_window", "is true: windowed Qwen2 layers are not supported; set it to false");
+  }
+  void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
+    bind_norms(b, L);
+    bind_attention(b, L, {.qkv_bias = true});
+    bind_dense_mlp(b, L);
+  }
+};
+
+}  // namespace
+
+const Architecture& qwen2() {
+  static const Qwen2 a;
+  return a;
 }
 
 }  // namespace ftllm::model

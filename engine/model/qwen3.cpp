@@ -1,16 +1,30 @@
 // Qwen3ForCausalLM: per-head RMSNorm of q and k before RoPE; head_dim set in the config.
-#include "../core/error.h"
 #include "architecture.h"
 
 namespace ftllm::model {
 
-DecoderSpec qwen3_spec(const ModelConfig& c) {
-  if (c.sliding_window)
-    throw EngineError("Qwen3 with use_sliding_window=true is not supported; set it to false in config.json");
-  DecoderSpec s;
-  s.qkv_bias = s.o_bias = c.attention_bias;
-  s.qk_norm = true;
-  return s;
+namespace {
+
+class Qwen3 final : public Architecture {
+ public:
+  Qwen3() : Architecture("Qwen3ForCausalLM") {}
+  void read_config(const ConfigReader& r, ModelConfig&) const override {
+    if (r.bool_or("use_sliding_window", false))
+      throw r.error("use_sliding_window", "is true: windowed Qwen3 layers are not supported; set it to false");
+  }
+  void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
+    const bool bias = b.config.attention_bias;
+    bind_norms(b, L);
+    bind_attention(b, L, {.qkv_bias = bias, .o_bias = bias, .qk_norm = true});
+    bind_dense_mlp(b, L);
+  }
+};
+
+}  // namespace
+
+const Architecture& qwen3() {
+  static const Qwen3 a;
+  return a;
 }
 
 }  // namespace ftllm::model

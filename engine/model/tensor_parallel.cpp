@@ -37,10 +37,11 @@ std::vector<int64_t> split_by_shares(int64_t total, int64_t step, const std::vec
 
 std::vector<DecoderModel::ShardSpan> DecoderModel::split_layer(int64_t l, const std::vector<std::pair<Device, double>>& shares) {
   const ModelConfig& c = config_;
-  if (spec_.mla) throw EngineError("multi-head latent attention (" + c.architecture + ") is not split over devices; place "
-                                   "its layers on one device");
-  join_layer(l);
   const LayerWeights& L = layers_[size_t(l)];
+  if (L.k.empty())
+    throw EngineError(c.architecture + "'s attention (" + (c.mla.kv_lora_rank ? "multi-head latent attention" : "its own") +
+                      ") is not split over devices; place its layers on one device");
+  join_layer(l);
   const int64_t d = c.head_dim, group = c.num_heads / c.num_kv_heads;
   std::vector<double> w;
   for (auto& [dev, share] : shares) w.push_back(share);
@@ -82,11 +83,15 @@ std::vector<DecoderModel::ShardSpan> DecoderModel::split_layer(int64_t l, const 
     if (L.v_bias) W.v_bias = slice_rows(*here(L.v_bias), k0, k1);
     W.q_norm = L.q_norm;
     W.k_norm = L.k_norm;
+    W.window = L.window;
+    W.rope_table = L.rope_table;
     if (s == 0) {  // added once, after the sum; the norms run on the layer's device
       W.o_bias = L.o_bias;
       W.down_bias = L.down_bias;
       W.attn_norm = L.attn_norm;
       W.mlp_norm = L.mlp_norm;
+      for (const OwnTensor& t : L.own)  // an architecture's own norms (its own matrices are not split)
+        if (t.part == kAttentionAndDense && !t.matrix) W.own.push_back({t.name, ops::to_device(t.tensor, shares[s].first), t.part, false});
     }
     if (dense) {
       W.gate = slice_rows(L.gate, f0, f0 + ffn[s]);
@@ -116,20 +121,13 @@ void DecoderModel::join_layer(int64_t l) { shards_[size_t(l)].clear(); }
 std::vector<const Tensor*> DecoderModel::shard_tensors() const {
   std::vector<const Tensor*> out;
   for (const std::vector<Shard>& layer : shards_)
-    for (const Shard& sh : layer) {
-      const LayerWeights& W = sh.w;
-      for (const Tensor* t : {&W.q, &W.k, &W.v, &W.o, &W.gate, &W.up, &W.down, &W.attn_norm, &W.mlp_norm})
-        if (!t->empty()) out.push_back(t);
-      for (const std::optional<Tensor>* t : {&W.q_bias, &W.k_bias, &W.v_bias, &W.o_bias, &W.q_norm, &W.k_norm, &W.gate_bias,
-                                             &W.up_bias, &W.down_bias})
-        if (*t) out.push_back(&**t);
-    }
+    for (const Shard& sh : layer) LayerWeights::visit(sh.w, [&](const std::string&, const Tensor& t, unsigned, bool) { out.push_back(&t); });
   return out;
 }
 
 void DecoderModel::split_sublayer(ops::Context& ctx, int64_t l, bool mlp, const Tensor& h, kvcache::KvPool& pool,
                                   const ops::AttentionBatch& ab,
-                                  const std::function<std::pair<Tensor, Tensor>(Device)>& rope_on, Tensor& out) const {
+                                  const LayerStep::RopeTables& rope_on, Tensor& out) const {
   const ModelConfig& c = config_;
   const int64_t T = h.dim(0), H = h.dim(1), d = c.head_dim, group = c.num_heads / c.num_kv_heads;
   const std::vector<Shard>& shards = shards_[size_t(l)];
@@ -152,7 +150,7 @@ void DecoderModel::split_sublayer(ops::Context& ctx, int64_t l, bool mlp, const 
       const ops::KvLayer kv{keys, keys + kvp.dim(1) * block_bytes, block_bytes, row_bytes, pool.dtype(), kvp.device};
       if (row_bytes != (sh.span.kv_heads * kvcache::kv_head_bytes(pool.dtype(), d) + 3) / 4 * 4)
         throw EngineError("tensor parallel: KV pages do not match the shard's heads");
-      const auto [cos, sin] = rope_on(sh.span.device);
+      const auto [cos, sin] = rope_on(sh.span.device, layers_[size_t(l)].rope_table);
       gqa_attention(sc, sh.w, sh.span.kv_heads * group, sh.span.kv_heads, hs, cos, sin, kv, pool.block_tokens(), ab, part);
     }
     parts.push_back(std::move(part));

@@ -107,14 +107,19 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
   });
 }
 
-void rmsnorm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+void rmsnorm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& out, float w_offset) {
   same_device("rmsnorm", x, w);
-  FTLLM_ON_CUDA(x, cuda::rmsnorm(x, w, eps, out))
+  FTLLM_ON_CUDA(x, cuda::rmsnorm(x, w, eps, out, w_offset))
   const int64_t d = w.numel(), rows = x.numel() / d;
   const float* xs = x.as<float>();
   float* os = out.as<float>();
+  // offset + w in float32 first, as transformers' Gemma computes it.
+  std::vector<float> shifted;
+  if (w_offset != 0)
+    for (int64_t i = 0; i < d; ++i) shifted.push_back(w_offset + w.as<float>()[i]);
+  const float* ws = shifted.empty() ? w.as<float>() : shifted.data();
   ctx.pool.parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) ctx.kernels.rmsnorm(xs + r * d, w.as<float>(), d, eps, os + r * d);
+    for (int64_t r = r0; r < r1; ++r) ctx.kernels.rmsnorm(xs + r * d, ws, d, eps, os + r * d);
   });
 }
 
@@ -137,6 +142,14 @@ void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   const int64_t n = gate.numel();
   ctx.pool.parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
     ctx.kernels.silu_mul(gate.as<float>() + i0, up.as<float>() + i0, out.as<float>() + i0, i1 - i0);
+  });
+}
+
+void gelu_tanh_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
+  FTLLM_ON_CUDA(gate, cuda::gelu_tanh_mul(gate, up, out))
+  const int64_t n = gate.numel();
+  ctx.pool.parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
+    ctx.kernels.gelu_tanh_mul(gate.as<float>() + i0, up.as<float>() + i0, out.as<float>() + i0, i1 - i0);
   });
 }
 

@@ -51,14 +51,17 @@ std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x,
 // y[T, N] = x[T, K] · w[N, K]ᵀ (+ bias[N], float32). y must be float32 [T, N].
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
 
-// out[r] = rmsnorm(x[r]) * w for each row r of length w.numel() (x may be [T, heads * d] with w of d).
-void rmsnorm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& out);
+// out[r] = rmsnorm(x[r]) * (w_offset + w) for each row r of length w.numel() (x may be [T, heads * d] with
+// w of d). Gemma's norms scale by 1 + w: its checkpoints store w.
+void rmsnorm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& out, float w_offset = 0);
 
 // out[t] = table[ids[t]] as float32. Throws EngineError for an id outside the table.
 void embedding(Context& ctx, const Tensor& table, std::span<const int32_t> ids, Tensor& out);
 
 // out = silu(gate) * up, all [T, N].
 void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out);
+// out = gelu_tanh(gate) * up (GeGLU with the tanh approximation of GELU), all [T, N].
+void gelu_tanh_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out);
 
 // out[i] = x[rows[i]]; out[rows[i]] += weights[i] * y[i] (rows distinct within one call).
 void gather_rows(Context& ctx, const Tensor& x, std::span<const int64_t> rows, Tensor& out);

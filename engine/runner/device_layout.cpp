@@ -85,7 +85,6 @@ void DeviceLayout::apply(const Placement& placement, int threads) {
 }
 
 void DeviceLayout::move_to_devices(const Placement& placement) {
-  using D = model::DecoderModel;
   const model::ModelConfig& c = model_.config();
   const bool first_placement = !placed_;
   if (first_placement) layer_place_.assign(size_t(c.num_layers), PlacedDevice{});
@@ -110,9 +109,9 @@ void DeviceLayout::move_to_devices(const Placement& placement) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (unchanged(l)) continue;  // the first placement also places the experts
     const Device d = target[size_t(l)];
-    moves.push_back({l, own[size_t(l)], D::kAttentionAndDense});
-    moves.push_back({l, experts, D::kRoutedExperts});
-    moves.push_back({l, options_.cuda_se && d.is_cuda() ? d : experts, D::kSharedExperts});
+    moves.push_back({l, own[size_t(l)], model::kAttentionAndDense});
+    moves.push_back({l, experts, model::kRoutedExperts});
+    moves.push_back({l, options_.cuda_se && d.is_cuda() ? d : experts, model::kSharedExperts});
   }
   const Device head = target.empty() ? Device::cpu() : target.back();  // the LM head runs where the last layer does
 

@@ -164,8 +164,9 @@ void load_gguf(LoadedModel& m, const model::DTypeRules& rules, int threads) {
   g.weights.set_dtype_rules(rules, threads);
   apply_moe_options(o, g.config);
   const model::Architecture& arch = model::find_architecture(g.config.architecture);
+  arch.check(g.config);
   check_kv_fits(o, g.config);
-  m.model = std::make_unique<model::DecoderModel>(g.config, arch.spec(g.config), g.weights);
+  m.model = std::make_unique<model::DecoderModel>(g.config, arch, g.weights);
   m.weight_file_bytes = file_bytes;
   if (m.options.name.empty()) m.options.name = file_path.stem().string();
   add_note(m.notes, g.weights.conversion_notes());
@@ -189,7 +190,7 @@ void load_directory(LoadedModel& m, const model::DTypeRules& rules, int threads)
                                    (dir / "generation_config.json").string());
   apply_moe_options(o, config);
   const model::Architecture& arch = model::find_architecture(config.architecture);
-  model::DecoderSpec spec = arch.spec(config);
+  arch.check(config);
   if (o.progress) {  // the weight files' bytes, so a progress bar has its total from the start
     uint64_t total = 0;
     for (const auto& e : fs::directory_iterator(dir))
@@ -200,7 +201,7 @@ void load_directory(LoadedModel& m, const model::DTypeRules& rules, int threads)
   if (o.progress) o.progress("binding", weights.file_bytes(), weights.file_bytes());
   weights.set_dtype_rules(rules, threads);
   check_kv_fits(o, config);
-  m.model = std::make_unique<model::DecoderModel>(config, spec, weights);
+  m.model = std::make_unique<model::DecoderModel>(config, arch, weights);
   m.weight_file_bytes = weights.file_bytes();
   if (m.options.name.empty()) m.options.name = fs::absolute(dir).lexically_normal().filename().string();
   if (m.options.name.empty()) m.options.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();

@@ -96,19 +96,23 @@ BOOST_AUTO_TEST_CASE(norms_activations_rope_and_row_moves_match_the_cpu) {
   const std::vector<float> w = random_floats(size_t(d), rng), wide = random_floats(size_t(H), rng);
   auto host = [](const std::vector<float>& v, std::vector<int64_t> shape) { return Tensor::copy_of(DType::F32, std::move(shape), v.data()); };
   auto vec = [](const Tensor& t) { return std::vector<float>(t.as<float>(), t.as<float>() + t.numel()); };
-  {  // rmsnorm over whole rows and per head
-    for (const std::vector<float>* wt : {&wide, &w}) {
-      const int64_t n = int64_t(wt->size());
-      Tensor oh = Tensor::zeros_f32({T, H}), od = cuda::zeros(kGpu, DType::F32, {T, H});
-      ops::rmsnorm(h.ctx, host(x, {T, H}), host(*wt, {n}), 1e-6f, oh);
-      cuda::rmsnorm(on_gpu(x, {T, H}), on_gpu(*wt, {n}), 1e-6f, od);
-      BOOST_TEST(error_of(to_host(od), vec(oh)) < 1e-6);
-    }
+  {  // rmsnorm over whole rows and per head, with Gemma's 1 + w too
+    for (const std::vector<float>* wt : {&wide, &w})
+      for (float offset : {0.0f, 1.0f}) {
+        const int64_t n = int64_t(wt->size());
+        Tensor oh = Tensor::zeros_f32({T, H}), od = cuda::zeros(kGpu, DType::F32, {T, H});
+        ops::rmsnorm(h.ctx, host(x, {T, H}), host(*wt, {n}), 1e-6f, oh, offset);
+        cuda::rmsnorm(on_gpu(x, {T, H}), on_gpu(*wt, {n}), 1e-6f, od, offset);
+        BOOST_TEST(error_of(to_host(od), vec(oh)) < 1e-6);
+      }
   }
-  {  // silu(gate) * up, and x += y
+  {  // silu(gate) * up, gelu_tanh(gate) * up, and x += y
     Tensor oh = Tensor::zeros_f32({T, H}), od = cuda::zeros(kGpu, DType::F32, {T, H});
     ops::silu_mul(h.ctx, host(x, {T, H}), host(y, {T, H}), oh);
     cuda::silu_mul(on_gpu(x, {T, H}), on_gpu(y, {T, H}), od);
+    BOOST_TEST(error_of(to_host(od), vec(oh)) < 1e-6);
+    ops::gelu_tanh_mul(h.ctx, host(x, {T, H}), host(y, {T, H}), oh);
+    cuda::gelu_tanh_mul(on_gpu(x, {T, H}), on_gpu(y, {T, H}), od);
     BOOST_TEST(error_of(to_host(od), vec(oh)) < 1e-6);
     Tensor ah = host(x, {T, H}), ad = on_gpu(x, {T, H});
     ops::add(h.ctx, ah, host(y, {T, H}));

@@ -87,10 +87,12 @@ BOOST_AUTO_TEST_CASE(exported_safetensors_model_keeps_its_config_and_tokenizer_f
   BOOST_TEST(test::prompt_logits(*exported, ids, {5})[0] == test::prompt_logits(*converted, ids, {5})[0]);
 }
 
-// Mixture-of-experts and MLA configs written back (experts, groups, scaling, latent ranks, yarn) read as the
-// source's: the exported MoE models compute the same bits.
-BOOST_AUTO_TEST_CASE(exported_moe_and_mla_models_compute_as_their_sources) {
-  for (const char* name : {"qwen2-moe-f32", "deepseek-v2-f32", "deepseek-v3-f32", "deepseek-v3-yarn-f32"}) {
+// The keys each architecture writes back (experts, groups, scaling, latent ranks, yarn; Mistral's window;
+// Gemma 3's layer types, second RoPE, score scale and activation) read as the source's: the exported
+// models compute the same bits.
+BOOST_AUTO_TEST_CASE(exported_models_keep_their_architecture_keys_and_compute_as_their_sources) {
+  for (const char* name : {"qwen2-moe-f32", "deepseek-v2-f32", "deepseek-v3-f32", "deepseek-v3-yarn-f32", "mistral-window-f32",
+                           "gemma3-f32"}) {
     const std::string fixture = std::string(FTLLM_SOURCE_ROOT "/tests/data/models/") + name;
     TempDir dir;
     ExportResult r;

@@ -136,6 +136,10 @@ BOOST_AUTO_TEST_CASE(vector_kernels_with_tails) {
       fast.silu_mul(a.data(), b.data(), r2.data(), n);
       check_close(r2, r1, 1.0, "silu_mul");
 
+      ref.gelu_tanh_mul(a.data(), b.data(), r1.data(), n);
+      fast.gelu_tanh_mul(a.data(), b.data(), r2.data(), n);
+      check_close(r2, r1, 1.0, "gelu_tanh_mul");
+
       for (DType t : {DType::F32, DType::F16, DType::BF16}) {
         std::vector<uint16_t> half = to_half_bits(a, t);
         const void* src = t == DType::F32 ? static_cast<const void*>(a.data()) : half.data();
@@ -163,6 +167,22 @@ BOOST_AUTO_TEST_CASE(exponential_is_close_to_expf_and_independent_of_position) {
     std::vector<float> part(gate.size() - start);
     fast.silu_mul(gate.data() + start, up.data(), part.data(), int64_t(part.size()));
     for (size_t i = 0; i < part.size(); ++i) BOOST_REQUIRE_EQUAL(float_bits(part[i]), float_bits(out[start + i]));
+  }
+}
+
+// GeGLU's tanh-approximated GELU (Gemma) against the formula in double precision, over the range where
+// it bends and into both saturated ends, in both kernel tables.
+BOOST_AUTO_TEST_CASE(gelu_tanh_matches_the_formula) {
+  std::vector<float> gate, up, out;
+  for (float x = -30.0f; x <= 30.0f; x += 0.00731f) gate.push_back(x), up.push_back(1.0f);
+  out.resize(gate.size());
+  for (const Kernels* k : {&cpu::scalar_kernels(), cpu::avx2_kernels()}) {
+    k->gelu_tanh_mul(gate.data(), up.data(), out.data(), int64_t(gate.size()));
+    for (size_t i = 0; i < gate.size(); ++i) {
+      const double x = gate[i], want = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+      BOOST_REQUIRE_MESSAGE(std::fabs(out[i] - want) <= 1e-6 * std::fabs(want) + 2e-7,
+                            k->name << ": gelu_tanh(" << gate[i] << ") = " << out[i] << ", want " << want);
+    }
   }
 }
 

@@ -19,7 +19,8 @@ import zipfile
 
 import torch
 import transformers
-from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
+                          Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
@@ -77,6 +78,14 @@ FIXTURES = {
                               rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
                                                    original_max_position_embeddings=64, beta_fast=32, beta_slow=1,
                                                    mscale=1.0, mscale_all_dim=1.0))),
+    # Gemma 3 (text): (1 + w) norms, scaled embedding, GeGLU, pre and post norms, q/k norms, scores scaled by
+    # query_pre_attn_scalar (not head_dim), sliding layers (window 16 < the 72 positions) with their own RoPE
+    # base beside a global layer with linear scaling.
+    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM,
+               dict(head_dim=32, query_pre_attn_scalar=24, sliding_window=16,
+                    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                    rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+                                     "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=1000000.0)})),
 }
 # MoE fixtures also hold the logits with this many experts per token (what --moe_experts changes).
 MOE_EXPERTS_OVERRIDE = 4
