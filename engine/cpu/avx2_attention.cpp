@@ -121,6 +121,16 @@ void weigh_rows(const float* const* p, const float* alpha, const uint8_t* const*
   for (; c < width; c += 8) weigh<Q, 1, L>(p, alpha, v, j0, j1, c, acc);
 }
 
+// s = cap * tanh(s / cap) over [j0, j1) (multiples of 8), tanh(y) as 1 - 2 / (1 + e^2y): each lane
+// alone, so a score's bits still depend only on its query and key.
+void softcap_scores(float* s, int64_t j0, int64_t j1, float cap) {
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), c = _mm256_set1_ps(cap), inv = _mm256_set1_ps(2.0f / cap);
+  for (int64_t j = j0; j < j1; j += 8) {
+    const __m256 e = exp8(_mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
+    _mm256_storeu_ps(s + j, _mm256_mul_ps(c, _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(one, e)))));
+  }
+}
+
 struct Scratch {
   std::vector<float> q, k, v, s, p, alpha;
   std::vector<const uint8_t*> krows, vrows;
@@ -147,6 +157,8 @@ void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t 
       else scores4<1, L>(qs, t.krows.data() + j, width, b.scale, s, j);
     }
   }
+  if (b.softcap)
+    for (int64_t i : live) softcap_scores(t.s.data() + i * n8, j0 & ~int64_t(7), round_up(j1, 8), b.softcap);
   for (int64_t i : live) {
     float m;
     const float sum = softmax_step(t.s.data() + i * n8, j0 & ~int64_t(7), j1, r.lo[i], r.hi[i], r.m[i], t.p.data() + i * n8, &m);

@@ -30,6 +30,7 @@ struct AttendBlock {
   kvcache::KvDtype dtype;
   int64_t n, d, vd;
   float scale;
+  float softcap = 0;  // > 0: s_j = softcap * tanh(scale (q . k_j) / softcap) (Gemma 2)
 };
 // nq query rows (d floats each) and their running state: row i sees keys lo[i] <= j < hi[i] of the
 // block (none when hi[i] <= lo[i]: the row is left as it is); its max m[i], sum l[i] and unnormalised

@@ -97,6 +97,7 @@ void attend_block(const AttendBlock& b, const AttendRows& r) {
       float s = 0;
       for (int64_t x = 0; x < b.d; ++x) s += r.q[i][x] * kvcache::kv_value(b.dtype, b.keys[j], x);
       p[size_t(j)] = s * b.scale;
+      if (b.softcap) p[size_t(j)] = b.softcap * std::tanh(p[size_t(j)] / b.softcap);
       top = std::max(top, p[size_t(j)]);
     }
     const float m = std::max(r.m[i], top), alpha = r.m[i] == -INFINITY ? 0.0f : std::exp(r.m[i] - m);

@@ -66,7 +66,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
                                  const int32_t* __restrict__ table_start, const uint8_t* __restrict__ keys,
                                  const uint8_t* __restrict__ values, int64_t block_bytes, int64_t row_bytes, int heads,
                                  int kv_heads, int head_dim, int value_dim, int block_tokens, int window, float scale,
-                                 int splits, float* __restrict__ out, float* __restrict__ partial) {
+                                 float softcap, int splits, float* __restrict__ out, float* __restrict__ partial) {
   extern __shared__ float shared[];
   float* qs = shared;                // head_dim
   float* sc = shared + head_dim;     // kChunk scores, then their exponentials
@@ -94,7 +94,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
       float s = 0.0f;
       for (int i = lane; i < head_dim; i += 32) s += qs[i] * kvcache::kv_value(T, k, i);
       s = warp_sum(s);
-      if (lane == 0) sc[j] = s * scale;
+      if (lane == 0) sc[j] = softcap > 0.0f ? softcap * tanhf(s * scale / softcap) : s * scale;
     }
     __syncthreads();
     float chunk_max = -INFINITY;
@@ -252,7 +252,7 @@ void paged_attention(const AttentionIndex& ix, const Tensor& q, const KvLayer& k
     constexpr kvcache::KvDtype kType = decltype(t)::value;
     attention_kernel<kType><<<grid, kThreads, shared, s.stream>>>(
         q.as<float>(), ix.pos, ix.seq, ix.block_table, ix.table_start, kv.keys, kv.values, kv.block_bytes, kv.row_bytes,
-        int(p.heads), int(p.kv_heads), int(p.head_dim), int(vd), int(p.block_tokens), int(p.window), p.scale, splits,
+        int(p.heads), int(p.kv_heads), int(p.head_dim), int(vd), int(p.block_tokens), int(p.window), p.scale, p.softcap, splits,
         out.as<float>(), static_cast<float*>(partial.get()));
   });
   check_launch("attention", s.index);

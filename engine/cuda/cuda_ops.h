@@ -28,6 +28,7 @@ void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out, float w_o
 void embedding(const Tensor& table, std::span<const int32_t> ids, Tensor& out);
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+void softcap(Tensor& x, float cap);  // x = cap * tanh(x / cap)
 void add(Tensor& x, const Tensor& y);
 // Rotate-half RoPE (interleaved: DeepSeek's pairs) on x[T, heads * d] (rows of `stride` floats, the head
 // block starting at `offset`) with cos/sin[T, d/2] on the same device.
@@ -66,6 +67,7 @@ struct KvLayer {
 struct AttentionParams {
   int64_t heads, kv_heads, head_dim, block_tokens, window, value_dim;
   float scale;
+  float softcap = 0;  // > 0: scores become softcap * tanh(score / softcap)
 };
 // Writes token t's k (and v, unless null) row into its slot of the cache.
 void store_kv(const AttentionIndex& index, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens,

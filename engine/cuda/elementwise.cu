@@ -39,6 +39,11 @@ __global__ void gelu_tanh_mul_kernel(const float* __restrict__ gate, const float
   }
 }
 
+__global__ void softcap_kernel(float* x, float cap, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    x[i] = cap * tanhf(x[i] / cap);
+}
+
 __global__ void add_kernel(float* x, const float* __restrict__ y, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) x[i] += y[i];
 }
@@ -149,6 +154,14 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   if (n == 0) return;
   gelu_tanh_mul_kernel<<<blocks_for(n, 256), 256, 0, s.stream>>>(gate.as<float>(), up.as<float>(), out.as<float>(), n);
   check_launch("gelu_tanh_mul", s.index);
+}
+
+void softcap(Tensor& x, float cap) {
+  DeviceState& s = state(x.device);
+  const size_t n = size_t(x.numel());
+  if (n == 0) return;
+  softcap_kernel<<<blocks_for(n, 256), 256, 0, s.stream>>>(x.as<float>(), cap, n);
+  check_launch("softcap", s.index);
 }
 
 void add(Tensor& x, const Tensor& y) {

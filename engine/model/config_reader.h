@@ -22,6 +22,8 @@ class ConfigReader {
   }
   // Present and not null.
   bool has(const char* key) const;
+  // Present, null or not.
+  bool present(const char* key) const;
   int64_t required_int(const char* key) const;
   int64_t int_or(const char* key, int64_t fallback) const;  // non-negative
   double number_or(const char* key, double fallback) const;

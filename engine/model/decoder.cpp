@@ -116,6 +116,7 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   Tensor attn = ops::scratch(ctx, {T, q_dim});
   const float scale = c.attention_scale ? c.attention_scale : 1.0f / std::sqrt(float(d));
   ops::AttentionShape shape{heads, kv_heads, d, B, L.window, scale};
+  shape.softcap = c.attention_softcap;
   ops::linear(ctx, h, L.q, opt(L.q_bias), q);
   ops::linear(ctx, h, L.k, opt(L.k_bias), k);
   ops::linear(ctx, h, L.v, opt(L.v_bias), v);
@@ -206,6 +207,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
   ops::rmsnorm(head_ctx, last, final_norm_, float(c.rms_norm_eps), normed, c.norm_weight_offset);
   Tensor logits = ops::scratch(head_ctx, {R, c.vocab_size});
   ops::linear(head_ctx, normed, lm_head_, nullptr, logits);
+  if (c.final_softcap) ops::softcap(head_ctx, logits, c.final_softcap);
   return logits_on_host ? ops::to_device(logits, Device::cpu()) : logits;
 }
 

@@ -71,6 +71,11 @@ bool ConfigReader::has(const char* key) const {
   return !obj_[key].get(e) && !e.is_null();
 }
 
+bool ConfigReader::present(const char* key) const {
+  element e;
+  return !obj_[key].get(e);
+}
+
 int64_t ConfigReader::required_int(const char* key) const {
   if (!has(key)) throw error(key, "is missing; it is required to build the model");
   return int_or(key, 0);

@@ -76,11 +76,12 @@ struct ModelConfig {
   std::optional<int64_t> sliding_window;  // attention sees at most this many positions back
   Activation activation = Activation::Silu;  // hidden_act / hidden_activation
   // What architectures vary in the shared blocks (Gemma): norms scale by (offset + w); the embedding
-  // rows are multiplied by embedding_scale (0: not); attention scores by attention_scale (0: 1/sqrt(head_dim));
-  // the sliding-window layers rotate by sliding_rope when it is set.
+  // rows are multiplied by embedding_scale (0: not); attention scores by attention_scale (0: 1/sqrt(head_dim)),
+  // then soft-capped; the final logits soft-capped; the sliding-window layers rotate by sliding_rope when set.
   float norm_weight_offset = 0;
   float embedding_scale = 0;
   float attention_scale = 0;
+  float attention_softcap = 0, final_softcap = 0;  // > 0: scores / logits become cap * tanh(x / cap)
   std::optional<RopeConfig> sliding_rope;
   std::vector<bool> sliding_layers;  // Gemma 3: which layers attend within sliding_window
   std::optional<int32_t> bos_token_id;

@@ -172,7 +172,7 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
             lo[size_t(r)] = int32_t(std::clamp<int64_t>(first_of(p) - bs, 0, n));
             hi[size_t(r)] = int32_t(std::clamp<int64_t>(p + 1 - bs, 0, n));
           }
-          const cpu::AttendBlock block{keys.data(), values.data(), kv.dtype, n, d, vd, sh.scale};
+          const cpu::AttendBlock block{keys.data(), values.data(), kv.dtype, n, d, vd, sh.scale, sh.softcap};
           k.attend_block(block, {qrows.data(), rows, lo.data(), hi.data(), seg.m.data(), seg.l.data(), seg.acc.data(), width});
         }
         if (!complete) {

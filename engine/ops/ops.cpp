@@ -145,6 +145,14 @@ void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   });
 }
 
+void softcap(Context& ctx, Tensor& x, float cap) {
+  FTLLM_ON_CUDA(x, cuda::softcap(x, cap))
+  float* v = x.as<float>();
+  ctx.pool.parallel_for(x.numel(), 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) v[i] = cap * std::tanh(v[i] / cap);
+  });
+}
+
 void gelu_tanh_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   FTLLM_ON_CUDA(gate, cuda::gelu_tanh_mul(gate, up, out))
   const int64_t n = gate.numel();
@@ -302,7 +310,7 @@ void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, con
   if (!(q.device == kv.device)) throw EngineError("attention: queries on " + q.device.name() + ", cache on " + kv.device.name());
 #if defined(FTLLM_WITH_CUDA)
   if (q.device.is_cuda()) {
-    const cuda::AttentionParams p{sh.heads, sh.kv_heads, sh.head_dim, sh.block_tokens, sh.window, sh.value_dim, sh.scale};
+    const cuda::AttentionParams p{sh.heads, sh.kv_heads, sh.head_dim, sh.block_tokens, sh.window, sh.value_dim, sh.scale, sh.softcap};
     return cuda::paged_attention(device_index(b, q.device), q, device_kv(kv), p, out);
   }
 #endif

@@ -60,6 +60,8 @@ void embedding(Context& ctx, const Tensor& table, std::span<const int32_t> ids, 
 
 // out = silu(gate) * up, all [T, N].
 void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out);
+// x = cap * tanh(x / cap), in place (Gemma 2's final logit soft-capping).
+void softcap(Context& ctx, Tensor& x, float cap);
 // out = gelu_tanh(gate) * up (GeGLU with the tanh approximation of GELU), all [T, N].
 void gelu_tanh_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out);
 
@@ -129,6 +131,7 @@ struct AttentionShape {
   // Values narrower than keys (MLA: the value is the first value_dim floats of the compressed key row);
   // 0: head_dim. out is [T, heads * value_dim] then.
   int64_t value_dim = 0;
+  float softcap = 0;  // > 0: scores become softcap * tanh(score / softcap) before the softmax (Gemma 2)
 };
 // Writes row t of k (and of v, unless null) into token t's slot of the layer's cache, as heads of
 // head_dim values in the cache's dtype.

@@ -189,6 +189,7 @@ BOOST_AUTO_TEST_CASE(gelu_tanh_matches_the_formula) {
 // Every KV dtype: attend_block's online softmax against the scalar reference over two blocks (a fresh
 // state, then a running one), rows seeing different ranges of keys (none, some, all); a row computed
 // alone gets the bits it got beside the others; and rows no query sees are never read (they hold NaN).
+// Gemma 2's soft-capped scores on float32 caches.
 BOOST_AUTO_TEST_CASE(attend_block_matches_the_reference_and_rows_do_not_depend_on_each_other) {
   using kvcache::KvDtype;
   const Kernels& ref = cpu::scalar_kernels();
@@ -198,8 +199,9 @@ BOOST_AUTO_TEST_CASE(attend_block_matches_the_reference_and_rows_do_not_depend_o
     for (auto [d, vd] : {std::pair<int64_t, int64_t>{8, 8}, {60, 60}, {64, 64}, {128, 128}, {200, 200}, {576, 512}}) {
       if (!kvcache::kv_fits(t, d)) continue;
       for (int64_t n : {1, 3, 9, 33, 64}) {
-        for (int64_t nq : {1, 2, 3, 7, 16}) {
-          BOOST_TEST_CONTEXT(kvcache::kv_dtype_name(t) << " d=" << d << " n=" << n << " rows=" << nq) {
+        for (int64_t nq : {1, 2, 3, 7, 16})
+        for (float cap : t == KvDtype::F32 ? std::vector<float>{0.0f, 0.5f} : std::vector<float>{0.0f}) {
+          BOOST_TEST_CONTEXT(kvcache::kv_dtype_name(t) << " d=" << d << " n=" << n << " rows=" << nq << " softcap=" << cap) {
             const int64_t head_bytes = kvcache::kv_head_bytes(t, d), width = (vd + 7) / 8 * 8;
             const auto q = random_floats(size_t(nq * d), rng);
             std::vector<int32_t> lo(static_cast<size_t>(nq)), hi(lo.size());
@@ -228,7 +230,7 @@ BOOST_AUTO_TEST_CASE(attend_block_matches_the_reference_and_rows_do_not_depend_o
             for (int64_t i = 0; i < nq; ++i) qrows.push_back(q.data() + i * d);
             auto run = [&](const Kernels& k, State& st, int64_t first, int64_t rows) {
               for (int blk = 0; blk < 2; ++blk) {
-                const cpu::AttendBlock block{ptr[size_t(blk)].data(), ptr[size_t(blk)].data(), t, n, d, vd, 0.125f};
+                const cpu::AttendBlock block{ptr[size_t(blk)].data(), ptr[size_t(blk)].data(), t, n, d, vd, 0.125f, cap};
                 k.attend_block(block, {qrows.data() + first, rows, lo.data() + first, hi.data() + first, st.m.data() + first,
                                        st.l.data() + first, st.acc.data() + first * width, width});
               }

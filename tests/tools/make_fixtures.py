@@ -20,7 +20,7 @@ import zipfile
 import torch
 import transformers
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
-                          Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
@@ -78,6 +78,11 @@ FIXTURES = {
                               rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
                                                    original_max_position_embeddings=64, beta_fast=32, beta_slow=1,
                                                    mscale=1.0, mscale_all_dim=1.0))),
+    # Gemma 2: Gemma's layer (below) without q/k norms, sliding and global layers alternating with one RoPE,
+    # attention scores and final logits soft-capped (caps small enough to bend these models' values).
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM,
+               dict(head_dim=32, query_pre_attn_scalar=24, sliding_window=16, attn_logit_softcapping=5.0,
+                    final_logit_softcapping=8.0)),
     # Gemma 3 (text): (1 + w) norms, scaled embedding, GeGLU, pre and post norms, q/k norms, scores scaled by
     # query_pre_attn_scalar (not head_dim), sliding layers (window 16 < the 72 positions) with their own RoPE
     # base beside a global layer with linear scaling.
