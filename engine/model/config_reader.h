@@ -31,6 +31,7 @@ class ConfigReader {
   std::string string_or(const char* key, const std::string& fallback) const;
   std::vector<int64_t> int_list(const char* key) const;  // empty when absent
   std::vector<std::string> string_list(const char* key) const;
+  std::vector<double> number_list(const char* key) const;
   // A nested object ("rope_scaling"), when present.
   std::optional<ConfigReader> object(const char* key) const;
 

@@ -27,6 +27,7 @@ DecoderModel::DecoderModel(ModelConfig config, const Architecture& architecture,
   }
   inv_freq_.push_back(rope_inv_freq(c.rope, c.head_dim));
   if (c.sliding_rope) inv_freq_.push_back(rope_inv_freq(*c.sliding_rope, c.head_dim));
+  if (c.rope.type == RopeType::LongRope) long_inv_freq_ = rope_inv_freq(c.rope, c.head_dim, true);
   shards_.resize(layers_.size());
 
   // What the bound weights amount to (the tied LM head counted once).
@@ -124,8 +125,9 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
     ops::rmsnorm(ctx, q, *L.q_norm, eps, q, c.norm_weight_offset);
     ops::rmsnorm(ctx, k, *L.k_norm, eps, k, c.norm_weight_offset);
   }
-  ops::rope(ctx, q, heads, cos, sin);
-  ops::rope(ctx, k, kv_heads, cos, sin);
+  // The first 2 * cos.dim(1) values of each head rotate (all of them unless the rotary part is partial).
+  ops::rope_blocks(ctx, q, {heads, d, 0}, cos, sin, false);
+  ops::rope_blocks(ctx, k, {kv_heads, d, 0}, cos, sin, false);
   ops::store_kv(ctx, ab, k, &v, kv, B, d);
   ops::paged_attention(ctx, q, ab, kv, shape, attn);
   ops::linear(ctx, attn, L.o, opt(L.o_bias), out);
@@ -146,7 +148,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
                              const std::vector<kvcache::SequenceKv*>& sequences,
                              const std::vector<ops::Context*>* layer_ctx, bool logits_on_host) const {
   const ModelConfig& c = config_;
-  const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size, d = c.head_dim;
+  const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size;
 
   // The embedding is looked up where its table is; activations then follow the layers from device to
   // device, crossing once per boundary.
@@ -163,9 +165,11 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
   // asks for them, computed and copied once per step.
   std::vector<std::pair<Tensor, Tensor>> rope_host;
   for (size_t i = 0; i < inv_freq_.size(); ++i) {
-    rope_host.push_back({Tensor::zeros_f32({T, d / 2}), Tensor::zeros_f32({T, d / 2})});
-    rope_tables(inv_freq_[i], b.positions, rope_host[i].first, rope_host[i].second,
-                rope_attention_factor(i == 0 ? c.rope : *c.sliding_rope));
+    const int64_t half = int64_t(inv_freq_[i].size());
+    const RopeConfig& rope = i == 0 ? c.rope : *c.sliding_rope;
+    rope_host.push_back({Tensor::zeros_f32({T, half}), Tensor::zeros_f32({T, half})});
+    rope_tables(inv_freq_[i], b.positions, rope_host[i].first, rope_host[i].second, rope_attention_factor(rope),
+                long_inv_freq_.empty() || i ? nullptr : &long_inv_freq_, rope.original_max_position_embeddings);
   }
   std::vector<std::pair<std::pair<Device, int>, std::pair<Tensor, Tensor>>> rope_copies;
   const LayerStep::RopeTables rope_on = [&](Device dev, int table) -> std::pair<Tensor, Tensor> {

@@ -136,6 +136,7 @@ class DecoderModel {
   Tensor embed_, final_norm_, lm_head_;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<float>> inv_freq_;  // config.rope's, then config.sliding_rope's when set
+  std::vector<float> long_inv_freq_;          // longrope's long factors' (config.rope)
   uint64_t parameters_ = 0, weight_bytes_ = 0;
   std::string dtypes_;
 };

@@ -34,9 +34,11 @@ void add_token_ids(element e, std::vector<int32_t>& out) {
 RopeConfig read_rope(const ConfigReader& r, const std::optional<ConfigReader>& scaling) {
   RopeConfig rope;
   rope.theta = r.number_or("rope_theta", 10000.0);
+  rope.partial_rotary_factor = r.number_or("partial_rotary_factor", 1.0);
   if (!scaling) return rope;
   const ConfigReader& s = *scaling;
   if (s.has("rope_theta")) rope.theta = s.number_or("rope_theta", rope.theta);
+  rope.partial_rotary_factor = s.number_or("partial_rotary_factor", rope.partial_rotary_factor);
   const std::string type = s.string_or("rope_type", s.string_or("type", "default"));
   if (type == "default") return rope;
   if (type == "linear") {
@@ -58,10 +60,22 @@ RopeConfig read_rope(const ConfigReader& r, const std::optional<ConfigReader>& s
     // Without a factor, the ratio of the context to the pretrained one (as transformers does for DeepSeek).
     if (!s.has("factor"))
       rope.factor = double(r.int_or("max_position_embeddings", 2048)) / double(rope.original_max_position_embeddings);
+  } else if (type == "longrope" || type == "su") {
+    rope.type = RopeType::LongRope;
+    rope.original_max_position_embeddings =
+        s.int_or("original_max_position_embeddings", r.int_or("original_max_position_embeddings", r.int_or("max_position_embeddings", 2048)));
+    for (auto [key, factors] : {std::pair{"short_factor", &rope.short_factor}, {"long_factor", &rope.long_factor}}) {
+      for (double f : s.number_list(key)) factors->push_back(f);
+      if (factors->empty()) throw r.error("rope_scaling", std::string("longrope needs ") + key);
+    }
+    rope.attention_factor = s.number_or("attention_factor", 0.0);
+    // Without a factor, the ratio of the context to the pretrained one (as transformers does for Phi-3).
+    if (!s.has("factor"))
+      rope.factor = double(r.int_or("max_position_embeddings", 2048)) / double(rope.original_max_position_embeddings);
   } else {
-    throw r.error("rope_scaling", "has type \"" + type + "\", which is not supported (default, linear, llama3, yarn)");
+    throw r.error("rope_scaling", "has type \"" + type + "\", which is not supported (default, linear, llama3, yarn, longrope)");
   }
-  if (rope.type != RopeType::Yarn || s.has("factor")) rope.factor = s.number_or("factor", 1.0);
+  if ((rope.type != RopeType::Yarn && rope.type != RopeType::LongRope) || s.has("factor")) rope.factor = s.number_or("factor", 1.0);
   if (rope.factor <= 0) throw r.error("rope_scaling", "needs a positive factor");
   return rope;
 }
@@ -117,6 +131,19 @@ std::vector<int64_t> ConfigReader::int_list(const char* key) const {
   for (element item : list) {
     int64_t v;
     if (item.get(v)) throw error(key, "must be a list of integers");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<double> ConfigReader::number_list(const char* key) const {
+  std::vector<double> out;
+  if (!has(key)) return out;
+  simdjson::dom::array list;
+  if (obj_[key].get(list)) throw error(key, "must be a list of numbers");
+  for (element item : list) {
+    double v;
+    if (item.get(v)) throw error(key, "must be a list of numbers");
     out.push_back(v);
   }
   return out;
@@ -247,6 +274,18 @@ std::string model_config_json(const ModelConfig& c) {
                               ", \"mscale\": " + json_number(c.rope.mscale) + ", \"mscale_all_dim\": " +
                               json_number(c.rope.mscale_all_dim) + ", \"attention_factor\": " + json_number(c.rope.attention_factor) +
                               ", \"truncate\": " + (c.rope.truncate ? "true" : "false") + "}");
+  if (c.rope.type == RopeType::LongRope) {
+    auto list = [](const std::vector<double>& v) {
+      std::string s;
+      for (double x : v) s += (s.empty() ? "" : ", ") + json_number(x);
+      return "[" + s + "]";
+    };
+    field("rope_scaling", "{\"rope_type\": \"longrope\", \"factor\": " + json_number(c.rope.factor) +
+                              ", \"original_max_position_embeddings\": " + std::to_string(c.rope.original_max_position_embeddings) +
+                              ", \"attention_factor\": " + json_number(c.rope.attention_factor) +
+                              ", \"short_factor\": " + list(c.rope.short_factor) + ", \"long_factor\": " + list(c.rope.long_factor) + "}");
+  }
+  if (c.rope.partial_rotary_factor != 1.0) field("partial_rotary_factor", json_number(c.rope.partial_rotary_factor));
   if (c.rope.type == RopeType::Llama3)
     field("rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": " + json_number(c.rope.factor) +
                               ", \"low_freq_factor\": " + json_number(c.rope.low_freq_factor) +

@@ -8,7 +8,7 @@
 
 namespace ftllm::model {
 
-enum class RopeType { Default, Linear, Llama3, Yarn };
+enum class RopeType { Default, Linear, Llama3, Yarn, LongRope };
 
 struct RopeConfig {
   double theta = 10000.0;
@@ -21,6 +21,12 @@ struct RopeConfig {
   double mscale = 0, mscale_all_dim = 0;  // yarn: 0 when absent
   double attention_factor = 0;           // yarn: cos/sin scale; 0 derives it from factor and the mscales
   bool truncate = true;                  // yarn: round the blend's bounds to whole dimensions
+  // longrope (Phi-3 "su"): per-dimension divisors of the frequencies, the long ones for positions past
+  // original_max_position_embeddings; attention_factor scales cos/sin (0: derived from factor).
+  std::vector<double> short_factor, long_factor;
+  // The rotated part of each head (Phi-4-mini, GLM-4.5): the first partial_rotary_factor * head_dim values.
+  double partial_rotary_factor = 1.0;
+  int64_t rotary_dim(int64_t head_dim) const { return int64_t(double(head_dim) * partial_rotary_factor) / 2 * 2; }
 };
 
 // Mixture-of-experts (Qwen2-MoE, Qwen3-MoE): which layers route to experts, and how.

@@ -14,10 +14,11 @@ const Architecture& deepseek_v2();
 const Architecture& deepseek_v3();
 const Architecture& gemma2();
 const Architecture& gemma3();
+const Architecture& phi3();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &llama(), &mistral(), &qwen2(), &qwen3(), &qwen2_moe(), &qwen3_moe(), &deepseek_v2(), &deepseek_v3(), &gemma2(), &gemma3(),
+      &llama(), &mistral(), &qwen2(), &qwen3(), &qwen2_moe(), &qwen3_moe(), &deepseek_v2(), &deepseek_v3(), &gemma2(), &gemma3(), &phi3(),
   };
   return all;
 }

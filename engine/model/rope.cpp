@@ -2,16 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "../core/error.h"
 
 namespace ftllm::model {
 
-std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
+std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim, bool long_factors) {
+  head_dim = rope.rotary_dim(head_dim);  // the rotated part of a head
   const int64_t half = head_dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
   const float base = float(rope.theta);
   for (int64_t i = 0; i < half; ++i) inv[size_t(i)] = 1.0f / std::pow(base, float(2 * i) / float(head_dim));
 
-  if (rope.type == RopeType::Linear) {
+  if (rope.type == RopeType::LongRope) {
+    const std::vector<double>& ext = long_factors ? rope.long_factor : rope.short_factor;
+    if (int64_t(ext.size()) != half)
+      throw EngineError("longrope: " + std::to_string(ext.size()) + " factors for " + std::to_string(half) + " rotary frequencies");
+    for (int64_t i = 0; i < half; ++i)
+      inv[size_t(i)] = 1.0f / (float(ext[size_t(i)]) * std::pow(base, float(2 * i) / float(head_dim)));
+  } else if (rope.type == RopeType::Linear) {
     for (float& f : inv) f /= float(rope.factor);
   } else if (rope.type == RopeType::Llama3) {
     // Long wavelengths are slowed by `factor`, short ones kept, the band between blended smoothly.
@@ -55,6 +65,11 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 
 }  // namespace
 
 float rope_attention_factor(const RopeConfig& rope) {
+  if (rope.type == RopeType::LongRope) {
+    if (rope.attention_factor > 0) return float(rope.attention_factor);
+    if (rope.factor <= 1) return 1.0f;
+    return float(std::sqrt(1 + std::log(rope.factor) / std::log(double(rope.original_max_position_embeddings))));
+  }
   if (rope.type != RopeType::Yarn) return 1.0f;
   if (rope.attention_factor > 0) return float(rope.attention_factor);
   if (rope.mscale != 0 && rope.mscale_all_dim != 0)
@@ -69,11 +84,12 @@ float yarn_softmax_scale(const RopeConfig& rope) {
 }
 
 void rope_tables(const std::vector<float>& inv_freq, std::span<const int64_t> positions, Tensor& cos, Tensor& sin,
-                 float factor) {
+                 float factor, const std::vector<float>* long_inv_freq, int64_t long_from) {
   const int64_t half = int64_t(inv_freq.size());
   for (size_t t = 0; t < positions.size(); ++t)
     for (int64_t i = 0; i < half; ++i) {
-      const float angle = float(positions[t]) * inv_freq[size_t(i)];  // a float32 product, as torch forms it
+      const std::vector<float>& f = long_inv_freq && positions[t] >= long_from ? *long_inv_freq : inv_freq;
+      const float angle = float(positions[t]) * f[size_t(i)];  // a float32 product, as torch forms it
       cos.as<float>()[int64_t(t) * half + i] = float(std::cos(double(angle))) * factor;
       sin.as<float>()[int64_t(t) * half + i] = float(std::sin(double(angle))) * factor;
     }

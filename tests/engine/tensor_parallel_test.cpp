@@ -35,7 +35,7 @@ BOOST_AUTO_TEST_SUITE(tensor_parallel)
 
 BOOST_AUTO_TEST_CASE(split_layers_compute_what_whole_ones_do) {
   for (const char* name : {"qwen3-f32", "qwen2-f32", "llama-linear-tied-bias-f32", "mistral-window-f32", "qwen3-moe-f32",
-                           "qwen2-bf16", "gemma3-f32"}) {
+                           "qwen2-bf16", "gemma3-f32", "phi3-f32"}) {
     for (const char* device : {"multicuda:cpu,cpu", "multicuda:cpu:1,cpu:3", "{'multicuda:cpu,cpu':1,'cpu':1}"}) {
       BOOST_TEST_CONTEXT(name << " on " << device) {
         const test::Reference ref = test::read_reference(kModels / name);

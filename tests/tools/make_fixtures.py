@@ -20,7 +20,7 @@ import zipfile
 import torch
 import transformers
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
-                          Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Gemma2Config, Gemma2ForCausalLM, Phi3Config, Phi3ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
@@ -78,6 +78,15 @@ FIXTURES = {
                               rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
                                                    original_max_position_embeddings=64, beta_fast=32, beta_slow=1,
                                                    mscale=1.0, mscale_all_dim=1.0))),
+    # Phi-3/Phi-4-mini: fused qkv_proj and gate_up_proj, LongRoPE short factors (the 72 positions stay under the
+    # pretrained 128) with the attention factor of a 4x context, a partial rotary part (3/4 of each head), and a
+    # sliding window of 24.
+    "phi3": (Phi3Config, Phi3ForCausalLM,
+             dict(max_position_embeddings=512, original_max_position_embeddings=128, sliding_window=24, pad_token_id=0,
+                  tie_word_embeddings=True,
+                  rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
+                                       short_factor=[1.0 + 0.25 * i for i in range(6)],
+                                       long_factor=[2.0 + 0.5 * i for i in range(6)]))),
     # Gemma 2: Gemma's layer (below) without q/k norms, sliding and global layers alternating with one RoPE,
     # attention scores and final logits soft-capped (caps small enough to bend these models' values).
     "gemma2": (Gemma2Config, Gemma2ForCausalLM,
@@ -225,6 +234,33 @@ def smollm2_gguf():
     return gguf
 
 
+def make_rope_fixtures():
+    """transformers' RoPE frequencies and cos/sin factor for scaled RoPE configs, both sets of LongRoPE's."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    configs = [
+        Phi3Config(**{**COMMON, **FIXTURES["phi3"][2]}),
+        # Phi-3.5-mini's shape: full rotary, the factor derived from 131072 / 4096.
+        Phi3Config(hidden_size=3072, num_attention_heads=32, max_position_embeddings=131072,
+                   original_max_position_embeddings=4096, pad_token_id=0,
+                   rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                                        short_factor=[1.0 + 0.01 * i for i in range(48)],
+                                        long_factor=[1.0 + 0.7 * i for i in range(48)])),
+        LlamaConfig(**{**COMMON, **FIXTURES["llama3-rope"][2]}),
+    ]
+    cases = []
+    for config in configs:
+        params = config.rope_parameters
+        fn = ROPE_INIT_FUNCTIONS[params["rope_type"]]
+        short, factor = fn(config, None)
+        case = dict(config=json.loads(config.to_json_string()), inv_freq=short.tolist(), attention_factor=factor)
+        if params["rope_type"] == "longrope":
+            long, _ = fn(config, None, seq_len=params["original_max_position_embeddings"] + 1)
+            case["long_inv_freq"] = long.tolist()
+        cases.append(case)
+    (DATA / "rope.json").write_text(json.dumps(dict(cases=cases, transformers=transformers.__version__)) + "\n")
+    print(f"rope: {len(cases)} cases")
+
+
 def make_smollm2_fixture():
     gguf = smollm2_gguf()
     tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -256,5 +292,7 @@ if __name__ == "__main__":
         make_architecture_fixtures(names)
     if "sampling" in which:
         make_sampling_fixtures()
+    if "rope" in which or "models" in which:
+        make_rope_fixtures()
     if "smollm2" in which:
         make_smollm2_fixture()
