@@ -39,8 +39,9 @@ class Architecture {
   // The attention block, from the normalised rows h: by default grouped-query attention with RoPE over
   // the paged cache (LayerStep::gqa_attention).
   virtual void attention(LayerStep& s, const Tensor& h, Tensor& out) const;
-  // A mixture-of-experts layer's routing from the router's logits [T, E] (host float32): by default a
-  // softmax and the top config.moe.experts_per_token, renormalised when norm_topk_prob.
+  // A mixture-of-experts layer's routing from the router's logits [T, E] (host float32): by default as
+  // config.moe says: sigmoid scores plus the correction bias over expert groups (sigmoid_grouped), else
+  // a softmax (over the best groups); the top experts_per_token, renormalised when norm_topk_prob.
   virtual ops::Routes route(const ModelConfig& c, const LayerWeights& L, const Tensor& logits) const;
   // What happens to the shared experts' output [T, H] for the rows h (by default nothing).
   virtual void scale_shared_experts(ops::Context&, const LayerWeights&, const Tensor& /*h*/, Tensor& /*shared*/) const {}

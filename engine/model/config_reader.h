@@ -49,5 +49,9 @@ RopeConfig read_rope(const ConfigReader& r, const std::optional<ConfigReader>& s
 // norm_topk_prob, decoder_sparse_step and mlp_only_layers. Throws when the model has no routed experts:
 // `arch` names the architecture that needs them.
 void read_experts(const ConfigReader& r, ModelConfig& c, const std::string& arch);
+// Routing over expert groups (DeepSeek, GLM-4.5): first_k_dense_replace dense layers, scoring_func
+// (sigmoid scores with e_score_correction_bias, or softmax; `default_scoring` when absent), topk_method,
+// n_group, topk_group, routed_scaling_factor.
+void read_expert_groups(const ConfigReader& r, ModelConfig& c, const std::string& default_scoring);
 
 }  // namespace ftllm::model

@@ -246,8 +246,11 @@ void Architecture::run_layer(LayerStep& s, Tensor& x) const {
 
 void Architecture::attention(LayerStep& s, const Tensor& h, Tensor& out) const { s.gqa_attention(h, out); }
 
-ops::Routes Architecture::route(const ModelConfig& c, const LayerWeights&, const Tensor& logits) const {
+ops::Routes Architecture::route(const ModelConfig& c, const LayerWeights& L, const Tensor& logits) const {
   const MoeConfig& m = c.moe;
+  if (m.sigmoid_grouped)
+    return ops::route_sigmoid_grouped(logits, L.own_tensor(kCorrectionBias), m.experts_per_token, m.n_group, m.topk_group,
+                                      m.norm_topk_prob, float(m.routed_scaling_factor));
   return ops::route_softmax_topk(logits, m.experts_per_token, m.norm_topk_prob, m.n_group, m.topk_group,
                                  float(m.routed_scaling_factor));
 }

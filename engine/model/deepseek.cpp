@@ -16,28 +16,13 @@ namespace ftllm::model {
 
 namespace {
 
-const char* const kCorrectionBias = "mlp.gate.e_score_correction_bias";
-
 class DeepSeek final : public Architecture {
  public:
   DeepSeek(const char* name, bool v3) : Architecture(name), v3_(v3) {}
 
   void read_config(const ConfigReader& r, ModelConfig& c) const override {
     read_experts(r, c, hf_name());
-    MoeConfig& m = c.moe;
-    for (int64_t l = 0; l < r.int_or("first_k_dense_replace", 0); ++l) m.dense_layers.push_back(l);
-    const std::string scoring = r.string_or("scoring_func", v3_ ? "sigmoid" : "softmax");
-    if (scoring != "softmax" && scoring != "sigmoid") throw r.error("scoring_func", "must be softmax or sigmoid");
-    m.sigmoid_grouped = scoring == "sigmoid";
-    const std::string method = r.string_or("topk_method", "noaux_tc");
-    if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
-      throw r.error("topk_method", "must be greedy, group_limited_greedy or noaux_tc");
-    const bool grouped = method != "greedy";
-    m.n_group = grouped ? std::max<int64_t>(1, r.int_or("n_group", 1)) : 1;
-    m.topk_group = grouped ? std::max<int64_t>(1, r.int_or("topk_group", m.n_group)) : 1;
-    if (m.num_experts % m.n_group != 0 || m.topk_group > m.n_group)
-      throw r.error("n_group", "must divide the experts, with topk_group at most n_group");
-    m.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
+    read_expert_groups(r, c, v3_ ? "sigmoid" : "softmax");
 
     MlaConfig& a = c.mla;
     a.kv_lora_rank = r.required_int("kv_lora_rank");
@@ -51,12 +36,6 @@ class DeepSeek final : public Architecture {
   }
 
   void write_config(const ModelConfig& c, const ConfigField& field) const override {
-    const MoeConfig& m = c.moe;
-    field("scoring_func", m.sigmoid_grouped ? "\"sigmoid\"" : "\"softmax\"");
-    field("topk_method", m.n_group > 1 ? (m.sigmoid_grouped ? "\"noaux_tc\"" : "\"group_limited_greedy\"") : "\"greedy\"");
-    field("n_group", std::to_string(m.n_group));
-    field("topk_group", std::to_string(m.topk_group));
-    field("routed_scaling_factor", json_number(m.routed_scaling_factor));
     const MlaConfig& a = c.mla;
     field("kv_lora_rank", std::to_string(a.kv_lora_rank));
     field("q_lora_rank", a.q_lora_rank ? std::to_string(a.q_lora_rank) : "null");
@@ -80,16 +59,6 @@ class DeepSeek final : public Architecture {
     bind_latent_attention(b, L);
     if (!b.config.moe.is_moe_layer(b.layer)) return bind_dense_mlp(b, L);
     bind_experts(b, L, "mlp.shared_experts.");
-    if (b.config.moe.sigmoid_grouped)
-      L.own.push_back({kCorrectionBias, b.vector(kCorrectionBias, b.config.moe.num_experts), kStaysOnHost, false});
-  }
-
-  ops::Routes route(const ModelConfig& c, const LayerWeights& L, const Tensor& logits) const override {
-    const MoeConfig& m = c.moe;
-    if (m.sigmoid_grouped)
-      return ops::route_sigmoid_grouped(logits, L.own_tensor(kCorrectionBias), m.experts_per_token, m.n_group, m.topk_group,
-                                        m.norm_topk_prob, float(m.routed_scaling_factor));
-    return Architecture::route(c, L, logits);
   }
 
   void attention(LayerStep& s, const Tensor& h, Tensor& out) const override;

@@ -63,6 +63,8 @@ void bind_experts(const LayerBinder& b, LayerWeights& L, const std::string& shar
     }
     L.experts.push_back(std::move(ex));
   }
+  if (m.sigmoid_grouped)  // read on the host by the routing wherever the experts run
+    L.own.push_back({kCorrectionBias, b.vector(kCorrectionBias, E), kStaysOnHost, false});
   const int64_t S = m.shared_intermediate;
   if (shared_prefix.empty() || S == 0) return;
   L.shared_prefix = shared_prefix;

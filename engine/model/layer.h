@@ -23,6 +23,9 @@ enum LayerParts : unsigned {
   kSharedExperts = 4,      // shared experts with their gate
 };
 
+// Sigmoid routing's per-expert bias (DeepSeek V3, GLM-4.5), an own tensor of a MoE layer.
+inline const char* const kCorrectionBias = "mlp.gate.e_score_correction_bias";
+
 struct OwnTensor {
   std::string name;  // under "model.layers.N."
   Tensor tensor;
@@ -77,7 +80,8 @@ struct AttentionOptions {
 void bind_attention(const LayerBinder& b, LayerWeights& L, AttentionOptions options);
 void bind_dense_mlp(const LayerBinder& b, LayerWeights& L, bool bias = false);
 // The router and config.moe's routed experts under mlp. (per-expert tensors, or transformers 5's fused
-// ones), and shared experts under `shared_prefix` when config.moe has a shared intermediate size.
+// ones), the router's correction bias for sigmoid routing (kCorrectionBias), and shared experts under
+// `shared_prefix` when config.moe has a shared intermediate size.
 void bind_experts(const LayerBinder& b, LayerWeights& L, const std::string& shared_prefix = "");
 // The norms every layer has: input_layernorm and post_attention_layernorm.
 void bind_norms(const LayerBinder& b, LayerWeights& L);

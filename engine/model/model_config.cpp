@@ -186,6 +186,23 @@ void read_experts(const ConfigReader& r, ModelConfig& c, const std::string& arch
   if (c.activation != Activation::Silu) throw r.error("hidden_act", "must be silu: the experts are SwiGLU MLPs");
 }
 
+void read_expert_groups(const ConfigReader& r, ModelConfig& c, const std::string& default_scoring) {
+  MoeConfig& m = c.moe;
+  for (int64_t l = 0; l < r.int_or("first_k_dense_replace", 0); ++l) m.dense_layers.push_back(l);
+  const std::string scoring = r.string_or("scoring_func", default_scoring);
+  if (scoring != "softmax" && scoring != "sigmoid") throw r.error("scoring_func", "must be softmax or sigmoid");
+  m.sigmoid_grouped = scoring == "sigmoid";
+  const std::string method = r.string_or("topk_method", "noaux_tc");
+  if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
+    throw r.error("topk_method", "must be greedy, group_limited_greedy or noaux_tc");
+  const bool grouped = method != "greedy";
+  m.n_group = grouped ? std::max<int64_t>(1, r.int_or("n_group", 1)) : 1;
+  m.topk_group = grouped ? std::max<int64_t>(1, r.int_or("topk_group", m.n_group)) : 1;
+  if (m.num_experts % m.n_group != 0 || m.topk_group > m.n_group)
+    throw r.error("n_group", "must divide the experts, with topk_group at most n_group");
+  m.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
+}
+
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
   simdjson::dom::parser parser;
   simdjson::padded_string text(json_text);
@@ -306,6 +323,11 @@ std::string model_config_json(const ModelConfig& c) {
     field("norm_topk_prob", m.norm_topk_prob ? "true" : "false");
     field("decoder_sparse_step", std::to_string(m.sparse_step));
     field("mlp_only_layers", "[" + dense + "]");
+    field("scoring_func", m.sigmoid_grouped ? "\"sigmoid\"" : "\"softmax\"");
+    field("topk_method", m.n_group > 1 ? (m.sigmoid_grouped ? "\"noaux_tc\"" : "\"group_limited_greedy\"") : "\"greedy\"");
+    field("n_group", std::to_string(m.n_group));
+    field("topk_group", std::to_string(m.topk_group));
+    field("routed_scaling_factor", json_number(m.routed_scaling_factor));
   }
   find_architecture(c.architecture).write_config(c, field);
   if (c.bos_token_id) field("bos_token_id", std::to_string(*c.bos_token_id));

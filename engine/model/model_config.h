@@ -89,7 +89,8 @@ struct ModelConfig {
   float attention_scale = 0;
   float attention_softcap = 0, final_softcap = 0;  // > 0: scores / logits become cap * tanh(x / cap)
   std::optional<RopeConfig> sliding_rope;
-  std::vector<bool> sliding_layers;  // Gemma 3: which layers attend within sliding_window
+  std::vector<bool> sliding_layers;  // Gemma: which layers attend within sliding_window
+  bool qk_norm = false;              // GLM-4.5: use_qk_norm
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // config.json's and generation_config.json's, merged
   MoeConfig moe;

@@ -272,9 +272,11 @@ BOOST_DATA_TEST_CASE(quantized_logits_stay_within_bounds, bdata::make(f32_fixtur
     // An MoE layer sums a shared expert and two routed ones, each rounding on its own: int8 measured
     // 0.049 (qwen3-moe) and 0.075 (qwen2-moe), so those fixtures get half as much room again.
     double bound = name.find("moe") != std::string::npos ? q.bound * 1.5 : q.bound;
-    // DeepSeek's random fixture routes by sigmoid scores plus a correction bias with near-ties: int8
-    // activations flip an expert choice (int8 and int4g32 both measured 0.21; weights-only int8 0.02).
-    if (name.starts_with("deepseek") && q.bound > 0.05) bound = std::max(bound, 0.3);
+    // The DeepSeek and GLM-4.5 fixtures route by sigmoid scores plus a correction bias with near-ties:
+    // int8 activations or bf16 weights flip an expert choice (DeepSeek V3 int8 and int4g32 0.21, weights-only
+    // int8 0.02; GLM int8 0.11, bfloat16 0.11).
+    const bool sigmoid_routed = name.starts_with("deepseek") || name.starts_with("glm4-moe");
+    if (sigmoid_routed && q.bound > 0.01) bound = std::max(bound, 0.3);
     BOOST_TEST(err < bound, name << " " << q.dtype << ": " << err);
     BOOST_TEST(err > 0.0);  // it did convert
   }

@@ -20,7 +20,7 @@ import zipfile
 import torch
 import transformers
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
-                          Gemma2Config, Gemma2ForCausalLM, Phi3Config, Phi3ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Gemma2Config, Gemma2ForCausalLM, Phi3Config, Phi3ForCausalLM, Glm4MoeConfig, Glm4MoeForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
@@ -87,6 +87,12 @@ FIXTURES = {
                   rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
                                        short_factor=[1.0 + 0.25 * i for i in range(6)],
                                        long_factor=[2.0 + 0.5 * i for i in range(6)]))),
+    # GLM-4.5: q/k/v biases, q/k norms, RoPE on half of each head, the first layer dense, then 8 experts in
+    # 2 groups (1 chosen, 2 experts per token, sigmoid scores with a correction bias), a shared expert.
+    "glm4-moe": (Glm4MoeConfig, Glm4MoeForCausalLM,
+                 dict(tie_word_embeddings=False, attention_bias=True, use_qk_norm=True, moe_intermediate_size=32,
+                      n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
+                      first_k_dense_replace=1, routed_scaling_factor=1.5, norm_topk_prob=True, pad_token_id=0)),
     # Gemma 2: Gemma's layer (below) without q/k norms, sliding and global layers alternating with one RoPE,
     # attention scores and final logits soft-capped (caps small enough to bend these models' values).
     "gemma2": (Gemma2Config, Gemma2ForCausalLM,
