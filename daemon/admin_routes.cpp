@@ -18,6 +18,7 @@ namespace {
 void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
   w.begin_object();
   w.key(admin::key::name).string(m.name).key(admin::key::source).string(m.source).key(admin::key::architecture).string(m.architecture);
+  w.key(admin::key::layer_kinds).string(m.layers);
   if (auto handle = engine.model(m.name)) {
     ModelHandle::Load load = handle->load();
     w.key(admin::key::requests_running).number(uint64_t(load.running)).key(admin::key::requests_waiting).number(uint64_t(load.waiting));

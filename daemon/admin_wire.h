@@ -30,6 +30,7 @@ inline constexpr const char* models = "models";
 inline constexpr const char* name = "name";
 inline constexpr const char* source = "source";
 inline constexpr const char* architecture = "architecture";
+inline constexpr const char* layer_kinds = "layer_kinds";  // "26 layers: 22 sliding/512, 4 global"
 inline constexpr const char* requests_running = "requests_running";
 inline constexpr const char* requests_waiting = "requests_waiting";
 inline constexpr const char* kv_blocks_used = "kv_blocks_used";

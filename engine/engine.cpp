@@ -98,7 +98,7 @@ std::shared_ptr<ModelHandle> Engine::model(const std::string& name) const {
 std::vector<ModelInfo> Engine::models() const {
   std::lock_guard lock(mu_);
   std::vector<ModelInfo> out;
-  for (auto& [name, m] : models_) out.push_back({name, m->options().path, m->config().architecture});
+  for (auto& [name, m] : models_) out.push_back({name, m->options().path, m->config().architecture, model::describe_layers(m->config())});
   return out;
 }
 

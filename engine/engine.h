@@ -23,6 +23,7 @@ struct ModelInfo {
   std::string name;
   std::string source;
   std::string architecture;
+  std::string layers;  // their kinds (model::describe_layers)
 };
 
 class ModelInstance;

@@ -255,6 +255,26 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   return c;
 }
 
+std::string describe_layers(const ModelConfig& c) {
+  std::string kinds;
+  auto add = [&](const std::string& kind) { kinds += (kinds.empty() ? ": " : ", ") + kind; };
+  if (c.mla.kv_lora_rank) add("latent attention");
+  if (!c.sliding_layers.empty()) {
+    const int64_t sliding = std::count(c.sliding_layers.begin(), c.sliding_layers.end(), true);
+    add(std::to_string(sliding) + " sliding/" + std::to_string(c.sliding_window.value_or(0)));
+    add(std::to_string(c.num_layers - sliding) + " global");
+  } else if (c.sliding_window) {
+    add("all sliding/" + std::to_string(*c.sliding_window));
+  }
+  if (c.moe.num_experts) {
+    int64_t moe = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) moe += c.moe.is_moe_layer(l);
+    if (moe < c.num_layers) add(std::to_string(c.num_layers - moe) + " dense");
+    add(std::to_string(moe) + " MoE " + std::to_string(c.moe.experts_per_token) + " of " + std::to_string(c.moe.num_experts));
+  }
+  return std::to_string(c.num_layers) + " layers" + kinds;
+}
+
 void merge_generation_config(ModelConfig& config, const std::string& json_text, const std::string& source) {
   simdjson::dom::parser parser;
   simdjson::padded_string text(json_text);

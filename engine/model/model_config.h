@@ -104,6 +104,9 @@ struct ModelConfig {
   int64_t kv_cache_head_dim() const { return mla.kv_lora_rank ? mla.kv_lora_rank + mla.rope_dim : head_dim; }
 };
 
+// The layers' kinds, for ftllmctl status: "3 layers: 2 sliding/16, 1 global; 1 dense, 2 MoE 2 of 8".
+std::string describe_layers(const ModelConfig& config);
+
 // Parses config.json text; `source` names it in errors. Throws EngineError naming a missing or
 // malformed field.
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source);

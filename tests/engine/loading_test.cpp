@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <tuple>
 #include <sstream>
 
@@ -41,10 +42,10 @@ ModelLoadOptions opts(const std::string& path, const std::string& name) {
 // A copy of the llama fixture in a fresh directory, for a test to break.
 struct ModelCopy {
   fs::path dir;
-  ModelCopy() {
+  explicit ModelCopy(const fs::path& from = kLlama) {
     char tmpl[] = "/tmp/ftllm-model-XXXXXX";
     dir = mkdtemp(tmpl);
-    for (auto& e : fs::directory_iterator(kLlama)) fs::copy(e.path(), dir / e.path().filename());
+    for (auto& e : fs::directory_iterator(from)) fs::copy(e.path(), dir / e.path().filename());
   }
   ~ModelCopy() { fs::remove_all(dir); }
   fs::path weights() const { return dir / "model.safetensors"; }
@@ -126,6 +127,35 @@ BOOST_AUTO_TEST_CASE(unsupported_architecture_is_named_with_the_supported_ones) 
   std::string e = load_error(m.dir);
   BOOST_TEST(e.find("GPT2LMHeadModel is not supported") != std::string::npos);
   BOOST_TEST(e.find("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM") != std::string::npos);
+}
+
+// A config key an architecture cannot honour is refused by name, never ignored; the layers' kinds
+// are what the config says (ftllmctl status shows them).
+BOOST_AUTO_TEST_CASE(architecture_keys_are_honoured_or_refused_by_name) {
+  const fs::path models = kLlama.parent_path();
+  for (auto [fixture, from, to, why] : {
+           std::tuple{"gemma3-f32", "\"use_bidirectional_attention\": false", "\"use_bidirectional_attention\": true",
+                      "field \"use_bidirectional_attention\" is true: only causal Gemma models are supported"},
+           {"gemma3-f32", "\"sliding_attention\",\n    \"full_attention\"", "\"sliding_attention\",\n    \"chunked_attention\"",
+            "field \"layer_types\" holds \"chunked_attention\""},
+           {"qwen3-f32", "\"use_sliding_window\": false", "\"use_sliding_window\": true",
+            "field \"use_sliding_window\" is true: windowed Qwen3 layers are not supported"},
+           {"glm4-moe-f32", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu\"", "field \"hidden_act\" is \"relu\""},
+           {"phi3-f32", "\"rope_type\": \"longrope\"", "\"rope_type\": \"dynamic\"", "has type \"dynamic\", which is not supported"}}) {
+    ModelCopy m(models / fixture);
+    replace_in_file(m.dir / "config.json", from, to);
+    const std::string e = load_error(m.dir);
+    BOOST_TEST(e.find(why) != std::string::npos, fixture << ": " << e);
+  }
+  Engine engine;
+  BOOST_REQUIRE(engine.load(opts((models / "gemma3-f32").string(), "g")).ok);
+  BOOST_REQUIRE(engine.load(opts((models / "glm4-moe-f32").string(), "glm")).ok);
+  BOOST_REQUIRE(engine.load(opts((models / "deepseek-v3-f32").string(), "ds")).ok);
+  std::map<std::string, std::string> layers;
+  for (const ModelInfo& i : engine.models()) layers[i.name] = i.layers;
+  BOOST_TEST(layers["g"] == "3 layers: 2 sliding/16, 1 global");
+  BOOST_TEST(layers["glm"] == "3 layers: 1 dense, 2 MoE 2 of 8");
+  BOOST_TEST(layers["ds"] == "3 layers: latent attention, 1 dense, 2 MoE 2 of 8");
 }
 
 BOOST_AUTO_TEST_CASE(config_missing_a_required_field) {

@@ -76,6 +76,10 @@ BOOST_AUTO_TEST_CASE(moe_model_loads_with_its_options_and_serves) {
   const std::string answer = run_command("curl -s -d '{\"model\": \"moe\", \"prompt\": [5, 17, 33, 102, 7], \"max_tokens\": 6, "
                                          "\"temperature\": 0}' " + d.base_url() + "/v1/completions").out;
   BOOST_TEST(int64_t(p.parse(answer)["usage"]["completion_tokens"]) == 6, answer);
+  // status names the architecture and its layers' kinds (mlp_only_layers keeps layer 1 dense; 4 experts a token).
+  const std::string status = run_command(ctl(d, "status")).out;
+  BOOST_TEST(status.find("Qwen3MoeForCausalLM") != std::string::npos, status);
+  BOOST_TEST(status.find("3 layers: 1 dense, 2 MoE 4 of 8") != std::string::npos, status);
   CommandResult too_many = run_command(ctl(d, "load " + model + " --name m9 --moe_experts 9"));
   BOOST_TEST(too_many.exit_code == 1);
   BOOST_TEST(too_many.err.find("--moe_experts 9 is outside 1..8") != std::string::npos, too_many.err);
