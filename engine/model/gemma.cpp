@@ -4,12 +4,14 @@
 // sliding-window layers beside global ones (layer_types, else Gemma 2 alternates and Gemma 3 makes every
 // sliding_window_pattern-th layer global). Gemma 2 soft-caps attention scores and final logits; Gemma 3
 // has q/k norms and a RoPE of its own for the sliding layers.
+#include <algorithm>
 #include <cmath>
 
 #include "../core/json_writer.h"
 #include "../ops/ops.h"
 #include "architecture.h"
 #include "decoder.h"
+#include "gguf.h"
 
 namespace ftllm::model {
 
@@ -26,8 +28,7 @@ class Gemma final : public Architecture {
   void read_config(const ConfigReader& r, ModelConfig& c) const override {
     if (r.bool_or("use_bidirectional_attention", false))
       throw r.error("use_bidirectional_attention", "is true: only causal Gemma models are supported");
-    c.norm_weight_offset = 1.0f;
-    c.embedding_scale = float(std::sqrt(double(c.hidden_size)));
+    set_gemma_blocks(c);
     c.attention_scale = float(std::pow(double(r.int_or("query_pre_attn_scalar", 256)), -0.5));
     c.sliding_window = r.int_or("sliding_window", 4096);
     // Absent: the config class's defaults (Gemma 2 caps at 50 and 30); null: no capping.
@@ -35,8 +36,8 @@ class Gemma final : public Architecture {
     c.attention_softcap = cap("attn_logit_softcapping", v3_ ? 0.0 : 50.0);
     c.final_softcap = cap("final_logit_softcapping", v3_ ? 0.0 : 30.0);
 
-    std::vector<bool>& sliding = c.sliding_layers;
     if (r.has("layer_types")) {
+      std::vector<bool>& sliding = c.sliding_layers;
       for (const std::string& type : r.string_list("layer_types")) {
         if (type != "sliding_attention" && type != "full_attention")
           throw r.error("layer_types", "holds \"" + type + "\"; Gemma layers are sliding_attention or full_attention");
@@ -46,10 +47,31 @@ class Gemma final : public Architecture {
     } else {
       const int64_t pattern = v3_ ? r.int_or("sliding_window_pattern", 6) : 2;
       if (pattern == 0) throw r.error("sliding_window_pattern", "must be at least 1");
-      for (int64_t l = 0; l < c.num_layers; ++l) sliding.push_back((l + 1) % pattern != 0);
+      set_pattern(c, pattern);
     }
     if (v3_) read_gemma3_rope(r, c);
   }
+
+  // llama.cpp's converter keeps neither query_pre_attn_scalar, nor the layer pattern, nor Gemma 3's local
+  // RoPE base; its loader derives them as here: the 27B models (Gemma 2: 46 layers, Gemma 3: 62) scale
+  // scores by (hidden / heads)^-0.5, the others by head_dim^-0.5; every 2nd (6th) layer global; base 10000.
+  void read_gguf(const GgufFile& g, const std::string& arch, ModelConfig& c) const override {
+    set_gemma_blocks(c);
+    const bool big = c.num_layers == (v3_ ? 62 : 46);
+    c.attention_scale = float(std::pow(double(big ? c.hidden_size / c.num_heads : c.head_dim), -0.5));
+    c.sliding_window = g.get_int(arch + ".attention.sliding_window").value_or(4096);
+    c.attention_softcap = float(g.get_float(arch + ".attn_logit_softcapping").value_or(0.0));
+    c.final_softcap = float(g.get_float(arch + ".final_logit_softcapping").value_or(0.0));
+    set_pattern(c, std::max<int64_t>(1, g.get_int(arch + ".attention.sliding_window_pattern").value_or(v3_ ? 6 : 2)));
+    if (v3_) {
+      c.sliding_rope = RopeConfig{};
+      c.sliding_rope->theta = g.get_float(arch + ".rope.freq_base_swa").value_or(10000.0);
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> gguf_layer_names() const override {
+    return {{"post_attention_norm.weight", kPostAttentionNorm}, {"ffn_norm.weight", kPreMlpNorm}, {"post_ffw_norm.weight", kPostMlpNorm}};
+  }
+  float gguf_norm_shift() const override { return 1.0f; }
 
   void write_config(const ModelConfig& c, const ConfigField& field) const override {
     field("query_pre_attn_scalar", json_number(std::round(std::pow(double(c.attention_scale), -2.0))));
@@ -87,6 +109,15 @@ class Gemma final : public Architecture {
   }
 
  private:
+  static void set_gemma_blocks(ModelConfig& c) {
+    c.norm_weight_offset = 1.0f;
+    c.embedding_scale = float(std::sqrt(double(c.hidden_size)));
+    c.activation = Activation::GeluTanh;
+  }
+  static void set_pattern(ModelConfig& c, int64_t pattern) {
+    c.sliding_layers.clear();
+    for (int64_t l = 0; l < c.num_layers; ++l) c.sliding_layers.push_back((l + 1) % pattern != 0);
+  }
   // Transformers 5: rope_parameters per layer type. Older configs: rope_theta and rope_scaling for the
   // global layers, rope_local_base_freq for the sliding ones.
   static void read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {

@@ -6,6 +6,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "../quant/ggml_blocks.h"
+#include "architecture.h"
 #include "gguf.h"
 
 namespace ftllm::model {
@@ -84,6 +85,18 @@ StoredTensor unpermute_rows(const StoredTensor& s, int64_t heads) {
   return out;
 }
 
+// Every weight of a norm less `shift` (llama.cpp's converter adds 1 to Gemma's), in float32.
+StoredTensor unshift_norm(const StoredTensor& s, float shift) {
+  if (!s.dtype || *s.dtype != DType::F32) throw EngineError("GGUF norm " + s.name + " is not float32");
+  Tensor moved = Tensor::zeros(DType::F32, s.shape);
+  const float* src = static_cast<const float*>(s.data);
+  for (int64_t i = 0; i < moved.numel(); ++i) moved.as<float>()[i] = src[i] - shift;
+  StoredTensor out = s;
+  out.data = moved.data;
+  out.owner = moved.owner;
+  return out;
+}
+
 const std::pair<const char*, const char*> kLayerNames[] = {
     {"attn_norm.weight", "input_layernorm.weight"},  {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},    {"attn_v.weight", "self_attn.v_proj.weight"},
@@ -96,7 +109,8 @@ const std::pair<const char*, const char*> kLayerNames[] = {
 
 // GGUF architectures and the Hugging Face class whose decoder they are.
 const std::pair<const char*, const char*> kArchitectures[] = {
-    {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+    {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},    {"qwen3", "Qwen3ForCausalLM"},
+    {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}};
 
 }  // namespace
 
@@ -107,10 +121,20 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
   for (auto [name, cls] : kArchitectures)
     if (arch == name) hf_class = cls;
   if (!hf_class)
-    throw EngineError(path + ": GGUF architecture \"" + arch + "\" is not supported (llama, qwen2 and qwen3 are)");
+    throw EngineError(path + ": GGUF architecture \"" + arch + "\" is not supported (llama, qwen2, qwen3, gemma2, gemma3 and "
+                      "phi3 are)");
   GgufModel m;
   m.config = config_from_metadata(g, arch);
   m.config.architecture = hf_class;
+  const Architecture& architecture = find_architecture(hf_class);
+  architecture.read_gguf(g, arch, m.config);
+  const float norm_shift = architecture.gguf_norm_shift();
+  std::vector<std::pair<std::string, std::string>> layer_names;
+  for (auto [from, to] : kLayerNames) layer_names.emplace_back(from, to);
+  for (auto& [from, to] : architecture.gguf_layer_names()) {  // the architecture's own replace llama's
+    std::erase_if(layer_names, [&](const auto& n) { return n.first == from; });
+    layer_names.emplace_back(from, to);
+  }
   const bool permuted = arch == "llama";  // only llama's q/k rows were interleaved by the converter
   const ModelConfig& c = m.config;
 
@@ -122,6 +146,7 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
     done += t->bytes;
     if (progress) progress(done, total);
     StoredTensor s = view(g, *t, hf_name);
+    if (norm_shift != 0 && hf_name.ends_with("norm.weight")) s = unshift_norm(s, norm_shift);
     m.weights.add(unpermute_heads ? unpermute_rows(s, unpermute_heads) : s);
   };
   add("token_embd.weight", "model.embed_tokens.weight");
@@ -129,8 +154,8 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
   add("output.weight", "lm_head.weight");
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string blk = "blk." + std::to_string(l) + ".", layer = "model.layers." + std::to_string(l) + ".";
-    for (auto [from, to] : kLayerNames) {
-      const std::string f = from;
+    for (const auto& [from, to] : layer_names) {
+      const std::string& f = from;
       const int64_t heads = f == "attn_q.weight" ? c.num_heads : f == "attn_k.weight" ? c.num_kv_heads : 0;
       add(blk + f, layer + to, permuted ? heads : 0);
     }

@@ -1,7 +1,9 @@
 // GGUF models as llama.cpp's converter writes them (tests/data/gguf, by tests/tools/make_gguf_fixtures.py
 // from the transformers fixtures): llama with its permuted q/k rows, qwen2 with biases and tied
-// embeddings, qwen3 with q/k norms. They must compute what transformers computed for the source model;
-// block types within their quantization's reach of it.
+// embeddings, qwen3 with q/k norms, Gemma 2 and 3 with the converter's 1 + w norms and what llama.cpp
+// derives instead of storing (layer pattern, score scale, local RoPE base), Phi-3 with fused tensors and
+// LongRoPE factors as tensors. They must compute what transformers computed for the source model; block
+// types within their quantization's reach of it.
 #include <simdjson.h>
 
 #include <algorithm>
@@ -29,7 +31,10 @@ const Case kCases[] = {{"llama-f32.gguf", "llama-f32", "float32", 1e-4},
                        {"qwen2-f32.gguf", "qwen2-f32", "float32", 1e-4},
                        {"qwen3-f32.gguf", "qwen3-f32", "float32", 1e-4},
                        {"qwen3-q8_0.gguf", "qwen3-f32", "float32, q8_0", 0.04},
-                       {"llama-q5_1.gguf", "llama-f32", "float32, q5_1", 0.3}};
+                       {"llama-q5_1.gguf", "llama-f32", "float32, q5_1", 0.3},
+                       {"gemma2-f32.gguf", "gemma2-f32", "float32", 1e-4},
+                       {"gemma3-f32.gguf", "gemma3-pattern-f32", "float32", 1e-4},
+                       {"phi3-f32.gguf", "phi3-f32", "float32", 1e-4}};
 
 }  // namespace
 

@@ -94,9 +94,10 @@ FIXTURES = {
                       n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
                       first_k_dense_replace=1, routed_scaling_factor=1.5, norm_topk_prob=True, pad_token_id=0)),
     # Gemma 2: Gemma's layer (below) without q/k norms, sliding and global layers alternating with one RoPE,
-    # attention scores and final logits soft-capped (caps small enough to bend these models' values).
+    # attention scores and final logits soft-capped (caps small enough to bend these models' values); scores
+    # scaled by head_dim^-0.5 as llama.cpp derives it, so its GGUF copy computes the same.
     "gemma2": (Gemma2Config, Gemma2ForCausalLM,
-               dict(head_dim=32, query_pre_attn_scalar=24, sliding_window=16, attn_logit_softcapping=5.0,
+               dict(head_dim=32, query_pre_attn_scalar=32, sliding_window=16, attn_logit_softcapping=5.0,
                     final_logit_softcapping=8.0)),
     # Gemma 3 (text): (1 + w) norms, scaled embedding, GeGLU, pre and post norms, q/k norms, scores scaled by
     # query_pre_attn_scalar (not head_dim), sliding layers (window 16 < the 72 positions) with their own RoPE
@@ -106,6 +107,14 @@ FIXTURES = {
                     layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                     rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10000.0),
                                      "full_attention": dict(rope_type="linear", factor=2.0, rope_theta=1000000.0)})),
+    # Gemma 3 as its checkpoints say it: the sliding_window_pattern of 6 (five sliding layers, a global one),
+    # query_pre_attn_scalar = head_dim; its GGUF copy gets the pattern and scale from llama.cpp's rules.
+    "gemma3-pattern": (Gemma3TextConfig, Gemma3ForCausalLM,
+                       dict(num_hidden_layers=6, head_dim=32, query_pre_attn_scalar=32, sliding_window=16,
+                            sliding_window_pattern=6,
+                            rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+                                             "full_attention": dict(rope_type="linear", factor=2.0,
+                                                                    rope_theta=1000000.0)})),
 }
 # MoE fixtures also hold the logits with this many experts per token (what --moe_experts changes).
 MOE_EXPERTS_OVERRIDE = 4

@@ -3,11 +3,12 @@ tensor names, llama's q/k rows permuted for its rotary layout, qwen's not), for 
 the GGUF must compute what the safetensors fixture computes, whose logits transformers recorded.
 Writes tests/data/gguf/*.gguf (weights only, no vocabulary). Needs gguf and numpy."""
 import json
+import math
 import pathlib
 import struct
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, quants
+from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType, quants
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 LAYER = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
@@ -17,6 +18,13 @@ LAYER = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight"
          "mlp.down_proj.weight": "ffn_down.weight", "self_attn.q_proj.bias": "attn_q.bias",
          "self_attn.k_proj.bias": "attn_k.bias", "self_attn.v_proj.bias": "attn_v.bias",
          "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
+
+
+# Where Gemma and Phi-3 differ from llama's names (convert_hf_to_gguf.py's tensor map for those archs).
+GEMMA = {"post_attention_layernorm.weight": "post_attention_norm.weight",
+         "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+         "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
+PHI3 = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
 
 def read_safetensors(path):
@@ -52,9 +60,30 @@ def convert(fixture, arch, out_name, qtype=GGMLQuantizationType.F32):
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
-    w.add_rope_freq_base(c["rope_parameters"]["rope_theta"])
+    rope = c["rope_parameters"].get("full_attention", c["rope_parameters"])
+    w.add_rope_freq_base(rope["rope_theta"])
     w.add_context_length(c["max_position_embeddings"])
     w.add_vocab_size(c["vocab_size"])
+    if rope.get("rope_type") == "linear":
+        w.add_rope_scaling_type(RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope["factor"])
+    if arch.startswith("gemma"):
+        w.add_sliding_window(c["sliding_window"])
+        if c.get("attn_logit_softcapping"):
+            w.add_attn_logit_softcapping(c["attn_logit_softcapping"])
+        if c.get("final_logit_softcapping"):
+            w.add_final_logit_softcapping(c["final_logit_softcapping"])
+    if arch == "phi3":
+        # What Phi3MiniModel writes: the rotated dimensions, the pretrained context, LongRoPE's cos/sin
+        # factor and its factors as tensors.
+        orig = rope["original_max_position_embeddings"]
+        w.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * c["hidden_size"]) // heads)
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_sliding_window(c.get("sliding_window") or 0)
+        scale = c["max_position_embeddings"] / orig
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
+        w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], np.float32))
     for name, t in tensors.items():
         if name == "model.embed_tokens.weight":
             gname = "token_embd.weight"
@@ -64,7 +93,11 @@ def convert(fixture, arch, out_name, qtype=GGMLQuantizationType.F32):
             gname = "output.weight"
         else:
             parts = name.split(".")
-            gname = f"blk.{parts[2]}." + LAYER[".".join(parts[3:])]
+            own = GEMMA if arch.startswith("gemma") else PHI3 if arch == "phi3" else {}
+            suffix = ".".join(parts[3:])
+            gname = f"blk.{parts[2]}." + own.get(suffix, LAYER.get(suffix))
+        if arch.startswith("gemma") and name.endswith("norm.weight"):
+            t = t + 1  # Gemma's norms scale by 1 + w; the converter stores 1 + w
         if arch == "llama" and gname.endswith("attn_q.weight"):
             t = permute(t, heads)
         if arch == "llama" and gname.endswith("attn_k.weight"):
@@ -85,4 +118,7 @@ convert("qwen2-f32", "qwen2", "qwen2-f32.gguf")
 convert("qwen3-f32", "qwen3", "qwen3-f32.gguf")
 convert("qwen3-f32", "qwen3", "qwen3-q8_0.gguf", GGMLQuantizationType.Q8_0)
 convert("llama-f32", "llama", "llama-q5_1.gguf", GGMLQuantizationType.Q5_1)
+convert("gemma2-f32", "gemma2", "gemma2-f32.gguf")
+convert("gemma3-pattern-f32", "gemma3", "gemma3-f32.gguf")
+convert("phi3-f32", "phi3", "phi3-f32.gguf")
 print("wrote", sorted(p.name for p in (DATA / "gguf").iterdir()))
