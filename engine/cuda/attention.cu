@@ -66,7 +66,8 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
                                  const int32_t* __restrict__ table_start, const uint8_t* __restrict__ keys,
                                  const uint8_t* __restrict__ values, int64_t block_bytes, int64_t row_bytes, int heads,
                                  int kv_heads, int head_dim, int value_dim, int block_tokens, int window, float scale,
-                                 float softcap, int splits, float* __restrict__ out, float* __restrict__ partial) {
+                                 float softcap, const float* __restrict__ sinks, int splits, float* __restrict__ out,
+                                 float* __restrict__ partial) {
   extern __shared__ float shared[];
   float* qs = shared;                // head_dim
   float* sc = shared + head_dim;     // kChunk scores, then their exponentials
@@ -126,10 +127,16 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
     // A division, as the merge does: a one-split token gets the same bits either way (the merge's
     // rescaling of its one split is by expf(0) = 1).
     float* o = out + (int64_t(t) * heads + h) * value_dim;
+    float scale = 1.0f;
+    if (sinks) {  // the head's sink joins the sum, both rescaled to the larger maximum
+      const float top = fmaxf(running_max, sinks[h]);
+      scale = expf(running_max - top);
+      running_sum = running_sum * scale + expf(sinks[h] - top);
+    }
 #pragma unroll
     for (int i = 0; i < kMaxValuePerThread; ++i) {
       const int d = threadIdx.x + i * kThreads;
-      if (d < value_dim) o[d] = acc[i] / running_sum;
+      if (d < value_dim) o[d] = sinks ? acc[i] * scale / running_sum : acc[i] / running_sum;
     }
     return;
   }
@@ -146,11 +153,14 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
 }
 
 // One block per (token, head): the splits' partial softmaxes rescaled to the largest maximum and summed.
-__global__ void merge_kernel(const float* __restrict__ partial, int splits, int value_dim, float* __restrict__ out) {
+__global__ void merge_kernel(const float* __restrict__ partial, int splits, int value_dim, const float* __restrict__ sinks,
+                             int heads, float* __restrict__ out) {
   const float* part = partial + int64_t(blockIdx.x) * splits * (value_dim + 2);
   float top = -INFINITY;
   for (int s = 0; s < splits; ++s) top = fmaxf(top, part[s * (value_dim + 2) + value_dim]);
-  float total = 0.0f;
+  const float sink = sinks ? sinks[blockIdx.x % heads] : -INFINITY;
+  top = fmaxf(top, sink);
+  float total = sinks ? expf(sink - top) : 0.0f;
   for (int s = 0; s < splits; ++s) {
     const float m = part[s * (value_dim + 2) + value_dim];
     total += m == -INFINITY ? 0.0f : part[s * (value_dim + 2) + value_dim + 1] * expf(m - top);
@@ -252,13 +262,13 @@ void paged_attention(const AttentionIndex& ix, const Tensor& q, const KvLayer& k
     constexpr kvcache::KvDtype kType = decltype(t)::value;
     attention_kernel<kType><<<grid, kThreads, shared, s.stream>>>(
         q.as<float>(), ix.pos, ix.seq, ix.block_table, ix.table_start, kv.keys, kv.values, kv.block_bytes, kv.row_bytes,
-        int(p.heads), int(p.kv_heads), int(p.head_dim), int(vd), int(p.block_tokens), int(p.window), p.scale, p.softcap, splits,
+        int(p.heads), int(p.kv_heads), int(p.head_dim), int(vd), int(p.block_tokens), int(p.window), p.scale, p.softcap, p.sinks, splits,
         out.as<float>(), static_cast<float*>(partial.get()));
   });
   check_launch("attention", s.index);
   if (splits > 1) {
     merge_kernel<<<unsigned(ix.tokens * p.heads), 128, 0, s.stream>>>(static_cast<const float*>(partial.get()), splits,
-                                                                      int(vd), out.as<float>());
+                                                                      int(vd), p.sinks, int(p.heads), out.as<float>());
     check_launch("attention merge", s.index);
   }
 }

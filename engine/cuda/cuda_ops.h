@@ -68,6 +68,7 @@ struct AttentionParams {
   int64_t heads, kv_heads, head_dim, block_tokens, window, value_dim;
   float scale;
   float softcap = 0;  // > 0: scores become softcap * tanh(score / softcap)
+  const float* sinks = nullptr;  // float32 [heads] on the device: logits that join each softmax's sum
 };
 // Writes token t's k (and v, unless null) row into its slot of the cache.
 void store_kv(const AttentionIndex& index, const Tensor& k, const Tensor* v, const KvLayer& kv, int64_t block_tokens,

@@ -132,8 +132,15 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
 
   const cpu::Kernels& k = ctx.kernels;
   const float* qf = q.as<float>();
-  auto write_row = [&, of = out.as<float>()](int64_t t, int64_t h, const float* acc, float l) {
-    const float inv = 1.0f / l;
+  const float* sinks = sh.sinks ? sh.sinks->as<float>() : nullptr;
+  auto write_row = [&, of = out.as<float>()](int64_t t, int64_t h, const float* acc, float m, float l) {
+    float scale = 1.0f;
+    if (sinks) {  // the sink's e^(s - m) joins the sum, all rescaled to the larger of the two maxima
+      const float top = std::max(m, sinks[h]);
+      scale = std::exp(m - top);
+      l = std::fma(l, scale, std::exp(sinks[h] - top));
+    }
+    const float inv = scale / l;
     float* o = of + (t * sh.heads + h) * vd;
     for (int64_t x = 0; x < vd; ++x) o[x] = acc[x] * inv;
   };
@@ -186,7 +193,8 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
                     seg.acc.data() + r * width, width);
       }
       if (!complete) continue;
-      for (int64_t r = 0; r < rows; ++r) write_row(tile.t0 + r / heads, item.h0 + r % heads, whole.acc.data() + r * width, whole.l[size_t(r)]);
+      for (int64_t r = 0; r < rows; ++r)
+        write_row(tile.t0 + r / heads, item.h0 + r % heads, whole.acc.data() + r * width, whole.m[size_t(r)], whole.l[size_t(r)]);
     }
   });
   if (plan.partial_rows == 0) return;
@@ -204,7 +212,7 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
           const int64_t at = plan.items[size_t(it)].partial + r;
           merge_row(m, l, acc.data(), partial_m[size_t(at)], partial_l[size_t(at)], partial_acc.data() + at * width, width);
         }
-        write_row(tile.t0 + r / heads, mg.h0 + r % heads, acc.data(), l);
+        write_row(tile.t0 + r / heads, mg.h0 + r % heads, acc.data(), m, l);
       }
     }
   });

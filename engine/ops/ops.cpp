@@ -310,7 +310,8 @@ void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, con
   if (!(q.device == kv.device)) throw EngineError("attention: queries on " + q.device.name() + ", cache on " + kv.device.name());
 #if defined(FTLLM_WITH_CUDA)
   if (q.device.is_cuda()) {
-    const cuda::AttentionParams p{sh.heads, sh.kv_heads, sh.head_dim, sh.block_tokens, sh.window, sh.value_dim, sh.scale, sh.softcap};
+    const cuda::AttentionParams p{sh.heads, sh.kv_heads, sh.head_dim, sh.block_tokens, sh.window, sh.value_dim, sh.scale, sh.softcap,
+                                       sh.sinks ? sh.sinks->as<float>() : nullptr};
     return cuda::paged_attention(device_index(b, q.device), q, device_kv(kv), p, out);
   }
 #endif

@@ -132,6 +132,9 @@ struct AttentionShape {
   // 0: head_dim. out is [T, heads * value_dim] then.
   int64_t value_dim = 0;
   float softcap = 0;  // > 0: scores become softcap * tanh(score / softcap) before the softmax (Gemma 2)
+  // gpt-oss: a learned logit per head (float32 [heads], where q is) joins each softmax's denominator
+  // and weighs no value.
+  const Tensor* sinks = nullptr;
 };
 // Writes row t of k (and of v, unless null) into token t's slot of the layer's cache, as heads of
 // head_dim values in the cache's dtype.

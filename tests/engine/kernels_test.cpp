@@ -273,12 +273,13 @@ BOOST_AUTO_TEST_CASE(paged_attention_matches_a_double_softmax_and_batching_chang
   std::mt19937 rng(9);
   struct Case {
     int64_t heads, kv_heads, head_dim, value_dim, window;
+    bool sinks = false;  // gpt-oss's per-head logits in each softmax's sum
   };
   cpu::ThreadPool one(1), two(2), three(3);
   for (KvDtype dtype : {KvDtype::F16, KvDtype::Q8_0})
-  for (const Case& c : {Case{14, 2, 64, 0, 0}, Case{4, 4, 128, 0, 700}, Case{9, 3, 64, 0, 40}, Case{16, 1, 576, 512, 0}}) {
+  for (const Case& c : {Case{14, 2, 64, 0, 0, true}, Case{4, 4, 128, 0, 700}, Case{9, 3, 64, 0, 40}, Case{16, 1, 576, 512, 0}}) {
     BOOST_TEST_CONTEXT(kvcache::kv_dtype_name(dtype) << " heads " << c.heads << " kv " << c.kv_heads << " d " << c.head_dim
-                                                   << " window " << c.window) {
+                                                   << " window " << c.window << " sinks " << c.sinks) {
       const bool mla = c.value_dim > 0;
       const int64_t B = 16, lengths[] = {1, 1300, 300, 2100};
       int64_t blocks = 0;
@@ -313,7 +314,9 @@ BOOST_AUTO_TEST_CASE(paged_attention_matches_a_double_softmax_and_batching_chang
       ops::store_kv(ctx2, fill, Tensor::copy_of(DType::F32, {all, row}, keys.data()), mla ? nullptr : &vt, kv, B, c.head_dim);
       const int64_t T = int64_t(pos.size()), d = c.head_dim, vd = mla ? c.value_dim : d;
       const std::vector<float> q = random_floats(size_t(T * c.heads * d), rng, 2.0f);
-      const ops::AttentionShape shape{c.heads, c.kv_heads, d, B, c.window, 1.0f / std::sqrt(float(d)), c.value_dim};
+      ops::AttentionShape shape{c.heads, c.kv_heads, d, B, c.window, 1.0f / std::sqrt(float(d)), c.value_dim};
+      const Tensor sinks = Tensor::copy_of(DType::F32, {c.heads}, random_floats(size_t(c.heads), rng, 4.0f).data());
+      if (c.sinks) shape.sinks = &sinks;
       // The reference: e^(s - max) in double over each token's keys as stored.
       const int64_t head_bytes = kvcache::kv_head_bytes(dtype, d);
       std::vector<double> want(size_t(T * c.heads * vd));
@@ -329,8 +332,9 @@ BOOST_AUTO_TEST_CASE(paged_attention_matches_a_double_softmax_and_batching_chang
             for (int64_t x = 0; x < d; ++x) dot += double(q[size_t((t * c.heads + h) * d + x)]) * kvcache::kv_value(dtype, key, x);
             score.push_back(dot * shape.scale);
           }
-          const double top = *std::max_element(score.begin(), score.end());
-          double sum = 0;
+          double top = *std::max_element(score.begin(), score.end());
+          if (c.sinks) top = std::max(top, double(sinks.as<float>()[h]));
+          double sum = c.sinks ? std::exp(double(sinks.as<float>()[h]) - top) : 0.0;
           for (double& e : score) sum += (e = std::exp(e - top));
           for (int64_t x = 0; x < vd; ++x) {
             double& w = want[size_t((t * c.heads + h) * vd + x)];
