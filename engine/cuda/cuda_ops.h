@@ -29,6 +29,7 @@ void embedding(const Tensor& table, std::span<const int32_t> ids, Tensor& out);
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 void softcap(Tensor& x, float cap);  // x = cap * tanh(x / cap)
+void clamped_swiglu(const Tensor& gate, const Tensor& up, Tensor& out, float alpha, float limit);
 void add(Tensor& x, const Tensor& y);
 // Rotate-half RoPE (interleaved: DeepSeek's pairs) on x[T, heads * d] (rows of `stride` floats, the head
 // block starting at `offset`) with cos/sin[T, d/2] on the same device.

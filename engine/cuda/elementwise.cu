@@ -39,6 +39,14 @@ __global__ void gelu_tanh_mul_kernel(const float* __restrict__ gate, const float
   }
 }
 
+__global__ void clamped_swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, float* out, size_t n,
+                                      float alpha, float limit) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+    out[i] = (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
+  }
+}
+
 __global__ void softcap_kernel(float* x, float cap, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     x[i] = cap * tanhf(x[i] / cap);
@@ -154,6 +162,14 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   if (n == 0) return;
   gelu_tanh_mul_kernel<<<blocks_for(n, 256), 256, 0, s.stream>>>(gate.as<float>(), up.as<float>(), out.as<float>(), n);
   check_launch("gelu_tanh_mul", s.index);
+}
+
+void clamped_swiglu(const Tensor& gate, const Tensor& up, Tensor& out, float alpha, float limit) {
+  DeviceState& s = state(gate.device);
+  const size_t n = size_t(gate.numel());
+  if (n == 0) return;
+  clamped_swiglu_kernel<<<blocks_for(n, 256), 256, 0, s.stream>>>(gate.as<float>(), up.as<float>(), out.as<float>(), n, alpha, limit);
+  check_launch("clamped_swiglu", s.index);
 }
 
 void softcap(Tensor& x, float cap) {

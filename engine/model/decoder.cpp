@@ -87,7 +87,7 @@ void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tenso
   const Tensor h = ops::to_device(h_in, experts_on);
   const int64_t T = h.dim(0), H = h.dim(1);
   Tensor logits = ops::zeros(host, {T, int64_t(L.experts.size())});
-  ops::linear(host, h, L.router, nullptr, logits);
+  ops::linear(host, h, L.router, L.router_bias ? &*L.router_bias : nullptr, logits);
   logits = ops::to_device(logits, Device::cpu());  // routing is host code over [T, E]
   const ops::Routes routes = arch_.route(config_, L, logits);
   Tensor routed = ops::zeros(host, {T, H});
@@ -118,6 +118,7 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   const float scale = c.attention_scale ? c.attention_scale : 1.0f / std::sqrt(float(d));
   ops::AttentionShape shape{heads, kv_heads, d, B, L.window, scale};
   shape.softcap = c.attention_softcap;
+  if (L.sinks) shape.sinks = &*L.sinks;
   ops::linear(ctx, h, L.q, opt(L.q_bias), q);
   ops::linear(ctx, h, L.k, opt(L.k_bias), k);
   ops::linear(ctx, h, L.v, opt(L.v_bias), v);

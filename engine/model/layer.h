@@ -37,11 +37,14 @@ struct LayerWeights {
   Tensor attn_norm, q, k, v, o;  // q, k, v empty when the architecture computes attention its own way
   std::optional<Tensor> q_bias, k_bias, v_bias, o_bias;
   std::optional<Tensor> q_norm, k_norm;
+  std::optional<Tensor> sinks;  // gpt-oss: a logit per query head in each softmax's sum
   Tensor mlp_norm, gate, up, down;  // a dense layer's MLP (empty in a mixture-of-experts layer)
   std::optional<Tensor> gate_bias, up_bias, down_bias;
   // A mixture-of-experts layer: the router [E, H], the routed experts, and shared experts every token
   // goes through.
   Tensor router;
+  std::optional<Tensor> router_bias;        // gpt-oss
+  std::string router_prefix = "mlp.gate.";  // gpt-oss: "mlp.router."
   std::vector<ops::Expert> experts;
   std::optional<ops::Expert> shared;
   std::string shared_prefix;  // "mlp.shared_expert." or "mlp.shared_experts."
@@ -98,16 +101,20 @@ void LayerWeights::visit(Weights& w, F&& f) {
   for (auto [name, t] : {std::pair<const char*, decltype(&w.q_bias)>{"self_attn.q_proj.bias", &w.q_bias},
                          {"self_attn.k_proj.bias", &w.k_bias}, {"self_attn.v_proj.bias", &w.v_bias},
                          {"self_attn.o_proj.bias", &w.o_bias}, {"self_attn.q_norm.weight", &w.q_norm},
-                         {"self_attn.k_norm.weight", &w.k_norm}, {"mlp.gate_proj.bias", &w.gate_bias},
+                         {"self_attn.k_norm.weight", &w.k_norm}, {"self_attn.sinks", &w.sinks}, {"mlp.gate_proj.bias", &w.gate_bias},
                          {"mlp.up_proj.bias", &w.up_bias}, {"mlp.down_proj.bias", &w.down_bias}})
     if (*t) f(std::string(name), **t, kAttentionAndDense, false);
   if (!w.experts.empty()) {
-    f(std::string("mlp.gate.weight"), w.router, kRoutedExperts, true);
+    f(w.router_prefix + "weight", w.router, kRoutedExperts, true);
+    if (w.router_bias) f(w.router_prefix + "bias", *w.router_bias, kRoutedExperts, false);
     for (size_t e = 0; e < w.experts.size(); ++e) {
       const std::string x = "mlp.experts." + std::to_string(e) + ".";
       f(x + "gate_proj.weight", w.experts[e].gate, kRoutedExperts, true);
       f(x + "up_proj.weight", w.experts[e].up, kRoutedExperts, true);
       f(x + "down_proj.weight", w.experts[e].down, kRoutedExperts, true);
+      for (auto [name, t] : {std::pair<const char*, decltype(&w.experts[e].gate)>{"gate_proj.bias", &w.experts[e].gate_bias},
+                             {"up_proj.bias", &w.experts[e].up_bias}, {"down_proj.bias", &w.experts[e].down_bias}})
+        if (!t->empty()) f(x + name, *t, kRoutedExperts, false);
     }
   }
   if (w.shared) {

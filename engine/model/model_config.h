@@ -44,6 +44,7 @@ struct MoeConfig {
   bool sigmoid_grouped = false;
   int64_t n_group = 1, topk_group = 1;
   double routed_scaling_factor = 1.0;
+  double swiglu_alpha = 0, swiglu_limit = 0;  // gpt-oss's clamped SwiGLU experts when limit > 0
   bool is_moe_layer(int64_t layer) const {
     if (num_experts == 0 || sparse_step <= 0 || (layer + 1) % sparse_step != 0) return false;
     for (int64_t d : dense_layers)

@@ -38,6 +38,7 @@ std::vector<int64_t> split_by_shares(int64_t total, int64_t step, const std::vec
 std::vector<DecoderModel::ShardSpan> DecoderModel::split_layer(int64_t l, const std::vector<std::pair<Device, double>>& shares) {
   const ModelConfig& c = config_;
   const LayerWeights& L = layers_[size_t(l)];
+  if (L.sinks) throw EngineError(c.architecture + "'s attention sinks are not split over devices; place its layers on one device");
   if (L.k.empty())
     throw EngineError(c.architecture + "'s attention (" + (c.mla.kv_lora_rank ? "multi-head latent attention" : "its own") +
                       ") is not split over devices; place its layers on one device");

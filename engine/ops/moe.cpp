@@ -155,10 +155,12 @@ void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<
   std::partial_sum(first.begin(), first.end(), first.begin());
   std::vector<int64_t> slot(size_t(T * k)), fill(first.begin(), first.end() - 1);
   std::vector<int64_t> token_of(size_t(T * k));
+  std::vector<int32_t> expert_of(size_t(T * k));
   for (int64_t i = 0; i < T * k; ++i) {
     const int32_t e = routes.expert[size_t(i)];
     slot[size_t(i)] = fill[size_t(e)]++;
     token_of[size_t(slot[size_t(i)])] = i / k;
+    expert_of[size_t(slot[size_t(i)])] = e;
   }
   const int64_t P = T * k;
   std::vector<float> xs(size_t(P * H)), gate(size_t(P * I)), up(size_t(P * I)), ys(size_t(P * H));
@@ -210,8 +212,25 @@ void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<
     ctx.kernels.matmul(ex.gate.dtype, xs.data() + p * H, q, n, H, ex.gate.data, pc.r0, pc.r1, gate.data() + p * I, I);
     ctx.kernels.matmul(ex.up.dtype, xs.data() + p * H, q, n, H, ex.up.data, pc.r0, pc.r1, up.data() + p * I, I);
   });
+  // gpt-oss: biases, then its clamped SwiGLU.
+  const Expert& kind = experts.front();
+  auto add_bias = [&](std::vector<float>& rows, int64_t width, Tensor Expert::*bias) {
+    if ((kind.*bias).empty()) return;
+    ctx.pool.parallel_for(P, 4, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* b = (experts[size_t(expert_of[size_t(p)])].*bias).as<float>();
+        for (int64_t i = 0; i < width; ++i) rows[size_t(p * width + i)] += b[i];
+      }
+    });
+  };
+  add_bias(gate, I, &Expert::gate_bias);
+  add_bias(up, I, &Expert::up_bias);
   ctx.pool.parallel_for(P, 4, [&](int64_t p0, int64_t p1) {
-    ctx.kernels.silu_mul(gate.data() + p0 * I, up.data() + p0 * I, gate.data() + p0 * I, (p1 - p0) * I);
+    if (kind.swiglu_limit > 0)
+      clamped_swiglu_rows(gate.data() + p0 * I, up.data() + p0 * I, gate.data() + p0 * I, (p1 - p0) * I, kind.swiglu_alpha,
+                          kind.swiglu_limit);
+    else
+      ctx.kernels.silu_mul(gate.data() + p0 * I, up.data() + p0 * I, gate.data() + p0 * I, (p1 - p0) * I);
   });
 
   // down, in pieces of its output rows.
@@ -220,6 +239,7 @@ void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<
     const cpu::Q8Block* q = aq.empty() ? nullptr : aq.data() + p * (I / 32);
     ctx.kernels.matmul(ex.down.dtype, gate.data() + p * I, q, n, I, ex.down.data, pc.r0, pc.r1, ys.data() + p * H, H);
   });
+  add_bias(ys, H, &Expert::down_bias);
 
   // Each token's weighted sum, its choices in ascending expert order (routes keep them so).
   ctx.pool.parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
@@ -234,11 +254,13 @@ void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<
 
 void expert_mlp(Context& ctx, const Tensor& x, const Expert& e, Tensor& out) {
   const int64_t T = x.dim(0), I = e.gate.dim(0);
+  auto bias = [](const Tensor& b) { return b.empty() ? nullptr : &b; };
   Tensor gate = zeros(x.device, {T, I}), up = zeros(x.device, {T, I});
-  linear(ctx, x, e.gate, nullptr, gate);
-  linear(ctx, x, e.up, nullptr, up);
-  silu_mul(ctx, gate, up, gate);
-  linear(ctx, gate, e.down, nullptr, out);
+  linear(ctx, x, e.gate, bias(e.gate_bias), gate);
+  linear(ctx, x, e.up, bias(e.up_bias), up);
+  if (e.swiglu_limit > 0) clamped_swiglu(ctx, gate, up, gate, e.swiglu_alpha, e.swiglu_limit);
+  else silu_mul(ctx, gate, up, gate);
+  linear(ctx, gate, e.down, bias(e.down_bias), out);
 }
 
 }  // namespace ftllm::ops

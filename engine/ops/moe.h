@@ -11,9 +11,12 @@
 
 namespace ftllm::ops {
 
-// One SwiGLU expert: down(silu(gate · x) * (up · x)).
+// One SwiGLU expert: down(silu(gate · x) * (up · x)). gpt-oss's have biases (float32, empty when none)
+// and clamp their SwiGLU: with g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) g sigmoid(alpha g).
 struct Expert {
   Tensor gate, up, down;  // [I, H], [I, H], [H, I]
+  Tensor gate_bias, up_bias, down_bias;
+  float swiglu_alpha = 0, swiglu_limit = 0;  // limit > 0: the clamped SwiGLU
 };
 
 // Each token's chosen experts, ascending by expert index, with their weights: token t's j-th choice is

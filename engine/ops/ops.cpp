@@ -145,6 +145,20 @@ void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   });
 }
 
+void clamped_swiglu_rows(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+    out[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+  }
+}
+
+void clamped_swiglu(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out, float alpha, float limit) {
+  FTLLM_ON_CUDA(gate, cuda::clamped_swiglu(gate, up, out, alpha, limit))
+  ctx.pool.parallel_for(gate.numel(), 4096, [&](int64_t i0, int64_t i1) {
+    clamped_swiglu_rows(gate.as<float>() + i0, up.as<float>() + i0, out.as<float>() + i0, i1 - i0, alpha, limit);
+  });
+}
+
 void softcap(Context& ctx, Tensor& x, float cap) {
   FTLLM_ON_CUDA(x, cuda::softcap(x, cap))
   float* v = x.as<float>();

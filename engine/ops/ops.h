@@ -60,6 +60,9 @@ void embedding(Context& ctx, const Tensor& table, std::span<const int32_t> ids, 
 
 // out = silu(gate) * up, all [T, N].
 void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out);
+// gpt-oss's clamped SwiGLU: out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = min(gate, limit).
+void clamped_swiglu(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out, float alpha, float limit);
+void clamped_swiglu_rows(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);  // host floats
 // x = cap * tanh(x / cap), in place (Gemma 2's final logit soft-capping).
 void softcap(Context& ctx, Tensor& x, float cap);
 // out = gelu_tanh(gate) * up (GeGLU with the tanh approximation of GELU), all [T, N].

@@ -40,7 +40,7 @@ std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& 
 // Every float32 fixture: dense, MoE, and DeepSeek's latent attention.
 const char* const kFixtures[] = {"llama-f32",     "llama-linear-tied-bias-f32", "llama3-rope-f32", "mistral-window-f32",
                                  "qwen2-f32",     "qwen3-f32",                  "qwen2-moe-f32",   "qwen3-moe-f32",
-                                 "deepseek-v2-f32", "deepseek-v3-f32",          "deepseek-v3-yarn-f32", "gemma2-f32", "gemma3-f32", "phi3-f32", "glm4-moe-f32"};
+                                 "deepseek-v2-f32", "deepseek-v3-f32",          "deepseek-v3-yarn-f32", "gemma2-f32", "gemma3-f32", "phi3-f32", "glm4-moe-f32", "gpt-oss-f32"};
 
 }  // namespace
 

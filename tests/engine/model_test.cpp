@@ -220,7 +220,9 @@ BOOST_DATA_TEST_CASE(a_pool_smaller_than_the_work_stays_exact, bdata::make(fixtu
 // --kv_dtype: the cache's rounding moves the logits within these bounds of max |error| / logit range
 // (prefill and decode against transformers' float32). Measured over the 22 fixtures, worst case: f32
 // 3e-6, f16 2.4e-3, bf16 1.6e-2, q8_0 4.6e-2 (only the fixtures with heads of 32 values), fp8 0.23
-// (three mantissa bits; random tiny models spread their logits over a small range).
+// (three mantissa bits; random tiny models spread their logits over a small range); a mixture of experts
+// gets half as much room again, since the cache's rounding can flip a near-tie of its router (gpt-oss fp8
+// 0.38).
 BOOST_DATA_TEST_CASE(every_kv_dtype_stays_within_its_bound, bdata::make(fixture_names()), name) {
   const std::pair<const char*, double> bounds[] = {{"f32", 1e-4}, {"f16", 4e-3}, {"bf16", 3e-2}, {"q8_0", 7e-2}, {"fp8", 0.35}};
   Reference ref = read_reference(kModels / name);
@@ -239,8 +241,9 @@ BOOST_DATA_TEST_CASE(every_kv_dtype_stays_within_its_bound, bdata::make(fixture_
     const double prefill = relative_error(test::prompt_logits(*model, ref.prompt, {last})[0], ref.last_logits);
     const double decode = relative_error(test::decode_logits(*model, all, ref.prompt.size()), ref.final_logits);
     BOOST_TEST_MESSAGE(name << " --kv_dtype " << kv_dtype << ": prefill " << prefill << ", decode " << decode);
-    BOOST_TEST(prefill < bound, kv_dtype);
-    BOOST_TEST(decode < bound, kv_dtype);
+    const bool routed = name.find("moe") != std::string::npos || name.starts_with("deepseek") || name.starts_with("gpt-oss");
+    BOOST_TEST(prefill < (routed ? 1.5 * bound : bound), kv_dtype);
+    BOOST_TEST(decode < (routed ? 1.5 * bound : bound), kv_dtype);
   }
 }
 
@@ -274,8 +277,8 @@ BOOST_DATA_TEST_CASE(quantized_logits_stay_within_bounds, bdata::make(f32_fixtur
     double bound = name.find("moe") != std::string::npos ? q.bound * 1.5 : q.bound;
     // The DeepSeek and GLM-4.5 fixtures route by sigmoid scores plus a correction bias with near-ties:
     // int8 activations or bf16 weights flip an expert choice (DeepSeek V3 int8 and int4g32 0.21, weights-only
-    // int8 0.02; GLM int8 0.11, bfloat16 0.11).
-    const bool sigmoid_routed = name.starts_with("deepseek") || name.starts_with("glm4-moe");
+    // int8 0.02; GLM int8 0.11, bfloat16 0.11). gpt-oss's biased router too (int8 0.17).
+    const bool sigmoid_routed = name.starts_with("deepseek") || name.starts_with("glm4-moe") || name.starts_with("gpt-oss");
     if (sigmoid_routed && q.bound > 0.01) bound = std::max(bound, 0.3);
     BOOST_TEST(err < bound, name << " " << q.dtype << ": " << err);
     BOOST_TEST(err > 0.0);  // it did convert

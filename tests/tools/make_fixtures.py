@@ -20,7 +20,7 @@ import zipfile
 import torch
 import transformers
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
-                          Gemma2Config, Gemma2ForCausalLM, Phi3Config, Phi3ForCausalLM, Glm4MoeConfig, Glm4MoeForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Gemma2Config, Gemma2ForCausalLM, Phi3Config, Phi3ForCausalLM, Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig, GptOssForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
@@ -93,6 +93,13 @@ FIXTURES = {
                  dict(tie_word_embeddings=False, attention_bias=True, use_qk_norm=True, moe_intermediate_size=32,
                       n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
                       first_k_dense_replace=1, routed_scaling_factor=1.5, norm_topk_prob=True, pad_token_id=0)),
+    # gpt-oss: attention with biases and sinks, sliding (8) and full layers alternating, YaRN (untruncated);
+    # every layer 8 experts with biases, 2 per token by a biased router, a SwiGLU clamped at 3 so it bites.
+    "gpt-oss": (GptOssConfig, GptOssForCausalLM,
+                dict(intermediate_size=48, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+                     swiglu_limit=3.0, tie_word_embeddings=False, pad_token_id=0,
+                     rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, beta_fast=32.0,
+                                          beta_slow=1.0, truncate=False, original_max_position_embeddings=64))),
     # Gemma 2: Gemma's layer (below) without q/k norms, sliding and global layers alternating with one RoPE,
     # attention scores and final logits soft-capped (caps small enough to bend these models' values); scores
     # scaled by head_dim^-0.5 as llama.cpp derives it, so its GGUF copy computes the same.

@@ -1,0 +1,155 @@
+// GptOssForCausalLM (gpt-oss-20b, gpt-oss-120b): attention with biases and a learned sink logit per head
+// in every softmax, sliding-window (128) layers alternating with full ones, YaRN; every layer a mixture
+// of experts: the router has a bias, its top experts' logits go through a softmax, and the experts have
+// biases and a clamped SwiGLU (swiglu_alpha, swiglu_limit). transformers stores the experts fused and
+// transposed (gate_up_proj [E, H, 2I] with gate and up interleaved, down_proj [E, I, H]): bound as
+// per-expert matrices in their stored float type (an exported model's per-expert tensors read as well).
+// Not yet: the checkpoints' MXFP4 expert blocks (gate_up_proj_blocks/_scales) are refused by name.
+#include <cstring>
+
+#include "../core/error.h"
+#include "../core/json_writer.h"
+#include "../quant/quant.h"
+#include "architecture.h"
+
+namespace ftllm::model {
+
+namespace {
+
+// out[i][j] = src[i * row_pitch + j * col_pitch] (elements of t): a transposed or strided view made a
+// row-major matrix.
+Tensor strided_copy(DType t, const uint8_t* src, int64_t out_rows, int64_t out_cols, int64_t row_pitch, int64_t col_pitch) {
+  const size_t es = dtype_size(t);
+  Tensor out = Tensor::zeros(t, {out_rows, out_cols});
+  uint8_t* dst = out.as<uint8_t>();
+  for (int64_t i = 0; i < out_rows; ++i)
+    for (int64_t j = 0; j < out_cols; ++j) std::memcpy(dst + size_t(i * out_cols + j) * es, src + size_t(i * row_pitch + j * col_pitch) * es, es);
+  return out;
+}
+
+// A stored float tensor of `shape` as float32.
+Tensor float_copy(const StoredTensor& s, const std::vector<int64_t>& shape) {
+  if (s.shape != shape || !s.dtype || !is_float(*s.dtype))
+    throw EngineError("tensor " + s.name + " has shape " + shape_string(s.shape) + " (" + s.dtype_name + "), expected float " +
+                      shape_string(shape));
+  Tensor out = Tensor::zeros_f32(shape);
+  quant::dequantize_row(*s.dtype, s.data, out.as<float>(), out.numel());
+  return out;
+}
+
+class GptOss final : public Architecture {
+ public:
+  GptOss() : Architecture("GptOssForCausalLM") {}
+
+  void read_config(const ConfigReader& r, ModelConfig& c) const override {
+    MoeConfig& m = c.moe;
+    const char* experts = r.has("num_local_experts") ? "num_local_experts" : "num_experts";
+    m.num_experts = r.required_int(experts);
+    m.experts_per_token = r.required_int("num_experts_per_tok");
+    if (m.experts_per_token == 0 || m.experts_per_token > m.num_experts)
+      throw r.error("num_experts_per_tok", "must be between 1 and " + std::string(experts));
+    m.expert_intermediate = c.intermediate_size;
+    m.norm_topk_prob = true;  // a softmax over the chosen logits is the softmax renormalised over them
+    m.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
+    m.swiglu_limit = r.number_or("swiglu_limit", 7.0);
+    c.sliding_window = r.int_or("sliding_window", 128);
+    if (r.has("layer_types")) {
+      for (const std::string& type : r.string_list("layer_types")) {
+        if (type != "sliding_attention" && type != "full_attention")
+          throw r.error("layer_types", "holds \"" + type + "\"; gpt-oss layers are sliding_attention or full_attention");
+        c.sliding_layers.push_back(type == "sliding_attention");
+      }
+      if (int64_t(c.sliding_layers.size()) != c.num_layers) throw r.error("layer_types", "must name one type per layer");
+    } else {
+      for (int64_t l = 0; l < c.num_layers; ++l) c.sliding_layers.push_back(l % 2 == 0);
+    }
+    if (!r.has("rope_parameters") && !r.has("rope_scaling")) {  // the config class's YaRN
+      c.rope.type = RopeType::Yarn;
+      c.rope.factor = 32;
+      c.rope.beta_fast = 32;
+      c.rope.beta_slow = 1;
+      c.rope.truncate = false;
+      c.rope.original_max_position_embeddings = 4096;
+    }
+    if (const auto q = r.object("quantization_config"); q && q->string_or("quant_method", "") == "mxfp4")
+      throw r.error("quantization_config", "is mxfp4: gpt-oss's MXFP4 expert blocks are not supported yet; load a "
+                                           "checkpoint dequantized to bf16");
+  }
+  void write_config(const ModelConfig& c, const ConfigField& field) const override {
+    field("swiglu_alpha", json_number(c.moe.swiglu_alpha));
+    field("swiglu_limit", json_number(c.moe.swiglu_limit));
+    field("sliding_window", std::to_string(c.sliding_window.value_or(0)));
+    std::string types;
+    for (bool sliding : c.sliding_layers) types += std::string(types.empty() ? "" : ", ") + (sliding ? "\"sliding_attention\"" : "\"full_attention\"");
+    field("layer_types", "[" + types + "]");
+  }
+
+  void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
+    const ModelConfig& c = b.config;
+    bind_norms(b, L);
+    bind_attention(b, L, {.qkv_bias = c.attention_bias, .o_bias = c.attention_bias});
+    L.sinks = b.vector("self_attn.sinks", c.num_heads);
+    if (c.sliding_layers[size_t(b.layer)]) L.window = c.sliding_window.value_or(0);
+    bind_moe(b, L);
+  }
+
+ private:
+  static void bind_moe(const LayerBinder& b, LayerWeights& L) {
+    const ModelConfig& c = b.config;
+    const MoeConfig& m = c.moe;
+    const int64_t E = m.num_experts, H = c.hidden_size, I = m.expert_intermediate;
+    L.router_prefix = "mlp.router.";
+    L.router = b.matrix("mlp.router.weight", {E, H});
+    L.router_bias = b.vector("mlp.router.bias", E);
+    const std::string fused = b.prefix + "mlp.experts.gate_up_proj";
+    const auto& stored = b.store.tensors();
+    for (int64_t e = 0; e < E; ++e) {
+      ops::Expert ex;
+      const std::string x = "mlp.experts." + std::to_string(e) + ".";
+      if (stored.count(fused)) {
+        // gate_up [E, H, 2I]: expert e's gate row i is column 2i, its up row i column 2i + 1; down [E, I, H].
+        const StoredTensor& gu = stored.at(fused);
+        const StoredTensor& down = stored.at(b.prefix + "mlp.experts.down_proj");
+        if (gu.shape != std::vector<int64_t>{E, H, 2 * I} || down.shape != std::vector<int64_t>{E, I, H} || !gu.dtype ||
+            !is_float(*gu.dtype) || !down.dtype || down.dtype != gu.dtype)
+          throw EngineError(fused + ": expected float [" + std::to_string(E) + ", " + std::to_string(H) + ", " + std::to_string(2 * I) +
+                            "] with down_proj [E, I, H] of the same dtype");
+        const DType t = *gu.dtype;
+        const size_t es = dtype_size(t);
+        const uint8_t* g = static_cast<const uint8_t*>(gu.data) + size_t(e * H * 2 * I) * es;
+        ex.gate = strided_copy(t, g, I, H, 2, 2 * I);
+        ex.up = strided_copy(t, g + es, I, H, 2, 2 * I);
+        ex.down = strided_copy(t, static_cast<const uint8_t*>(down.data) + size_t(e * I * H) * es, H, I, 1, H);
+        const Tensor biases = float_copy(stored.at(fused + "_bias"), {E, 2 * I});
+        const Tensor down_biases = float_copy(stored.at(b.prefix + "mlp.experts.down_proj_bias"), {E, H});
+        auto pick = [](const Tensor& all, int64_t first, int64_t n, int64_t step) {
+          Tensor v = Tensor::zeros_f32({n});
+          for (int64_t i = 0; i < n; ++i) v.as<float>()[i] = all.as<float>()[first + i * step];
+          return v;
+        };
+        ex.gate_bias = pick(biases, e * 2 * I, I, 2);
+        ex.up_bias = pick(biases, e * 2 * I + 1, I, 2);
+        ex.down_bias = pick(down_biases, e * H, H, 1);
+      } else {
+        ex.gate = b.matrix(x + "gate_proj.weight", {I, H});
+        ex.up = b.matrix(x + "up_proj.weight", {I, H});
+        ex.down = b.matrix(x + "down_proj.weight", {H, I});
+        ex.gate_bias = b.vector(x + "gate_proj.bias", I);
+        ex.up_bias = b.vector(x + "up_proj.bias", I);
+        ex.down_bias = b.vector(x + "down_proj.bias", H);
+      }
+      ex.swiglu_alpha = float(m.swiglu_alpha);
+      ex.swiglu_limit = float(m.swiglu_limit);
+      L.experts.push_back(std::move(ex));
+    }
+  }
+};
+
+}  // namespace
+
+const Architecture& gpt_oss() {
+  static const GptOss a;
+  return a;
+}
+
+}  // namespace ftllm::model
