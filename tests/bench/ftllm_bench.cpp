@@ -7,7 +7,8 @@
 // Decode moves every weight byte once per step, so its ceiling is (read bandwidth) / (weight bytes): the
 // bandwidth is measured here, a STREAM-like sum over 1 GiB on the same threads, and each decode row
 // reports the fraction of that roofline it reached.
-//   ftllm-bench --make-random DIR [--shape qwen2.5-0.5b|smollm2-135m|qwen3-0.6b|qwen3-8b|qwen3-30b-a3b]
+//   ftllm-bench --make-random DIR [--shape qwen2.5-0.5b|smollm2-135m|qwen3-0.6b|qwen3-8b|qwen3-30b-a3b|gemma-3-1b|
+//                                  phi-4-mini|gpt-oss-20b]
 //               [--dtype bf16|f16|f32|int8|int4gN]
 //
 // --context N adds a row for decode at a long context: N tokens prefilled (in 2048-token slices, not
@@ -94,6 +95,7 @@ struct Shape {
   int64_t hidden, intermediate, layers, heads, kv_heads, head_dim, vocab;  // head_dim 0: hidden / heads
   bool tied, qkv_bias, qk_norm;
   int64_t experts = 0, experts_per_token = 0, expert_intermediate = 0;  // mixture of experts
+  std::string family = "";  // what else the architecture binds and reads: "gemma3", "phi3", "gpt-oss"
 };
 const std::map<std::string, Shape> kShapes = {
     {"qwen2.5-0.5b", {"Qwen2ForCausalLM", 896, 4864, 24, 14, 2, 0, 151936, true, true, false}},
@@ -101,6 +103,9 @@ const std::map<std::string, Shape> kShapes = {
     {"qwen3-0.6b", {"Qwen3ForCausalLM", 1024, 3072, 28, 16, 8, 128, 151936, true, false, true}},
     {"qwen3-8b", {"Qwen3ForCausalLM", 4096, 12288, 36, 32, 8, 128, 151936, false, false, true}},
     {"qwen3-30b-a3b", {"Qwen3MoeForCausalLM", 2048, 6144, 48, 32, 4, 128, 151936, false, false, true, 128, 8, 768}},
+    {"gemma-3-1b", {"Gemma3ForCausalLM", 1152, 6912, 26, 4, 1, 256, 262144, true, false, true, 0, 0, 0, "gemma3"}},
+    {"phi-4-mini", {"Phi3ForCausalLM", 3072, 8192, 32, 24, 8, 128, 200064, true, false, false, 0, 0, 0, "phi3"}},
+    {"gpt-oss-20b", {"GptOssForCausalLM", 2880, 2880, 24, 64, 8, 64, 201088, false, true, false, 32, 4, 2880, "gpt-oss"}},
 };
 
 // A quick generator for bulk bytes (30 billion weights would take minutes through std::normal_distribution).
@@ -151,7 +156,24 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
     if (s.qkv_bias)
       for (auto [n, len] : {std::pair{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}})
         tensors.push_back({p + "self_attn." + n + ".bias", {len}, DType::F32});
-    if (s.experts) {
+    if (s.family == "gemma3")
+      for (const char* n : {"pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"})
+        tensors.push_back({p + n, {s.hidden}, DType::F32});
+    if (s.family == "gpt-oss") {
+      tensors.push_back({p + "self_attn.o_proj.bias", {s.hidden}, DType::F32});
+      tensors.push_back({p + "self_attn.sinks", {s.heads}, DType::F32});
+      tensors.push_back({p + "mlp.router.weight", {s.experts, s.hidden}, DType::F32});
+      tensors.push_back({p + "mlp.router.bias", {s.experts}, DType::F32});
+      for (int64_t e = 0; e < s.experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        tensors.push_back({x + "gate_proj.weight", {s.expert_intermediate, s.hidden}, dt});
+        tensors.push_back({x + "up_proj.weight", {s.expert_intermediate, s.hidden}, dt});
+        tensors.push_back({x + "down_proj.weight", {s.hidden, s.expert_intermediate}, dt});
+        tensors.push_back({x + "gate_proj.bias", {s.expert_intermediate}, DType::F32});
+        tensors.push_back({x + "up_proj.bias", {s.expert_intermediate}, DType::F32});
+        tensors.push_back({x + "down_proj.bias", {s.hidden}, DType::F32});
+      }
+    } else if (s.experts) {
       tensors.push_back({p + "mlp.gate.weight", {s.experts, s.hidden}, DType::F32});
       for (int64_t e = 0; e < s.experts; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
@@ -233,7 +255,14 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
       << ",\"num_key_value_heads\":" << s.kv_heads << ",\"head_dim\":" << d << ",\"vocab_size\":" << s.vocab
       << ",\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":"
       << (s.tied ? "true" : "false");
-  if (s.experts)
+  if (s.family == "gemma3")
+    cfg << ",\"query_pre_attn_scalar\":256,\"sliding_window\":512,\"sliding_window_pattern\":6,\"rope_local_base_freq\":10000.0"
+        << ",\"hidden_activation\":\"gelu_pytorch_tanh\"";
+  if (s.family == "phi3") cfg << ",\"partial_rotary_factor\":0.75";
+  if (s.family == "gpt-oss")
+    cfg << ",\"num_local_experts\":" << s.experts << ",\"num_experts_per_tok\":" << s.experts_per_token
+        << ",\"sliding_window\":128,\"attention_bias\":true";
+  else if (s.experts)
     cfg << ",\"num_experts\":" << s.experts << ",\"num_experts_per_tok\":" << s.experts_per_token
         << ",\"moe_intermediate_size\":" << s.expert_intermediate << ",\"norm_topk_prob\":true";
   cfg << "}\n";

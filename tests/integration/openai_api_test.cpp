@@ -621,9 +621,11 @@ BOOST_AUTO_TEST_CASE(requests_of_clients_gone_leave_the_queue) {
 // the event loop: /health, asked over a kept-alive connection meanwhile, keeps answering (it waited
 // 2.2 s behind one 10 MB body when the loop tokenized).
 // The goal is 50 ms. Measured on 2 cores: median 0.1 ms, p99 about 4 ms, slowest 37-59 ms in quiet runs
-// and 251 ms once in a CI run: a stall of ~40 ms or more per run remains, not scheduling (perf sched: the
-// loop waits at most 5 ms) nor heap trimming (unchanged with trimming off); not yet found. The bound keeps
-// the multi-second stalls of before out for good without flaking, in sanitized builds too.
+// and 251 and 527 ms in CI runs (other test programs busy on both cores): a stall of ~40 ms or more per
+// run remains, not scheduling (perf sched: the loop waits at most 5 ms) nor heap trimming (unchanged with
+// trimming off); not yet found. The bound keeps the multi-second stalls of before out for good without
+// flaking, in sanitized builds too: 0.5 s beyond the worst lateness of a thread of this test that only
+// sleeps, which is what the machine itself withheld meanwhile.
 constexpr double kSlowestHealth = 0.5;
 
 BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
@@ -652,6 +654,17 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
                                "/v1/chat/completions");
       ++answered;
     });
+  // The control: how late a thread that only sleeps 20 ms at a time wakes, while the bodies are processed.
+  std::atomic<bool> probing = true;
+  double worst_lateness = 0;
+  std::jthread control([&] {
+    while (probing) {
+      const auto t0 = std::chrono::steady_clock::now();
+      usleep(20000);
+      const double late = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - 0.02;
+      worst_lateness = std::max(worst_lateness, late);
+    }
+  });
   const int fd = connect_loopback(d.port());
   std::vector<double> waits;
   while (answered < int(answers.size())) {
@@ -669,12 +682,15 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
     usleep(20000);
   }
   ::close(fd);
+  probing = false;
+  control.join();
   for (auto& t : senders) t.join();
   std::sort(waits.begin(), waits.end());
   BOOST_TEST(waits.size() > 10u);
   BOOST_TEST_MESSAGE(waits.size() << " /health beside " << bodies << " bodies of " << (limit >> 20) << " MiB: median " << waits[waits.size() / 2] * 1000
-                                  << " ms, slowest " << waits.back() * 1000 << " ms");
-  BOOST_TEST(waits.back() < kSlowestHealth);
+                                  << " ms, slowest " << waits.back() * 1000 << " ms; a sleeping thread woke at most "
+                                  << worst_lateness * 1000 << " ms late");
+  BOOST_TEST(waits.back() < kSlowestHealth + worst_lateness);
   for (const CommandResult& a : answers)
     BOOST_TEST(a.out.find("context_length_exceeded") != std::string::npos, a.out.substr(0, 300) + a.err);
 }
