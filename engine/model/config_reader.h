@@ -40,6 +40,10 @@ class ConfigReader {
   const std::string* source_;  // outlives the reader
 };
 
+// layer_types (one "sliding_attention" or "full_attention" per layer) into config.sliding_layers; false
+// when the config has none (the architecture then says which layers slide).
+bool read_layer_types(const ConfigReader& r, ModelConfig& c);
+
 // RoPE: rope_theta from r, the scaling (linear, llama3, yarn) and any rope_theta inside from `scaling`.
 RopeConfig read_rope(const ConfigReader& r, const std::optional<ConfigReader>& scaling);
 

@@ -36,15 +36,7 @@ class Gemma final : public Architecture {
     c.attention_softcap = cap("attn_logit_softcapping", v3_ ? 0.0 : 50.0);
     c.final_softcap = cap("final_logit_softcapping", v3_ ? 0.0 : 30.0);
 
-    if (r.has("layer_types")) {
-      std::vector<bool>& sliding = c.sliding_layers;
-      for (const std::string& type : r.string_list("layer_types")) {
-        if (type != "sliding_attention" && type != "full_attention")
-          throw r.error("layer_types", "holds \"" + type + "\"; Gemma layers are sliding_attention or full_attention");
-        sliding.push_back(type == "sliding_attention");
-      }
-      if (int64_t(sliding.size()) != c.num_layers) throw r.error("layer_types", "must name one type per layer");
-    } else {
+    if (!read_layer_types(r, c)) {
       const int64_t pattern = v3_ ? r.int_or("sliding_window_pattern", 6) : 2;
       if (pattern == 0) throw r.error("sliding_window_pattern", "must be at least 1");
       set_pattern(c, pattern);
@@ -75,10 +67,6 @@ class Gemma final : public Architecture {
 
   void write_config(const ModelConfig& c, const ConfigField& field) const override {
     field("query_pre_attn_scalar", json_number(std::round(std::pow(double(c.attention_scale), -2.0))));
-    field("sliding_window", std::to_string(c.sliding_window.value_or(0)));
-    std::string types;
-    for (bool sliding : c.sliding_layers) types += std::string(types.empty() ? "" : ", ") + (sliding ? "\"sliding_attention\"" : "\"full_attention\"");
-    field("layer_types", "[" + types + "]");
     field("attn_logit_softcapping", c.attention_softcap ? json_number(c.attention_softcap) : "null");
     field("final_logit_softcapping", c.final_softcap ? json_number(c.final_softcap) : "null");
     if (v3_) field("rope_local_base_freq", json_number(c.sliding_rope->theta));

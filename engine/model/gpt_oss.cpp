@@ -53,14 +53,7 @@ class GptOss final : public Architecture {
     m.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
     m.swiglu_limit = r.number_or("swiglu_limit", 7.0);
     c.sliding_window = r.int_or("sliding_window", 128);
-    if (r.has("layer_types")) {
-      for (const std::string& type : r.string_list("layer_types")) {
-        if (type != "sliding_attention" && type != "full_attention")
-          throw r.error("layer_types", "holds \"" + type + "\"; gpt-oss layers are sliding_attention or full_attention");
-        c.sliding_layers.push_back(type == "sliding_attention");
-      }
-      if (int64_t(c.sliding_layers.size()) != c.num_layers) throw r.error("layer_types", "must name one type per layer");
-    } else {
+    if (!read_layer_types(r, c)) {
       for (int64_t l = 0; l < c.num_layers; ++l) c.sliding_layers.push_back(l % 2 == 0);
     }
     if (!r.has("rope_parameters") && !r.has("rope_scaling")) {  // the config class's YaRN
@@ -78,10 +71,6 @@ class GptOss final : public Architecture {
   void write_config(const ModelConfig& c, const ConfigField& field) const override {
     field("swiglu_alpha", json_number(c.moe.swiglu_alpha));
     field("swiglu_limit", json_number(c.moe.swiglu_limit));
-    field("sliding_window", std::to_string(c.sliding_window.value_or(0)));
-    std::string types;
-    for (bool sliding : c.sliding_layers) types += std::string(types.empty() ? "" : ", ") + (sliding ? "\"sliding_attention\"" : "\"full_attention\"");
-    field("layer_types", "[" + types + "]");
   }
 
   void bind_layer(const LayerBinder& b, LayerWeights& L) const override {

@@ -68,8 +68,10 @@ void bind_experts(const LayerBinder& b, LayerWeights& L, const std::string& shar
   const int64_t S = m.shared_intermediate;
   if (shared_prefix.empty() || S == 0) return;
   L.shared_prefix = shared_prefix;
-  L.shared = ops::Expert{b.matrix(shared_prefix + "gate_proj.weight", {S, H}), b.matrix(shared_prefix + "up_proj.weight", {S, H}),
-                         b.matrix(shared_prefix + "down_proj.weight", {H, S})};
+  L.shared.emplace();
+  L.shared->gate = b.matrix(shared_prefix + "gate_proj.weight", {S, H});
+  L.shared->up = b.matrix(shared_prefix + "up_proj.weight", {S, H});
+  L.shared->down = b.matrix(shared_prefix + "down_proj.weight", {H, S});
 }
 
 }  // namespace ftllm::model

@@ -12,9 +12,6 @@ class Mistral final : public Architecture {
   void read_config(const ConfigReader& r, ModelConfig& c) const override {
     if (r.has("sliding_window")) c.sliding_window = r.int_or("sliding_window", 0);
   }
-  void write_config(const ModelConfig& c, const ConfigField& field) const override {
-    if (c.sliding_window) field("sliding_window", std::to_string(*c.sliding_window));
-  }
   void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
     bind_norms(b, L);
     bind_attention(b, L, {});

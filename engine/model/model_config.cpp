@@ -168,6 +168,18 @@ std::optional<ConfigReader> ConfigReader::object(const char* key) const {
   return ConfigReader(o, *source_);
 }
 
+bool read_layer_types(const ConfigReader& r, ModelConfig& c) {
+  if (!r.has("layer_types")) return false;
+  c.sliding_layers.clear();
+  for (const std::string& type : r.string_list("layer_types")) {
+    if (type != "sliding_attention" && type != "full_attention")
+      throw r.error("layer_types", "holds \"" + type + "\"; layers are sliding_attention or full_attention here");
+    c.sliding_layers.push_back(type == "sliding_attention");
+  }
+  if (int64_t(c.sliding_layers.size()) != c.num_layers) throw r.error("layer_types", "must name one type per layer");
+  return true;
+}
+
 void read_experts(const ConfigReader& r, ModelConfig& c, const std::string& arch) {
   const char* key = r.has("num_experts") ? "num_experts" : r.has("n_routed_experts") ? "n_routed_experts" : "num_local_experts";
   MoeConfig& m = c.moe;
@@ -332,6 +344,12 @@ std::string model_config_json(const ModelConfig& c) {
   field("attention_bias", c.attention_bias ? "true" : "false");
   field("mlp_bias", c.mlp_bias ? "true" : "false");
   field("hidden_act", c.activation == Activation::GeluTanh ? "\"gelu_pytorch_tanh\"" : "\"silu\"");
+  if (c.sliding_window) field("sliding_window", std::to_string(*c.sliding_window));
+  if (!c.sliding_layers.empty()) {
+    std::string types;
+    for (bool sliding : c.sliding_layers) types += std::string(types.empty() ? "" : ", ") + (sliding ? "\"sliding_attention\"" : "\"full_attention\"");
+    field("layer_types", "[" + types + "]");
+  }
   if (c.moe.num_experts) {
     const MoeConfig& m = c.moe;
     std::string dense;

@@ -39,9 +39,6 @@ class Phi3 final : public Architecture {
     return {{"attn_qkv.weight", "self_attn.qkv_proj.weight"}, {"ffn_up.weight", "mlp.gate_up_proj.weight"}};
   }
 
-  void write_config(const ModelConfig& c, const ConfigField& field) const override {
-    if (c.sliding_window) field("sliding_window", std::to_string(*c.sliding_window));
-  }
 
   void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
     const ModelConfig& c = b.config;

@@ -137,7 +137,7 @@ BOOST_AUTO_TEST_CASE(architecture_keys_are_honoured_or_refused_by_name) {
            std::tuple{"gemma3-f32", "\"use_bidirectional_attention\": false", "\"use_bidirectional_attention\": true",
                       "field \"use_bidirectional_attention\" is true: only causal Gemma models are supported"},
            {"gemma3-f32", "\"sliding_attention\",\n    \"full_attention\"", "\"sliding_attention\",\n    \"chunked_attention\"",
-            "field \"layer_types\" holds \"chunked_attention\""},
+            "field \"layer_types\" holds \"chunked_attention\"; layers are sliding_attention or full_attention"},
            {"qwen3-f32", "\"use_sliding_window\": false", "\"use_sliding_window\": true",
             "field \"use_sliding_window\" is true: windowed Qwen3 layers are not supported"},
            {"glm4-moe-f32", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu\"", "field \"hidden_act\" is \"relu\""},

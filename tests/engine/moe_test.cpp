@@ -128,8 +128,12 @@ BOOST_AUTO_TEST_CASE(expert_op_equals_each_token_through_its_experts) {
   const int64_t H = 64, I = 96, E = 6, T = 7, k = 2;
   for (DType t : {DType::F32, DType::I8, DType::I4G32}) {
     std::vector<ops::Expert> experts;
-    for (int64_t e = 0; e < E; ++e)
-      experts.push_back({random_matrix(t, I, H, rng), random_matrix(t, I, H, rng), random_matrix(t, H, I, rng)});
+    for (int64_t e = 0; e < E; ++e) {
+      ops::Expert& ex = experts.emplace_back();
+      ex.gate = random_matrix(t, I, H, rng);
+      ex.up = random_matrix(t, I, H, rng);
+      ex.down = random_matrix(t, H, I, rng);
+    }
     Tensor x = Tensor::zeros_f32({T, H}), logits = Tensor::zeros_f32({T, E});
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (int64_t i = 0; i < T * H; ++i) x.as<float>()[i] = normal(rng);
