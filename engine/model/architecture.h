@@ -1,7 +1,7 @@
 // An architecture: what one Hugging Face model class adds to the shared decoder (decoder.h). Its file
 // reads the config.json keys only it has, checks what it cannot run, binds its layers' weights and
-// builds each layer from the shared blocks (LayerStep); a new architecture is that file plus one line
-// in registry.cpp.
+// builds each layer from the shared blocks (LayerStep); a new architecture is that file plus its lines in
+// registry.cpp and engine/meson.build.
 #pragma once
 
 #include <functional>
