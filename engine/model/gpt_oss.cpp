@@ -3,7 +3,8 @@
 // of experts: the router has a bias, its top experts' logits go through a softmax, and the experts have
 // biases and a clamped SwiGLU (swiglu_alpha, swiglu_limit). transformers stores the experts fused and
 // transposed (gate_up_proj [E, H, 2I] with gate and up interleaved, down_proj [E, I, H]): bound as
-// per-expert matrices in their stored float type (an exported model's per-expert tensors read as well).
+// per-expert matrices in their stored float type or what --moe_dtype makes of them (an exported model's
+// per-expert tensors read as well).
 // Not yet: the checkpoints' MXFP4 expert blocks (gate_up_proj_blocks/_scales) are refused by name.
 #include <cstring>
 
@@ -106,9 +107,12 @@ class GptOss final : public Architecture {
         const DType t = *gu.dtype;
         const size_t es = dtype_size(t);
         const uint8_t* g = static_cast<const uint8_t*>(gu.data) + size_t(e * H * 2 * I) * es;
-        ex.gate = strided_copy(t, g, I, H, 2, 2 * I);
-        ex.up = strided_copy(t, g + es, I, H, 2, 2 * I);
-        ex.down = strided_copy(t, static_cast<const uint8_t*>(down.data) + size_t(e * I * H) * es, H, I, 1, H);
+        // --moe_dtype sees them under their per-expert names, as it sees other architectures' experts.
+        const std::string names = b.prefix + x;
+        ex.gate = b.store.converted(strided_copy(t, g, I, H, 2, 2 * I), names + "gate_proj.weight");
+        ex.up = b.store.converted(strided_copy(t, g + es, I, H, 2, 2 * I), names + "up_proj.weight");
+        ex.down = b.store.converted(strided_copy(t, static_cast<const uint8_t*>(down.data) + size_t(e * I * H) * es, H, I, 1, H),
+                                    names + "down_proj.weight");
         const Tensor biases = float_copy(stored.at(fused + "_bias"), {E, 2 * I});
         const Tensor down_biases = float_copy(stored.at(b.prefix + "mlp.experts.down_proj_bias"), {E, H});
         auto pick = [](const Tensor& all, int64_t first, int64_t n, int64_t step) {

@@ -37,13 +37,15 @@ class WeightStore {
   // last dimension flattened): one expert of transformers 5's fused experts [E, 2I, H], for instance.
   Tensor matrix_rows(const std::string& name, const std::vector<int64_t>& stored_shape, int64_t first_row, int64_t rows,
                      const std::string& rule_name) const;
+  // A matrix an architecture made from stored ones (gpt-oss's transposed experts), converted as the dtype
+  // rules say for `rule_name`.
+  Tensor converted(Tensor t, const std::string& rule_name) const;
   // A small vector (norm weight, bias) converted to float32.
   Tensor vector_f32(const std::string& name, int64_t n) const;
 
  private:
   const StoredTensor& get(const std::string& name, const std::vector<int64_t>& shape) const;
   Tensor stored_matrix(const std::string& name, const std::vector<int64_t>& shape) const;
-  Tensor converted(Tensor t, const std::string& rule_name) const;  // as the dtype rules say for rule_name
   Tensor from_fp8_blocks(const StoredTensor& w, const std::vector<int64_t>& shape) const;
   Tensor from_awq(const std::string& prefix, const std::vector<int64_t>& shape) const;
   std::map<std::string, StoredTensor> tensors_;

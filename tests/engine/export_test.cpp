@@ -103,6 +103,8 @@ BOOST_AUTO_TEST_CASE(exported_models_keep_their_architecture_keys_and_compute_as
     auto converted = ModelInstance::load(o);
     auto exported = ModelInstance::load(options(dir.path.string(), "auto"));
     BOOST_TEST(exported->dtypes() == converted->dtypes(), name);
+    if (std::string(name) == "gpt-oss-f32")  // its experts are copies made while binding, converted all the same
+      BOOST_TEST(converted->dtypes() == "float32, int8");
     const std::vector<int32_t> ids = {1, 17, 300, 42, 5, 99, 7, 8, 200, 31};
     BOOST_TEST(test::prompt_logits(*exported, ids, {9})[0] == test::prompt_logits(*converted, ids, {9})[0], name);
   }
