@@ -19,6 +19,7 @@ enum class DType : uint8_t {
   I4,      // per output channel: [f32 scale, f32 min] then K/2 bytes, value = scale * q + min
   I4G32, I4G64, I4G128, I4G256,  // groups of G: [f16 scale, f16 min, G/2 bytes], value = scale * q + min
   FP8,     // e4m3 in blocks of 128: [f32 scale, 128 bytes], value = e4m3 * scale
+  MXFP4,   // OCP microscaling, ggml's layout: [e8m0 exponent, 16 bytes of e2m1 nibbles] per 32 values
 };
 
 struct DTypeLayout {
@@ -49,6 +50,7 @@ constexpr DTypeLayout dtype_layout(DType t) {
     case DType::I4G128: return {128, 68};
     case DType::I4G256: return {256, 132};
     case DType::FP8: return {128, 132};
+    case DType::MXFP4: return {32, 17};
   }
   return {1, 0};
 }
@@ -87,13 +89,15 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::I4G128: return "int4g128";
     case DType::I4G256: return "int4g256";
     case DType::FP8: return "fp8";
+    case DType::MXFP4: return "mxfp4";
   }
   return "?";
 }
 
 constexpr DType kAllDTypes[] = {DType::F32,  DType::F16,  DType::BF16,  DType::Q8_0,   DType::Q4_0,   DType::Q4_1,  DType::Q5_0,
                                 DType::Q5_1, DType::Q2_K, DType::Q3_K,  DType::Q4_K,   DType::Q5_K,   DType::Q6_K,  DType::I8,
-                                DType::I4,   DType::I4G32, DType::I4G64, DType::I4G128, DType::I4G256, DType::FP8};
+                                DType::I4,   DType::I4G32, DType::I4G64, DType::I4G128, DType::I4G256, DType::FP8,
+                                DType::MXFP4};
 
 // fastllm's --dtype spellings: float32/float16/bfloat16 (and fp32, fp16, half, bf16), int8, int4,
 // int4g (group 128) or int4gN, fp8; also every name dtype_name gives. nullopt for anything else.

@@ -1,4 +1,4 @@
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, int8, Q4_K and Q5_K weights against int8 activations, with every output
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, int8, Q4_K and Q5_K weights against int8 activations, with every output
 // summed one way whatever the batch: each block's integer dot exactly (a K-quant super-block's: its
 // sub-blocks' dots times their scales), then one float step per block,
 //     acc = fma(float(dot_b), weight_scale_b * activation_scale_b, acc)
@@ -20,6 +20,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../quant/block_decode.h"
 #include "../quant/ggml_blocks.h"
 #include "avx2_quant.h"
 
@@ -142,6 +143,23 @@ struct Weights<DType::Q8_0> {
   static __m128 scales4(const uint8_t* const* r, int64_t b) { return widen4(d16(r[0], b), d16(r[1], b), d16(r[2], b), d16(r[3], b)); }
   static __m256i bytes(const uint8_t* row, int64_t b) { return load32(chunks(row, b)); }
   static const uint8_t* chunks(const uint8_t* row, int64_t b) { return reinterpret_cast<const uint8_t*>(block(row, b).qs); }
+};
+
+// MXFP4: each nibble looked up as ggml's doubled e2m1 integer (-12..12, signed bytes), the block scale
+// 2^(e - 128) exact, so a block's step is as exact as Q8_0's.
+template <>
+struct Weights<DType::MXFP4> {
+  static constexpr bool kSigned = true, kPacked = true, kHasMin = false, kHasScale = true;
+  static constexpr int kOffset = 0, kMaxByte = 12;
+  static const quant::BlockMXFP4& block(const uint8_t* row, int64_t b) { return reinterpret_cast<const quant::BlockMXFP4*>(row)[b]; }
+  static const void* at(const uint8_t* row, int64_t b) { return &block(row, b); }
+  static float scale(const uint8_t* row, int64_t b) { return quant::decode::e8m0_half(block(row, b).e); }
+  static __m128 scales4(const uint8_t* const* r, int64_t b) { return _mm_setr_ps(scale(r[0], b), scale(r[1], b), scale(r[2], b), scale(r[3], b)); }
+  static __m256i bytes(const uint8_t* row, int64_t b) {
+    const __m256i values = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3,
+                                            -4, -6, -8, -12);
+    return _mm256_shuffle_epi8(values, nibbles(block(row, b).qs));
+  }
 };
 
 template <>
@@ -900,6 +918,7 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
     case DType::Q4_1: return matmul_t<DType::Q4_1>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q5_0: return matmul_t<DType::Q5_0>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q5_1: return matmul_t<DType::Q5_1>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::MXFP4: return matmul_t<DType::MXFP4>(xq, M, K, w, n0, n1, y, ldy);
     default: return;  // not a type uses_q8 names
   }
 }

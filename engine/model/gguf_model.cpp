@@ -57,7 +57,7 @@ StoredTensor view(const GgufFile& g, const GgufTensor& t, const std::string& hf_
   if (!t.data)
     throw EngineError(g.path() + ": tensor " + t.name + " is of type " + s.dtype_name +
                       ", which this engine cannot read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, "
-                      "Q5_K and Q6_K are supported); convert the model with llama-quantize to one of those");
+                      "Q5_K, Q6_K and MXFP4 are supported); convert the model with llama-quantize to one of those");
   s.dtype = quant::dtype_of_ggml(t.type);
   s.data = t.data;
   s.bytes = t.bytes;

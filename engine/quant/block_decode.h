@@ -17,7 +17,8 @@
 
 namespace ftllm::quant::decode {
 
-// Every block start is 2-byte aligned and every float header 4-byte aligned (dtype.h's layouts).
+// Every block start but MXFP4's (17 bytes, read bytewise) is 2-byte aligned and every float header
+// 4-byte aligned (dtype.h's layouts).
 FTLLM_HD uint16_t u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 FTLLM_HD float f32(const uint8_t* p) { return *reinterpret_cast<const float*>(p); }
 FTLLM_HD uint32_t u32_bytes(const uint8_t* p) {  // any alignment
@@ -68,6 +69,16 @@ FTLLM_HD uint8_t encode_e4m3(float f) {
   }
   return uint8_t(sign | (code < 0x7e ? code : 0x7e));
 }
+
+// MXFP4 (OCP microscaling) as ggml computes it: an e2m1 code as twice its value (0, 1, 2, 3, 4, 6, 8, 12,
+// the top bit the sign), so every value is an integer, and the e8m0 exponent e as 2^(e - 128), half its
+// power of two, to make up for the doubling. Exponents 0 and 1 give subnormal floats (ggml's bits too).
+FTLLM_HD int e2m1_doubled(int code) {
+  const int m = code & 7;
+  const int v = m < 4 ? m : (2 + (m & 1)) << ((m >> 1) - 1);
+  return code & 8 ? -v : v;
+}
+FTLLM_HD float e8m0_half(uint8_t e) { return bits_to_float(e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23); }
 
 // value j of each 32 in the low nibble of byte j, value j + 16 in the high one (ggml's Q4_0 order).
 FTLLM_HD int nib(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
@@ -256,6 +267,10 @@ FTLLM_HD void unit(const uint8_t* row, int64_t u, float* y) {
     const float scale = f32(b);
     const uint8_t* q = b + 4 + (u % 4) * 32;
     for (int j = 0; j < 32; ++j) y[j] = e4m3(q[j]) * scale;
+  } else if constexpr (T == DType::MXFP4) {
+    const uint8_t* b = row + u * 17;
+    const float d = e8m0_half(b[0]);
+    for (int j = 0; j < 32; ++j) y[j] = float(e2m1_doubled(nib(b + 1, j))) * d;
   }
 }
 
@@ -283,6 +298,7 @@ inline void with_dtype(DType t, F&& f) {
     case DType::I4G128: return f.template operator()<DType::I4G128>();
     case DType::I4G256: return f.template operator()<DType::I4G256>();
     case DType::FP8: return f.template operator()<DType::FP8>();
+    case DType::MXFP4: return f.template operator()<DType::MXFP4>();
   }
 }
 

@@ -12,6 +12,7 @@ static_assert(sizeof(BlockQ3_K) == dtype_layout(DType::Q3_K).block_bytes);
 static_assert(sizeof(BlockQ4_K) == dtype_layout(DType::Q4_K).block_bytes);
 static_assert(sizeof(BlockQ5_K) == dtype_layout(DType::Q5_K).block_bytes);
 static_assert(sizeof(BlockQ6_K) == dtype_layout(DType::Q6_K).block_bytes);
+static_assert(sizeof(BlockMXFP4) == dtype_layout(DType::MXFP4).block_bytes);
 
 namespace {
 
@@ -24,7 +25,7 @@ constexpr Known kKnown[] = {
     {0, "F32", DType::F32},    {1, "F16", DType::F16},    {2, "Q4_0", DType::Q4_0},  {3, "Q4_1", DType::Q4_1},
     {6, "Q5_0", DType::Q5_0},  {7, "Q5_1", DType::Q5_1},  {8, "Q8_0", DType::Q8_0},  {10, "Q2_K", DType::Q2_K},
     {11, "Q3_K", DType::Q3_K}, {12, "Q4_K", DType::Q4_K}, {13, "Q5_K", DType::Q5_K}, {14, "Q6_K", DType::Q6_K},
-    {30, "BF16", DType::BF16},
+    {30, "BF16", DType::BF16}, {39, "MXFP4", DType::MXFP4},
 };
 
 }  // namespace

@@ -62,6 +62,12 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
+// MXFP4: 32 e2m1 values sharing a power-of-two scale (block_decode.h: e2m1_doubled, e8m0_half).
+struct BlockMXFP4 {
+  uint8_t e;       // e8m0 exponent
+  uint8_t qs[16];  // value j in the low nibble of byte j, value j + 16 in the high one (Q4_0's order)
+};
+
 // ggml's type id (as GGUF tensor infos store it) as our DType; nullopt for types we cannot read.
 std::optional<DType> dtype_of_ggml(uint32_t type);
 std::string ggml_type_name(uint32_t type);  // "Q4_K", or "type 23" for unknown ones

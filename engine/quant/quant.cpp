@@ -205,6 +205,32 @@ float abs_max(const float* x, int64_t n) {
 
 int64_t group_of(DType t) { return dtype_layout(t).block_values; }
 
+// As ggml and gguf-py quantize MXFP4: the exponent puts the block's largest magnitude in [8, 16) times
+// the half scale (so values above 12 of those steps clip to 12), then each value takes the nearest code,
+// the first of equals. The exponent is exact floor(log2(amax)) here (numpy's float32 log2 can round up
+// just below a power of two; no other value differs).
+void mxfp4_block(const float* x, uint8_t* out) {
+  const float amax = abs_max(x, 32);
+  int e = 0;
+  if (amax > 0) {
+    int exp2;
+    std::frexp(amax, &exp2);  // amax = f * 2^exp2, f in [0.5, 1): floor(log2(amax)) = exp2 - 1
+    e = std::clamp(exp2 - 1 - 2 + 127, 0, 254);
+  }
+  out[0] = uint8_t(e);
+  const float d = decode::e8m0_half(uint8_t(e));
+  std::memset(out + 1, 0, 16);
+  for (int j = 0; j < 32; ++j) {
+    int best = 0;
+    float best_err = std::fabs(d * float(decode::e2m1_doubled(0)) - x[j]);
+    for (int c = 1; c < 16; ++c) {
+      const float err = std::fabs(d * float(decode::e2m1_doubled(c)) - x[j]);
+      if (err < best_err) best = c, best_err = err;
+    }
+    out[1 + j % 16] |= uint8_t(best << (j < 16 ? 0 : 4));
+  }
+}
+
 }  // namespace
 
 float e4m3_to_f32(uint8_t b) {
@@ -264,6 +290,9 @@ void dequantize_row(DType t, const void* row, float* y, int64_t k) {
       }
       return;
     }
+    case DType::MXFP4:
+      for (int64_t b = 0; b < nb; ++b, y += 32) decode::unit<DType::MXFP4>(bytes, b, y);
+      return;
     case DType::FP8: {
       static const auto table = [] {  // every code's value, so the row loop is a lookup
         std::array<float, 256> t{};
@@ -283,7 +312,7 @@ void dequantize_row(DType t, const void* row, float* y, int64_t k) {
 bool can_quantize_to(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::I8: case DType::I4: case DType::I4G32:
-    case DType::I4G64: case DType::I4G128: case DType::I4G256: case DType::FP8:
+    case DType::I4G64: case DType::I4G128: case DType::I4G256: case DType::FP8: case DType::MXFP4:
       return true;
     default:
       return false;
@@ -340,6 +369,9 @@ void quantize_row(DType t, const float* x, int64_t k, void* out) {
         std::memcpy(bytes, &scale, 4);
         for (int j = 0; j < 128; ++j) bytes[4 + j] = f32_to_e4m3(x[j] * inv);
       }
+      return;
+    case DType::MXFP4:
+      for (int64_t b = 0; b < k / 32; ++b, bytes += 17, x += 32) mxfp4_block(x, bytes);
       return;
     default:
       return;  // can_quantize_to(t) is false: callers check first

@@ -17,6 +17,7 @@ void dequantize_row(DType t, const void* row, float* out, int64_t k);
 //   int8   scale = max|x| / 127,          q = round(x / scale) in [-127, 127]
 //   int4*  scale = (max - min) / 15,      q = round((x - min) / scale) in [0, 15]
 //   fp8    scale = max|x| / 448 per 128,  q = e4m3(x / scale), rounded to nearest even
+//   mxfp4  as ggml and gguf-py: a power of two per 32, the nearest e2m1 code (quant.cpp)
 bool can_quantize_to(DType t);
 void quantize_row(DType t, const float* x, int64_t k, void* out);
 

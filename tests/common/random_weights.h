@@ -22,11 +22,12 @@ inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale
 struct GgmlLayout {
   DType type;
   std::vector<size_t> scales, mins;  // byte offsets of float16 fields: positive scales, signed minimums
+  std::vector<size_t> exponents = {};  // byte offsets of e8m0 exponents (MXFP4)
 };
 inline const GgmlLayout kGgml[] = {
     {DType::Q8_0, {0}, {}},      {DType::Q4_0, {0}, {}},     {DType::Q4_1, {0}, {2}},    {DType::Q5_0, {0}, {}},
     {DType::Q5_1, {0}, {2}},     {DType::Q2_K, {80, 82}, {}}, {DType::Q3_K, {108}, {}},   {DType::Q4_K, {0, 2}, {}},
-    {DType::Q5_K, {0, 2}, {}},   {DType::Q6_K, {208}, {}},
+    {DType::Q5_K, {0, 2}, {}},   {DType::Q6_K, {208}, {}},   {DType::MXFP4, {}, {}, {0}},
 };
 constexpr DType kOurs[] = {DType::I8, DType::I4, DType::I4G32, DType::I4G64, DType::I4G128, DType::I4G256, DType::FP8};
 
@@ -39,6 +40,7 @@ inline std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t k, std::m
       for (uint8_t& b : out) b = uint8_t(rng());
       const size_t block = dtype_layout(t).block_bytes;
       std::uniform_real_distribution<float> scale(1e-3f, 0.05f), min(-0.05f, 0.05f);
+      std::uniform_int_distribution<int> exponent(118, 124);  // half scales 2^-10 .. 2^-4
       for (size_t at = 0; at < out.size(); at += block) {
         for (size_t off : g.scales) {
           uint16_t h = f32_to_f16(scale(rng));
@@ -48,6 +50,7 @@ inline std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t k, std::m
           uint16_t h = f32_to_f16(min(rng));
           std::memcpy(&out[at + off], &h, 2);
         }
+        for (size_t off : g.exponents) out[at + off] = uint8_t(exponent(rng));
       }
       return out;
     }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/kernels.h"
+#include "quant/block_decode.h"
 #include "quant/ggml_blocks.h"
 #include "quant/quant.h"
 #include "../common/random_weights.h"
@@ -60,6 +61,29 @@ BOOST_AUTO_TEST_CASE(ggml_dequantisation_equals_gguf_py) {
     for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
     BOOST_TEST(differ == 0u, key << ": " << differ << " of " << want.size() << " values differ from gguf-py");
   }
+}
+
+// OCP microscaling: e2m1 is sign, two exponent bits (bias 1) and one mantissa bit, exponent 0 subnormal;
+// e8m0 is 2^(e - 127). ggml keeps twice each e2m1 value and half each scale; the product is the same.
+BOOST_AUTO_TEST_CASE(mxfp4_codes_follow_the_ocp_definition) {
+  for (int c = 0; c < 16; ++c) {
+    const int exp = (c >> 1) & 3, mant = c & 1;
+    const double value = (exp == 0 ? 0.5 * mant : (1 + 0.5 * mant) * std::ldexp(1.0, exp - 1)) * (c & 8 ? -1 : 1);
+    BOOST_TEST(quant::decode::e2m1_doubled(c) == 2 * value, "code " << c);
+  }
+  for (int e = 0; e < 255; ++e) BOOST_TEST(double(quant::decode::e8m0_half(uint8_t(e))) == std::ldexp(1.0, e - 128), "exponent " << e);
+}
+
+BOOST_AUTO_TEST_CASE(mxfp4_quantizes_as_gguf_py) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element golden = parser.load(FTLLM_SOURCE_ROOT "/tests/data/quant/ggml_blocks.json")["MXFP4 quantized"];
+  std::vector<float> x;
+  for (double v : golden["input"].get_array()) x.push_back(float(v));
+  const std::vector<uint8_t> want = from_hex(std::string_view(golden["bytes"]));
+  BOOST_REQUIRE_EQUAL(want.size(), row_bytes(DType::MXFP4, int64_t(x.size())));
+  std::vector<uint8_t> got(want.size());
+  quant::quantize_row(DType::MXFP4, x.data(), int64_t(x.size()), got.data());
+  for (size_t i = 0; i < got.size(); ++i) BOOST_TEST(int(got[i]) == int(want[i]), "byte " << i << " of block " << i / 17);
 }
 
 BOOST_AUTO_TEST_CASE(e4m3_follows_its_definition) {
