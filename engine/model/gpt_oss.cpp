@@ -28,6 +28,26 @@ Tensor strided_copy(DType t, const uint8_t* src, int64_t out_rows, int64_t out_c
   return out;
 }
 
+// Rows first, first + step, ... (`rows` of them) of expert e of an MXFP4 pair as OpenAI stores it: blocks
+// [E, R, K / 32, 16] with value 2j of a block in the low nibble of byte j and 2j + 1 in the high one, and
+// e8m0 scales [E, R, K / 32]; made our MXFP4 rows (ggml's order: value j low, value j + 16 high).
+Tensor mxfp4_rows(const StoredTensor& blocks, const StoredTensor& scales, int64_t e, int64_t first, int64_t step, int64_t rows) {
+  const int64_t R = blocks.shape[1], nb = blocks.shape[2];
+  Tensor out = Tensor::zeros(DType::MXFP4, {rows, nb * 32});
+  uint8_t* dst = out.as<uint8_t>();
+  const auto* qs = static_cast<const uint8_t*>(blocks.data);
+  const auto* es = static_cast<const uint8_t*>(scales.data);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b, dst += 17) {
+      const int64_t src = (e * R + first + r * step) * nb + b;
+      const uint8_t* q = qs + src * 16;
+      auto code = [&](int v) { return (q[v / 2] >> (4 * (v % 2))) & 0xF; };
+      dst[0] = es[src];
+      for (int j = 0; j < 16; ++j) dst[1 + j] = uint8_t(code(j) | code(j + 16) << 4);
+    }
+  return out;
+}
+
 // A stored float tensor of `shape` as float32.
 Tensor float_copy(const StoredTensor& s, const std::vector<int64_t>& shape) {
   if (s.shape != shape || !s.dtype || !is_float(*s.dtype))
@@ -36,6 +56,18 @@ Tensor float_copy(const StoredTensor& s, const std::vector<int64_t>& shape) {
   Tensor out = Tensor::zeros_f32(shape);
   quant::dequantize_row(*s.dtype, s.data, out.as<float>(), out.numel());
   return out;
+}
+
+// The blocks and scales of an MXFP4 pair, checked: [E, rows, K / 32, 16] and [E, rows, K / 32] bytes.
+std::pair<const StoredTensor&, const StoredTensor&> mxfp4_pair(const std::map<std::string, StoredTensor>& stored,
+                                                               const std::string& name, int64_t E, int64_t rows, int64_t K) {
+  auto blocks = stored.find(name + "_blocks"), scales = stored.find(name + "_scales");
+  const std::vector<int64_t> want_blocks{E, rows, K / 32, 16}, want_scales{E, rows, K / 32};
+  if (K % 32 != 0 || blocks == stored.end() || scales == stored.end() || blocks->second.shape != want_blocks ||
+      scales->second.shape != want_scales || blocks->second.dtype_name != "U8" || scales->second.dtype_name != "U8")
+    throw EngineError(name + "_blocks and _scales: expected MXFP4 bytes " + shape_string(want_blocks) + " and " +
+                      shape_string(want_scales) + " (rows of " + std::to_string(K) + " values in blocks of 32)");
+  return {blocks->second, scales->second};
 }
 
 class GptOss final : public Architecture {
@@ -65,9 +97,6 @@ class GptOss final : public Architecture {
       c.rope.truncate = false;
       c.rope.original_max_position_embeddings = 4096;
     }
-    if (const auto q = r.object("quantization_config"); q && q->string_or("quant_method", "") == "mxfp4")
-      throw r.error("quantization_config", "is mxfp4: gpt-oss's MXFP4 expert blocks are not supported yet; load a "
-                                           "checkpoint dequantized to bf16");
   }
   void write_config(const ModelConfig& c, const ConfigField& field) const override {
     field("swiglu_alpha", json_number(c.moe.swiglu_alpha));
@@ -91,15 +120,35 @@ class GptOss final : public Architecture {
     L.router_prefix = "mlp.router.";
     L.router = b.matrix("mlp.router.weight", {E, H});
     L.router_bias = b.vector("mlp.router.bias", E);
-    const std::string fused = b.prefix + "mlp.experts.gate_up_proj";
+    const std::string fused = b.prefix + "mlp.experts.gate_up_proj", fused_down = b.prefix + "mlp.experts.down_proj";
     const auto& stored = b.store.tensors();
+    const bool mxfp4 = stored.count(fused + "_blocks") != 0, fused_form = mxfp4 || stored.count(fused) != 0;
+    // The fused forms' biases: [E, 2I] with gate and up interleaved, and [E, H].
+    Tensor biases, down_biases;
+    if (fused_form) {
+      biases = float_copy(b.store.tensors().at(fused + "_bias"), {E, 2 * I});
+      down_biases = float_copy(b.store.tensors().at(fused_down + "_bias"), {E, H});
+    }
+    auto pick = [](const Tensor& all, int64_t first, int64_t n, int64_t step) {
+      Tensor v = Tensor::zeros_f32({n});
+      for (int64_t i = 0; i < n; ++i) v.as<float>()[i] = all.as<float>()[first + i * step];
+      return v;
+    };
     for (int64_t e = 0; e < E; ++e) {
       ops::Expert ex;
       const std::string x = "mlp.experts." + std::to_string(e) + ".";
-      if (stored.count(fused)) {
+      // --moe_dtype sees them under their per-expert names, as it sees other architectures' experts.
+      const std::string names = b.prefix + x;
+      if (mxfp4) {
+        const auto& [gb, gs] = mxfp4_pair(stored, fused, E, 2 * I, H);
+        const auto& [db, ds] = mxfp4_pair(stored, fused_down, E, H, I);
+        ex.gate = b.store.converted(mxfp4_rows(gb, gs, e, 0, 2, I), names + "gate_proj.weight");
+        ex.up = b.store.converted(mxfp4_rows(gb, gs, e, 1, 2, I), names + "up_proj.weight");
+        ex.down = b.store.converted(mxfp4_rows(db, ds, e, 0, 1, H), names + "down_proj.weight");
+      } else if (fused_form) {
         // gate_up [E, H, 2I]: expert e's gate row i is column 2i, its up row i column 2i + 1; down [E, I, H].
         const StoredTensor& gu = stored.at(fused);
-        const StoredTensor& down = stored.at(b.prefix + "mlp.experts.down_proj");
+        const StoredTensor& down = stored.at(fused_down);
         if (gu.shape != std::vector<int64_t>{E, H, 2 * I} || down.shape != std::vector<int64_t>{E, I, H} || !gu.dtype ||
             !is_float(*gu.dtype) || !down.dtype || down.dtype != gu.dtype)
           throw EngineError(fused + ": expected float [" + std::to_string(E) + ", " + std::to_string(H) + ", " + std::to_string(2 * I) +
@@ -107,29 +156,22 @@ class GptOss final : public Architecture {
         const DType t = *gu.dtype;
         const size_t es = dtype_size(t);
         const uint8_t* g = static_cast<const uint8_t*>(gu.data) + size_t(e * H * 2 * I) * es;
-        // --moe_dtype sees them under their per-expert names, as it sees other architectures' experts.
-        const std::string names = b.prefix + x;
         ex.gate = b.store.converted(strided_copy(t, g, I, H, 2, 2 * I), names + "gate_proj.weight");
         ex.up = b.store.converted(strided_copy(t, g + es, I, H, 2, 2 * I), names + "up_proj.weight");
         ex.down = b.store.converted(strided_copy(t, static_cast<const uint8_t*>(down.data) + size_t(e * I * H) * es, H, I, 1, H),
                                     names + "down_proj.weight");
-        const Tensor biases = float_copy(stored.at(fused + "_bias"), {E, 2 * I});
-        const Tensor down_biases = float_copy(stored.at(b.prefix + "mlp.experts.down_proj_bias"), {E, H});
-        auto pick = [](const Tensor& all, int64_t first, int64_t n, int64_t step) {
-          Tensor v = Tensor::zeros_f32({n});
-          for (int64_t i = 0; i < n; ++i) v.as<float>()[i] = all.as<float>()[first + i * step];
-          return v;
-        };
-        ex.gate_bias = pick(biases, e * 2 * I, I, 2);
-        ex.up_bias = pick(biases, e * 2 * I + 1, I, 2);
-        ex.down_bias = pick(down_biases, e * H, H, 1);
-      } else {
+      } else {  // per-expert tensors (an exported model)
         ex.gate = b.matrix(x + "gate_proj.weight", {I, H});
         ex.up = b.matrix(x + "up_proj.weight", {I, H});
         ex.down = b.matrix(x + "down_proj.weight", {H, I});
         ex.gate_bias = b.vector(x + "gate_proj.bias", I);
         ex.up_bias = b.vector(x + "up_proj.bias", I);
         ex.down_bias = b.vector(x + "down_proj.bias", H);
+      }
+      if (fused_form) {
+        ex.gate_bias = pick(biases, e * 2 * I, I, 2);
+        ex.up_bias = pick(biases, e * 2 * I + 1, I, 2);
+        ex.down_bias = pick(down_biases, e * H, H, 1);
       }
       ex.swiglu_alpha = float(m.swiglu_alpha);
       ex.swiglu_limit = float(m.swiglu_limit);

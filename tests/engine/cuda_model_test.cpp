@@ -65,6 +65,31 @@ BOOST_AUTO_TEST_CASE(fixtures_give_transformers_tokens_and_logits_on_the_gpu) {
   }
 }
 
+// gpt-oss with MXFP4 experts (tests/data/quantized) all on the GPU: the matmuls decode the blocks in
+// registers (block_decode.h) and match transformers reading the checkpoint.
+BOOST_AUTO_TEST_CASE(mxfp4_experts_on_the_gpu_compute_what_transformers_computed) {
+  const fs::path dir = fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data" / "quantized" / "gpt-oss-mxfp4";
+  const test::Reference ref = test::read_reference(dir);
+  ModelLoadOptions o = test::exact_options();
+  o.path = dir.string();
+  o.threads = 2;
+  o.context_length = 128;
+  o.max_sequences = 1;
+  o.device = "cuda";
+  o.moe_device = "cuda";
+  auto gpu = ModelInstance::load(o);
+  BOOST_TEST(gpu->dtypes() == "float32, mxfp4");
+  const int64_t last = int64_t(ref.prompt.size()) - 1;
+  const double prefill = test::relative_error(test::prompt_logits(*gpu, ref.prompt, {last})[0], ref.last_logits);
+  std::vector<int32_t> all = ref.prompt;
+  all.insert(all.end(), ref.greedy.begin(), ref.greedy.end() - 1);
+  const double decode = test::relative_error(test::decode_logits(*gpu, all, ref.prompt.size()), ref.final_logits);
+  BOOST_TEST_MESSAGE("gpt-oss MXFP4 on cuda: prefill " << prefill << ", decode " << decode);
+  BOOST_TEST(prefill < 1e-4);
+  BOOST_TEST(decode < 1e-4);
+  BOOST_TEST(greedy(*gpu, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(a_layer_split_equals_the_all_gpu_model) {
   for (const char* name : {"qwen3-f32", "llama-linear-tied-bias-f32", "qwen3-moe-f32"}) {
     BOOST_TEST_CONTEXT(name) {

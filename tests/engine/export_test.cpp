@@ -110,6 +110,21 @@ BOOST_AUTO_TEST_CASE(exported_models_keep_their_architecture_keys_and_compute_as
   }
 }
 
+// MXFP4 experts leave as MXFP4 rows (ggml's order) and come back computing the same bits.
+BOOST_AUTO_TEST_CASE(exported_mxfp4_experts_stay_mxfp4) {
+  const std::string source = FTLLM_SOURCE_ROOT "/tests/data/quantized/gpt-oss-mxfp4";
+  TempDir dir;
+  ExportResult r;
+  Status s = export_model(options(source, "auto"), dir.path.string(), r);
+  BOOST_REQUIRE_MESSAGE(s.ok, s.message);
+  BOOST_TEST(r.dtypes == "float32, mxfp4");
+  auto original = ModelInstance::load(options(source, "auto"));
+  auto exported = ModelInstance::load(options(dir.path.string(), "auto"));
+  BOOST_TEST(exported->dtypes() == "float32, mxfp4");
+  const std::vector<int32_t> ids = {1, 17, 300, 42, 5, 99, 7, 8, 200, 31};
+  BOOST_TEST(test::prompt_logits(*exported, ids, {9})[0] == test::prompt_logits(*original, ids, {9})[0]);
+}
+
 BOOST_AUTO_TEST_CASE(export_errors_name_the_problem) {
   TempDir dir;
   ExportResult r;

@@ -216,6 +216,61 @@ def make_architecture_fixtures(only=None):
               f"native bf16 compute differs by {native_diff:.4f}")
 
 
+FP4 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def to_mxfp4(w):
+    """w [..., rows, K] as OpenAI's checkpoints store MXFP4: blocks [..., rows, K / 32, 16] (value 2j in the low
+    nibble of byte j, 2j + 1 in the high one) and e8m0 scales [..., rows, K / 32] (value = fp4 * 2^(e - 127));
+    the exponent puts each block's largest magnitude in [4, 8) of the fp4 steps, the nearest code wins."""
+    blocks = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32).float()
+    amax = blocks.abs().amax(-1, keepdim=True)
+    e = torch.where(amax > 0, torch.floor(torch.log2(amax)) - 2, torch.zeros_like(amax))
+    codes = ((blocks / torch.exp2(e)).unsqueeze(-1) - FP4).abs().argmin(-1).to(torch.uint8)
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return packed.contiguous(), (e.squeeze(-1) + 127).to(torch.uint8).contiguous()
+
+
+def make_mxfp4_fixture():
+    """gpt-oss with its experts in MXFP4 as OpenAI ships them (gate_up_proj_blocks/_scales, down_proj_blocks/
+    _scales; the rest float32): the oracle is transformers reading that checkpoint (it dequantizes MXFP4 on
+    the CPU, exactly: every fp4 value times a power of two is a float32)."""
+    from safetensors.torch import save_file
+    config_cls, model_cls, extra = FIXTURES["gpt-oss"]
+    directory = DATA / "quantized" / "gpt-oss-mxfp4"
+    for seed in range(100, 120):
+        config = config_cls(**{**COMMON, **extra, "intermediate_size": 64})  # rows of whole 32-value blocks
+        torch.manual_seed(seed)
+        model = model_cls(config).eval()
+        randomize(model, seed)
+        if directory.exists():
+            shutil.rmtree(directory)
+        model.save_pretrained(directory, safe_serialization=True)
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        for layer in range(config.num_hidden_layers):
+            p = f"model.layers.{layer}.mlp.experts."
+            for proj in ["gate_up_proj", "down_proj"]:
+                # In memory [E, in, out]; stored per output row: [E, out, in / 32, 16].
+                blocks, scales = to_mxfp4(state.pop(p + proj).transpose(1, 2))
+                state[p + proj + "_blocks"], state[p + proj + "_scales"] = blocks, scales
+        (directory / "model.safetensors").unlink()
+        save_file(state, directory / "model.safetensors", metadata={"format": "pt"})
+        cfg = json.loads((directory / "config.json").read_text())
+        cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+            "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+        (directory / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        loaded = model_cls.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager").eval()
+        experts = loaded.model.layers[0].mlp.experts
+        assert experts.gate_up_proj.dtype == torch.float32 and experts.gate_up_proj.shape == (8, 64, 128)
+        prompt = torch.randint(3, config.vocab_size, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(seed))
+        ref = reference(loaded, prompt)
+        if ref["min_greedy_gap"] > 1e-2:
+            break
+    ref = dict(ref, seed=seed, transformers=transformers.__version__, torch=torch.__version__)
+    (directory / "reference.json").write_text(json.dumps(ref) + "\n")
+    print(f"gpt-oss-mxfp4: seed {seed}, greedy gap {ref['min_greedy_gap']:.4f}")
+
+
 def make_sampling_fixtures():
     g = torch.Generator().manual_seed(7)
     logits = (3.0 * torch.randn(64, generator=g)).tolist()
@@ -312,6 +367,8 @@ if __name__ == "__main__":
     names = [w.split(":", 1)[1] for w in which if w.startswith("model:")]
     if names:
         make_architecture_fixtures(names)
+    if "mxfp4" in which or "models" in which:
+        make_mxfp4_fixture()
     if "sampling" in which:
         make_sampling_fixtures()
     if "rope" in which or "models" in which:
