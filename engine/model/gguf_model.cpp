@@ -1,5 +1,6 @@
 #include "gguf_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -17,6 +18,38 @@ int64_t required(const GgufFile& g, const std::string& key) {
   auto v = g.get_int(key);
   if (!v || *v <= 0) throw EngineError(g.path() + ": metadata " + key + " is missing; it is required to build the model");
   return *v;
+}
+
+// llama.cpp's expert gating functions (LLAMA_EXPERT_GATING_FUNC_TYPE_*).
+constexpr int64_t kGatingSoftmax = 1, kGatingSigmoid = 2, kGatingSoftmaxWeight = 3;
+
+// The keys every MoE architecture's converter writes (`p` is "ARCH."). Whether the chosen weights are
+// renormalised is the architecture's (its read_gguf): llama.cpp fixes it per graph for most.
+void read_experts(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  const std::optional<int64_t> count = g.get_int(p + "expert_count");
+  if (!count || *count == 0) return;
+  MoeConfig& m = c.moe;
+  m.num_experts = *count;
+  m.experts_per_token = required(g, p + "expert_used_count");
+  if (m.experts_per_token > m.num_experts)
+    throw EngineError(g.path() + ": " + p + "expert_used_count is above " + p + "expert_count");
+  m.expert_intermediate = g.get_int(p + "expert_feed_forward_length").value_or(c.intermediate_size);
+  m.shared_intermediate = g.get_int(p + "expert_shared_feed_forward_length")
+                              .value_or(g.get_int(p + "expert_shared_count").value_or(0) * m.expert_intermediate);
+  for (int64_t l = 0; l < g.get_int(p + "leading_dense_block_count").value_or(0); ++l) m.dense_layers.push_back(l);
+  m.routed_scaling_factor = g.get_float(p + "expert_weights_scale").value_or(0.0);
+  if (m.routed_scaling_factor == 0.0) m.routed_scaling_factor = 1.0;  // llama.cpp: 0 means unscaled
+  m.norm_topk_prob = g.get_bool(p + "expert_weights_norm").value_or(false);
+  const int64_t gating = g.get_int(p + "expert_gating_func").value_or(kGatingSoftmax);
+  if (gating != kGatingSoftmax && gating != kGatingSigmoid && gating != kGatingSoftmaxWeight)
+    throw EngineError(g.path() + ": " + p + "expert_gating_func " + std::to_string(gating) +
+                      " is not supported (1 softmax, 2 sigmoid, 3 softmax over the chosen experts)");
+  m.sigmoid_grouped = gating == kGatingSigmoid;
+  if (gating == kGatingSoftmaxWeight) m.norm_topk_prob = true;  // a softmax over the chosen logits
+  m.n_group = std::max<int64_t>(1, g.get_int(p + "expert_group_count").value_or(1));
+  m.topk_group = std::max<int64_t>(1, g.get_int(p + "expert_group_used_count").value_or(m.n_group));
+  if (m.num_experts % m.n_group != 0 || m.topk_group > m.n_group)
+    throw EngineError(g.path() + ": " + p + "expert_group_count must divide the experts, with expert_group_used_count at most it");
 }
 
 ModelConfig config_from_metadata(const GgufFile& g, const std::string& arch) {
@@ -40,6 +73,7 @@ ModelConfig config_from_metadata(const GgufFile& g, const std::string& arch) {
   else if (auto* tokens = g.get_strings("tokenizer.ggml.tokens")) c.vocab_size = int64_t(tokens->size());
   else throw EngineError(g.path() + ": neither " + p + "vocab_size nor tokenizer.ggml.tokens gives the vocabulary size");
   c.tie_word_embeddings = g.tensor("output.weight") == nullptr;
+  read_experts(g, p, c);
   if (auto bos = g.get_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = int32_t(*bos);
   if (auto eos = g.get_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(int32_t(*eos));
   if (auto eot = g.get_int("tokenizer.ggml.eot_token_id"))
@@ -105,12 +139,22 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"ffn_down.weight", "mlp.down_proj.weight"},     {"attn_q.bias", "self_attn.q_proj.bias"},
     {"attn_k.bias", "self_attn.k_proj.bias"},        {"attn_v.bias", "self_attn.v_proj.bias"},
     {"attn_q_norm.weight", "self_attn.q_norm.weight"}, {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    // Mixture of experts: the router, the experts stacked [E, rows, cols] (bound as views, one expert's
+    // rows at a time: layer.cpp), shared experts, DeepSeek's and GLM's routing bias.
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},        {"ffn_gate_exps.weight", "mlp.experts.gate_proj"},
+    {"ffn_up_exps.weight", "mlp.experts.up_proj"},     {"ffn_down_exps.weight", "mlp.experts.down_proj"},
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
 };
 
 // GGUF architectures and the Hugging Face class whose decoder they are.
 const std::pair<const char*, const char*> kArchitectures[] = {
-    {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},    {"qwen3", "Qwen3ForCausalLM"},
-    {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}};
+    {"llama", "LlamaForCausalLM"},     {"qwen2", "Qwen2ForCausalLM"},       {"qwen3", "Qwen3ForCausalLM"},
+    {"gemma2", "Gemma2ForCausalLM"},   {"gemma3", "Gemma3ForCausalLM"},     {"phi3", "Phi3ForCausalLM"},
+    {"qwen2moe", "Qwen2MoeForCausalLM"}, {"qwen3moe", "Qwen3MoeForCausalLM"}, {"glm4moe", "Glm4MoeForCausalLM"},
+    {"gpt-oss", "GptOssForCausalLM"}};
 
 }  // namespace
 
@@ -121,13 +165,21 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
   for (auto [name, cls] : kArchitectures)
     if (arch == name) hf_class = cls;
   if (!hf_class)
-    throw EngineError(path + ": GGUF architecture \"" + arch + "\" is not supported (llama, qwen2, qwen3, gemma2, gemma3 and "
-                      "phi3 are)");
+    throw EngineError(path + ": GGUF architecture \"" + arch + "\" is not supported (llama, qwen2, qwen3, gemma2, gemma3, "
+                      "phi3, qwen2moe, qwen3moe, glm4moe and gpt-oss are)");
   GgufModel m;
   m.config = config_from_metadata(g, arch);
   m.config.architecture = hf_class;
   const Architecture& architecture = find_architecture(hf_class);
   architecture.read_gguf(g, arch, m.config);
+  // A layer without a router is dense (llama.cpp's leading_dense_block_count, or Qwen's mlp_only_layers
+  // written out as plain MLP tensors).
+  MoeConfig& moe = m.config.moe;
+  if (moe.num_experts > 0)
+    for (int64_t l = 0; l < m.config.num_layers; ++l)
+      if (!g.tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") &&
+          std::find(moe.dense_layers.begin(), moe.dense_layers.end(), l) == moe.dense_layers.end())
+        moe.dense_layers.push_back(l);
   const float norm_shift = architecture.gguf_norm_shift();
   std::vector<std::pair<std::string, std::string>> layer_names;
   for (auto [from, to] : kLayerNames) layer_names.emplace_back(from, to);

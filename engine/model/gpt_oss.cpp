@@ -12,6 +12,7 @@
 #include "../core/json_writer.h"
 #include "../quant/quant.h"
 #include "architecture.h"
+#include "gguf.h"
 
 namespace ftllm::model {
 
@@ -98,6 +99,39 @@ class GptOss final : public Architecture {
       c.rope.original_max_position_embeddings = 4096;
     }
   }
+  // llama.cpp's gpt-oss: sliding layers every other one from the first (pattern 2), YaRN from the rope
+  // keys, a softmax over the chosen experts' logits, the clamped SwiGLU's constants fixed as its graph
+  // fixes them. YaRN's blend is not rounded to whole dimensions, as in transformers and OpenAI's code
+  // (llama.cpp's ggml rounds it; the logits differ slightly there).
+  void read_gguf(const GgufFile& g, const std::string& arch, ModelConfig& c) const override {
+    c.sliding_window = g.get_int(arch + ".attention.sliding_window").value_or(128);
+    const int64_t pattern = g.get_int(arch + ".attention.sliding_window_pattern").value_or(2);
+    c.sliding_layers.clear();
+    for (int64_t l = 0; l < c.num_layers; ++l) c.sliding_layers.push_back(pattern > 0 && l % pattern < pattern - 1);
+    if (g.get_string(arch + ".rope.scaling.type").value_or("") == "yarn") {
+      RopeConfig& rope = c.rope;
+      rope.type = RopeType::Yarn;
+      rope.factor = g.get_float(arch + ".rope.scaling.factor").value_or(1.0);
+      rope.original_max_position_embeddings = g.get_int(arch + ".rope.scaling.original_context_length").value_or(4096);
+      rope.beta_fast = g.get_float(arch + ".rope.scaling.yarn_beta_fast").value_or(32.0);
+      rope.beta_slow = g.get_float(arch + ".rope.scaling.yarn_beta_slow").value_or(1.0);
+      rope.truncate = false;
+    }
+    c.attention_bias = g.tensor("blk.0.attn_q.bias") != nullptr;
+    c.moe.norm_topk_prob = true;
+    c.moe.swiglu_alpha = 1.702;
+    c.moe.swiglu_limit = 7.0;
+  }
+  std::vector<std::pair<std::string, std::string>> gguf_layer_names() const override {
+    return {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+            {"attn_sinks.weight", "self_attn.sinks"},
+            {"attn_output.bias", "self_attn.o_proj.bias"},
+            {"ffn_gate_inp.weight", "mlp.router.weight"},
+            {"ffn_gate_inp.bias", "mlp.router.bias"},
+            {"ffn_gate_exps.bias", "mlp.experts.gate_proj_bias"},
+            {"ffn_up_exps.bias", "mlp.experts.up_proj_bias"},
+            {"ffn_down_exps.bias", "mlp.experts.down_proj_bias"}};
+  }
   void write_config(const ModelConfig& c, const ConfigField& field) const override {
     field("swiglu_alpha", json_number(c.moe.swiglu_alpha));
     field("swiglu_limit", json_number(c.moe.swiglu_limit));
@@ -122,12 +156,26 @@ class GptOss final : public Architecture {
     L.router_bias = b.vector("mlp.router.bias", E);
     const std::string fused = b.prefix + "mlp.experts.gate_up_proj", fused_down = b.prefix + "mlp.experts.down_proj";
     const auto& stored = b.store.tensors();
+    auto need = [&](const std::string& name) -> const StoredTensor& {
+      auto it = stored.find(name);
+      if (it == stored.end()) throw EngineError("tensor " + name + " is missing; gpt-oss's experts need it");
+      return it->second;
+    };
     const bool mxfp4 = stored.count(fused + "_blocks") != 0, fused_form = mxfp4 || stored.count(fused) != 0;
     // The fused forms' biases: [E, 2I] with gate and up interleaved, and [E, H].
     Tensor biases, down_biases;
     if (fused_form) {
-      biases = float_copy(b.store.tensors().at(fused + "_bias"), {E, 2 * I});
-      down_biases = float_copy(b.store.tensors().at(fused_down + "_bias"), {E, H});
+      biases = float_copy(need(fused + "_bias"), {E, 2 * I});
+      down_biases = float_copy(need(fused_down + "_bias"), {E, H});
+    }
+    // A GGUF stacks each projection: gate and up [E, I, H], down [E, H, I], their biases [E, I] and [E, H].
+    const std::string stacked = b.prefix + "mlp.experts.";
+    const bool stacked_form = !fused_form && stored.count(stacked + "gate_proj") != 0;
+    Tensor gate_biases, up_biases;
+    if (stacked_form) {
+      gate_biases = float_copy(need(stacked + "gate_proj_bias"), {E, I});
+      up_biases = float_copy(need(stacked + "up_proj_bias"), {E, I});
+      down_biases = float_copy(need(stacked + "down_proj_bias"), {E, H});
     }
     auto pick = [](const Tensor& all, int64_t first, int64_t n, int64_t step) {
       Tensor v = Tensor::zeros_f32({n});
@@ -147,8 +195,8 @@ class GptOss final : public Architecture {
         ex.down = b.store.converted(mxfp4_rows(db, ds, e, 0, 1, H), names + "down_proj.weight");
       } else if (fused_form) {
         // gate_up [E, H, 2I]: expert e's gate row i is column 2i, its up row i column 2i + 1; down [E, I, H].
-        const StoredTensor& gu = stored.at(fused);
-        const StoredTensor& down = stored.at(fused_down);
+        const StoredTensor& gu = need(fused);
+        const StoredTensor& down = need(fused_down);
         if (gu.shape != std::vector<int64_t>{E, H, 2 * I} || down.shape != std::vector<int64_t>{E, I, H} || !gu.dtype ||
             !is_float(*gu.dtype) || !down.dtype || down.dtype != gu.dtype)
           throw EngineError(fused + ": expected float [" + std::to_string(E) + ", " + std::to_string(H) + ", " + std::to_string(2 * I) +
@@ -160,6 +208,13 @@ class GptOss final : public Architecture {
         ex.up = b.store.converted(strided_copy(t, g + es, I, H, 2, 2 * I), names + "up_proj.weight");
         ex.down = b.store.converted(strided_copy(t, static_cast<const uint8_t*>(down.data) + size_t(e * I * H) * es, H, I, 1, H),
                                     names + "down_proj.weight");
+      } else if (stacked_form) {
+        ex.gate = b.store.matrix_rows(stacked + "gate_proj", {E, I, H}, e * I, I, names + "gate_proj.weight");
+        ex.up = b.store.matrix_rows(stacked + "up_proj", {E, I, H}, e * I, I, names + "up_proj.weight");
+        ex.down = b.store.matrix_rows(stacked + "down_proj", {E, H, I}, e * H, H, names + "down_proj.weight");
+        ex.gate_bias = pick(gate_biases, e * I, I, 1);
+        ex.up_bias = pick(up_biases, e * I, I, 1);
+        ex.down_bias = pick(down_biases, e * H, H, 1);
       } else {  // per-expert tensors (an exported model)
         ex.gate = b.matrix(x + "gate_proj.weight", {I, H});
         ex.up = b.matrix(x + "up_proj.weight", {I, H});

@@ -42,19 +42,25 @@ void bind_dense_mlp(const LayerBinder& b, LayerWeights& L, bool bias) {
 
 // Hugging Face checkpoints hold one tensor per expert matrix (mlp.experts.N.gate_proj.weight, ...);
 // transformers 5 saves them fused (mlp.experts.gate_up_proj [E, 2I, H], gate rows first, and
-// mlp.experts.down_proj [E, H, I]). Both bind as views; --moe_dtype sees the per-expert names.
+// mlp.experts.down_proj [E, H, I]); a GGUF stacks them (gguf_model.cpp names them mlp.experts.gate_proj,
+// up_proj [E, I, H] and down_proj). All bind as views; --moe_dtype sees the per-expert names.
 void bind_experts(const LayerBinder& b, LayerWeights& L, const std::string& shared_prefix) {
   const MoeConfig& m = b.config.moe;
   const int64_t H = b.config.hidden_size, E = m.num_experts, I = m.expert_intermediate;
   const std::string p = b.prefix + "mlp.";
   L.router = b.matrix("mlp.gate.weight", {E, H});
-  const bool fused = b.store.has(p + "experts.gate_up_proj");
+  const bool fused = b.store.has(p + "experts.gate_up_proj"), stacked = b.store.has(p + "experts.gate_proj");
   for (int64_t e = 0; e < E; ++e) {
     const std::string x = p + "experts." + std::to_string(e) + ".";
     ops::Expert ex;
     if (fused) {
       ex.gate = b.store.matrix_rows(p + "experts.gate_up_proj", {E, 2 * I, H}, e * 2 * I, I, x + "gate_proj.weight");
       ex.up = b.store.matrix_rows(p + "experts.gate_up_proj", {E, 2 * I, H}, e * 2 * I + I, I, x + "up_proj.weight");
+    } else if (stacked) {
+      ex.gate = b.store.matrix_rows(p + "experts.gate_proj", {E, I, H}, e * I, I, x + "gate_proj.weight");
+      ex.up = b.store.matrix_rows(p + "experts.up_proj", {E, I, H}, e * I, I, x + "up_proj.weight");
+    }
+    if (fused || stacked) {
       ex.down = b.store.matrix_rows(p + "experts.down_proj", {E, H, I}, e * H, H, x + "down_proj.weight");
     } else {
       ex.gate = b.store.matrix(x + "gate_proj.weight", {I, H});

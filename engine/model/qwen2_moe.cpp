@@ -3,6 +3,7 @@
 // sigmoid(shared_expert_gate · x).
 #include "../ops/ops.h"
 #include "architecture.h"
+#include "gguf.h"
 
 namespace ftllm::model {
 
@@ -18,12 +19,27 @@ class Qwen2Moe final : public Architecture {
       throw r.error("use_sliding_window", "is true: windowed Qwen2-MoE layers are not supported; set it to false");
     read_experts(r, c, hf_name());
   }
+  // llama.cpp's qwen2moe graph never renormalises; its shared expert keeps Qwen's names.
+  void read_gguf(const GgufFile&, const std::string&, ModelConfig& c) const override { c.moe.norm_topk_prob = false; }
+  std::vector<std::pair<std::string, std::string>> gguf_layer_names() const override {
+    return {{"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+            {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+            {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+            {"ffn_gate_inp_shexp.weight", kSharedGate}};
+  }
   void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
     bind_norms(b, L);
     bind_attention(b, L, {.qkv_bias = true});
     if (!b.config.moe.is_moe_layer(b.layer)) return bind_dense_mlp(b, L);
     bind_experts(b, L, "mlp.shared_expert.");
-    if (L.shared) L.own.push_back({kSharedGate, b.matrix(kSharedGate, {1, b.config.hidden_size}), kSharedExperts, false});
+    if (!L.shared) return;
+    // [1, H] in a checkpoint, [H] in a GGUF: the same row.
+    const int64_t H = b.config.hidden_size;
+    const auto stored = b.store.tensors().find(b.prefix + kSharedGate);
+    const bool vector = stored != b.store.tensors().end() && stored->second.shape.size() == 1;
+    Tensor gate = vector ? b.matrix(kSharedGate, {H}) : b.matrix(kSharedGate, {1, H});
+    gate.shape = {1, H};
+    L.own.push_back({kSharedGate, gate, kSharedExperts, false});
   }
   void scale_shared_experts(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& shared) const override {
     Tensor gate = ops::zeros(ctx, {h.dim(0), 1});

@@ -2,6 +2,7 @@
 // router's logits, the top num_experts_per_tok experts, optionally renormalised (norm_topk_prob); layers
 // listed in mlp_only_layers or off the decoder_sparse_step keep a dense MLP.
 #include "architecture.h"
+#include "gguf.h"
 
 namespace ftllm::model {
 
@@ -15,6 +16,8 @@ class Qwen3Moe final : public Architecture {
       throw r.error("use_sliding_window", "is true: windowed Qwen3-MoE layers are not supported; set it to false");
     read_experts(r, c, hf_name());
   }
+  // llama.cpp's qwen3moe graph always renormalises the chosen experts' weights.
+  void read_gguf(const GgufFile&, const std::string&, ModelConfig& c) const override { c.moe.norm_topk_prob = true; }
   void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
     const bool bias = b.config.attention_bias;
     bind_norms(b, L);

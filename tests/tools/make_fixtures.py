@@ -239,7 +239,9 @@ def make_mxfp4_fixture():
     config_cls, model_cls, extra = FIXTURES["gpt-oss"]
     directory = DATA / "quantized" / "gpt-oss-mxfp4"
     for seed in range(100, 120):
-        config = config_cls(**{**COMMON, **extra, "intermediate_size": 64})  # rows of whole 32-value blocks
+        # Rows of whole 32-value blocks; the real SwiGLU limit (7), which llama.cpp's graph fixes, so that
+        # the GGUF made from this fixture (make_gguf_fixtures.py) computes the same.
+        config = config_cls(**{**COMMON, **extra, "intermediate_size": 64, "swiglu_limit": 7.0})
         torch.manual_seed(seed)
         model = model_cls(config).eval()
         randomize(model, seed)

@@ -1,12 +1,14 @@
 """GGUF copies of transformers fixtures, written as llama.cpp's convert_hf_to_gguf.py lays them out (its
-tensor names, llama's q/k rows permuted for its rotary layout, qwen's not), for the GGUF reader's tests:
-the GGUF must compute what the safetensors fixture computes, whose logits transformers recorded.
+tensor names, llama's q/k rows permuted for its rotary layout, qwen's not; MoE experts stacked per
+projection, gpt-oss's MXFP4 blocks repacked to ggml's nibble order), for the GGUF reader's tests: the
+GGUF must compute what the safetensors fixture computes, whose logits transformers recorded.
 Writes tests/data/gguf/*.gguf (weights only, no vocabulary). Needs gguf and numpy."""
 import json
 import math
 import pathlib
 import struct
 
+import gguf
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType, quants
 
@@ -35,9 +37,9 @@ def read_safetensors(path):
     for name, t in header.items():
         if name == "__metadata__":
             continue
-        assert t["dtype"] == "F32"
+        assert t["dtype"] in ("F32", "U8")
         b, e = t["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + b:8 + n + e], np.float32).reshape(t["shape"])
+        out[name] = np.frombuffer(raw[8 + n + b:8 + n + e], np.float32 if t["dtype"] == "F32" else np.uint8).reshape(t["shape"])
     return out
 
 
@@ -112,6 +114,112 @@ def convert(fixture, arch, out_name, qtype=GGMLQuantizationType.F32):
     w.close()
 
 
+def ggml_mxfp4(blocks, scales):
+    """OpenAI's MXFP4 (value 2j in the low nibble of byte j, 2j + 1 in the high one; scales apart) as ggml's
+    block_mxfp4 rows: [exponent, 16 bytes with value j low and j + 16 high] per 32 values."""
+    codes = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    packed = np.concatenate([scales[..., None], qs.astype(np.uint8)], axis=-1)
+    return packed.reshape(*packed.shape[:-2], packed.shape[-2] * 17)
+
+
+MOE_ARCHS = {"qwen3moe": gguf.MODEL_ARCH.QWEN3MOE, "qwen2moe": gguf.MODEL_ARCH.QWEN2MOE,
+             "glm4moe": gguf.MODEL_ARCH.GLM4_MOE, "gpt-oss": gguf.MODEL_ARCH.GPT_OSS}
+
+
+def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32):
+    """An MoE fixture as the converter writes it: per-expert (or OpenAI's MXFP4) tensors stacked per
+    projection under gguf-py's tensor names for the architecture, its MoE keys; other tensors float32."""
+    c = json.loads((src / "config.json").read_text())
+    tensors = read_safetensors(src / "model.safetensors")
+    n_layers, heads = c["num_hidden_layers"], c["num_attention_heads"]
+    head_dim = c.get("head_dim") or c["hidden_size"] // heads
+    names = gguf.get_tensor_name_map(MOE_ARCHS[arch], n_layers)
+    # Qwen's mlp_only_layers keep a dense MLP, which llama.cpp's qwen2moe/qwen3moe tensor lists lack: written
+    # under llama's names (ffn_gate, ...), as the reader takes a layer without a router for dense.
+    dense_names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layers)
+    w = GGUFWriter(str(DATA / "gguf" / out_name), arch)
+    w.add_block_count(n_layers)
+    w.add_embedding_length(c["hidden_size"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    rope = c["rope_parameters"]
+    w.add_rope_freq_base(rope["rope_theta"])
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_vocab_size(c["vocab_size"])
+    w.add_expert_count(c.get("num_experts") or c.get("n_routed_experts") or c["num_local_experts"])
+    w.add_expert_used_count(c["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(c.get("moe_intermediate_size") or c["intermediate_size"])
+    if arch == "qwen2moe":
+        w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
+    if arch == "glm4moe":  # Glm4MoeModel.set_gguf_parameters
+        w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.5))))
+        w.add_expert_shared_count(c["n_shared_experts"])
+        w.add_leading_dense_block_count(c["first_k_dense_replace"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_expert_weights_scale(c["routed_scaling_factor"])
+        w.add_expert_weights_norm(c["norm_topk_prob"])
+        # The converter leaves expert groups out (GLM-4.5 has one); this fixture has two, written with the
+        # keys DeepSeek's converter uses.
+        if c.get("n_group", 1) > 1:
+            w.add_expert_group_count(c["n_group"])
+            w.add_expert_group_used_count(c["topk_group"])
+    if arch == "gpt-oss":  # GptOssModel.set_gguf_parameters and the base class's YaRN keys
+        w.add_sliding_window(c["sliding_window"])
+        w.add_rope_scaling_type(RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rope["factor"])
+        w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        w.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+        w.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+
+    def add(hf_name, t, qtype=GGMLQuantizationType.F32):
+        gname = names.get_name(hf_name, try_suffixes=(".weight", ".bias")) or dense_names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        assert gname, hf_name
+        if qtype != GGMLQuantizationType.F32:
+            w.add_tensor(gname, quants.quantize(np.ascontiguousarray(t, np.float32), qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gname, np.ascontiguousarray(t, np.float32))
+
+    experts = {}
+    for name, t in tensors.items():
+        if ".mlp.experts." in name:
+            experts[name] = t
+            continue
+        if name.endswith("e_score_correction_bias"):
+            name = name.replace("e_score_correction_bias", "e_score_correction.bias")
+        if name.endswith("self_attn.sinks"):
+            name += ".weight"
+        if name.endswith("shared_expert_gate.weight"):
+            t = t.reshape(-1)  # llama.cpp's ffn_gate_inp_shexp is {n_embd}
+        add(name, t)
+    for layer in range(n_layers):
+        p = f"model.layers.{layer}.mlp.experts."
+        if p + "gate_up_proj_blocks" in experts:  # gpt-oss as OpenAI ships it: gate rows even, up rows odd
+            gb, gs = experts[p + "gate_up_proj_blocks"], experts[p + "gate_up_proj_scales"]
+            for proj, b, sc in [("gate_proj", gb[:, ::2], gs[:, ::2]), ("up_proj", gb[:, 1::2], gs[:, 1::2]),
+                                ("down_proj", experts[p + "down_proj_blocks"], experts[p + "down_proj_scales"])]:
+                w.add_tensor(names.get_name(p + proj + ".weight", try_suffixes=(".weight",)), ggml_mxfp4(b, sc),
+                             raw_dtype=GGMLQuantizationType.MXFP4)
+            bias = experts[p + "gate_up_proj_bias"]
+            add(p + "gate_proj.bias", bias[:, ::2])
+            add(p + "up_proj.bias", bias[:, 1::2])
+            add(p + "down_proj.bias", experts[p + "down_proj_bias"])
+            continue
+        count = sum(1 for n in experts if n.startswith(p) and n.endswith(".gate_proj.weight"))
+        for proj in ["gate_proj", "up_proj", "down_proj"]:
+            if count:
+                stacked = np.stack([experts[f"{p}{e}.{proj}.weight"] for e in range(count)])
+                add(p + proj + ".weight", stacked, expert_qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 (DATA / "gguf").mkdir(exist_ok=True)
 convert("llama-f32", "llama", "llama-f32.gguf")
 convert("qwen2-f32", "qwen2", "qwen2-f32.gguf")
@@ -121,4 +229,9 @@ convert("llama-f32", "llama", "llama-q5_1.gguf", GGMLQuantizationType.Q5_1)
 convert("gemma2-f32", "gemma2", "gemma2-f32.gguf")
 convert("gemma3-pattern-f32", "gemma3", "gemma3-f32.gguf")
 convert("phi3-f32", "phi3", "phi3-f32.gguf")
+convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-f32.gguf")
+convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-q8_0.gguf", GGMLQuantizationType.Q8_0)
+convert_moe(DATA / "models" / "qwen2-moe-f32", "qwen2moe", "qwen2moe-f32.gguf")
+convert_moe(DATA / "models" / "glm4-moe-f32", "glm4moe", "glm4moe-f32.gguf")
+convert_moe(DATA / "quantized" / "gpt-oss-mxfp4", "gpt-oss", "gpt-oss-mxfp4.gguf")
 print("wrote", sorted(p.name for p in (DATA / "gguf").iterdir()))
