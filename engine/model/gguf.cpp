@@ -1,7 +1,11 @@
 #include "gguf.h"
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 
 #include "../core/error.h"
 #include "../quant/ggml_blocks.h"
@@ -103,18 +107,10 @@ GgufValue read_value(Cursor& c, uint32_t type) {
   throw c.error("unknown metadata value type " + std::to_string(type));
 }
 
-}  // namespace
-
-int64_t GgufTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : ne) n *= d;
-  return n;
-}
-
-GgufFile GgufFile::open(const std::string& path) {
-  GgufFile g;
-  g.file_ = MappedFile::open(path);
-  const MappedFile& f = *g.file_;
+// One file: its metadata into `metadata`, its tensors (data pointing into its mapping) onto `tensors`.
+void read_part(const std::string& path, std::map<std::string, GgufValue>& metadata, std::vector<GgufTensor>& tensors) {
+  const std::shared_ptr<MappedFile> file = MappedFile::open(path);
+  const MappedFile& f = *file;
   Cursor c(f);
   if (f.size() < 4 || std::memcmp(f.data(), "GGUF", 4) != 0)
     throw EngineError(path + " is not a GGUF file (it does not start with \"GGUF\")");
@@ -128,7 +124,7 @@ GgufFile GgufFile::open(const std::string& path) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.string();
     uint32_t type = c.read<uint32_t>();
-    g.metadata_[key] = read_value(c, type);
+    metadata[key] = read_value(c, type);
   }
 
   struct Info {
@@ -157,7 +153,10 @@ GgufFile GgufFile::open(const std::string& path) {
   }
 
   uint64_t alignment = 32;
-  if (auto a = g.get_int("general.alignment")) alignment = uint64_t(*a);
+  if (auto it = metadata.find("general.alignment"); it != metadata.end()) {
+    if (auto* u = std::get_if<uint64_t>(&it->second.v)) alignment = *u;
+    else if (auto* v = std::get_if<int64_t>(&it->second.v)) alignment = uint64_t(*v);
+  }
   if (alignment == 0 || (alignment & (alignment - 1)) || alignment > (uint64_t(1) << 20))
     throw c.error("general.alignment is not a power of two up to 1 MiB");
   const uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
@@ -180,8 +179,70 @@ GgufFile GgufFile::open(const std::string& path) {
       info.t.data = f.data() + data_start + info.offset;
       info.t.bytes = bytes;
     }
-    g.tensors_.push_back(std::move(info.t));
+    info.t.file = file;
+    tensors.push_back(std::move(info.t));
   }
+}
+
+int64_t int_value(const std::map<std::string, GgufValue>& metadata, const std::string& key, int64_t otherwise) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return otherwise;
+  if (auto* i = std::get_if<int64_t>(&it->second.v)) return *i;
+  if (auto* u = std::get_if<uint64_t>(&it->second.v)) return int64_t(*u);
+  return otherwise;
+}
+
+}  // namespace
+
+int64_t GgufTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : ne) n *= d;
+  return n;
+}
+
+GgufFile GgufFile::open(const std::string& path) {
+  GgufFile g;
+  read_part(path, g.metadata_, g.tensors_);
+  g.file_ = g.tensors_.empty() ? MappedFile::open(path) : g.tensors_.front().file;
+  g.bytes_ = g.file_->size();
+  // A split set (llama.cpp's gguf-split: NAME-00001-of-0000N.gguf): the first part holds the metadata and
+  // names the rest; every part says which it is; together they hold split.tensors.count tensors.
+  const int64_t count = int_value(g.metadata_, "split.count", 1);
+  if (count <= 1) return g;
+  const int64_t first = int_value(g.metadata_, "split.no", 0);
+  static const std::regex kPart(R"((.*)-(\d{5})-of-(\d{5})\.gguf)");
+  std::smatch m;
+  if (!std::regex_match(path, m, kPart))
+    throw EngineError(path + " is part " + std::to_string(first + 1) + " of a split GGUF of " + std::to_string(count) +
+                      " parts, but its name is not NAME-0000K-of-0000N.gguf; give the first part under its gguf-split name");
+  auto part_path = [&](int64_t i) {
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, "-%05d-of-%05d.gguf", int(i + 1), int(count));
+    return m[1].str() + suffix;
+  };
+  if (first != 0)
+    throw EngineError(path + " is part " + std::to_string(first + 1) + " of " + std::to_string(count) + " of a split GGUF; give the first, " +
+                      part_path(0));
+  for (int64_t i = 1; i < count; ++i) {
+    const std::string p = part_path(i);
+    if (!std::filesystem::exists(p))
+      throw EngineError(path + " is split into " + std::to_string(count) + " parts and part " + std::to_string(i + 1) + ", " + p +
+                        ", is missing; put every part in the same directory");
+    std::map<std::string, GgufValue> meta;
+    read_part(p, meta, g.tensors_);
+    if (int_value(meta, "split.count", 0) != count || int_value(meta, "split.no", -1) != i)
+      throw EngineError(p + " does not say it is part " + std::to_string(i + 1) + " of " + std::to_string(count) +
+                        " (split.no, split.count): it belongs to another model or split");
+    g.bytes_ += std::filesystem::file_size(p);
+  }
+  const int64_t want = int_value(g.metadata_, "split.tensors.count", -1);
+  if (want >= 0 && int64_t(g.tensors_.size()) != want)
+    throw EngineError(path + ": its " + std::to_string(count) + " parts hold " + std::to_string(g.tensors_.size()) +
+                      " tensors, and the first says " + std::to_string(want) + ": the parts come from different models or splits");
+  std::set<std::string> names;
+  for (const GgufTensor& t : g.tensors_)
+    if (!names.insert(t.name).second)
+      throw EngineError(path + ": tensor " + t.name + " is in two parts: the parts come from different models or splits");
   return g;
 }
 

@@ -1,5 +1,6 @@
-// Reads GGUF files (versions 2 and 3) over mmap: metadata, tensor directory, tensor data. Every count,
-// length and offset is checked against the file, so a truncated or corrupt file fails its load.
+// Reads GGUF files (versions 2 and 3) over mmap, and split sets of them: metadata, tensor directory,
+// tensor data. Every count, length and offset is checked against the file, so a truncated or corrupt file
+// fails its load.
 #pragma once
 
 #include <cstdint>
@@ -25,16 +26,19 @@ struct GgufTensor {
   uint32_t type = 0;
   const void* data = nullptr;
   size_t bytes = 0;
+  std::shared_ptr<MappedFile> file;  // the mapping `data` lies in (a split set's part)
   int64_t numel() const;
 };
 
 class GgufFile {
  public:
-  // Throws EngineError naming the file and what is wrong with it.
+  // Throws EngineError naming the file and what is wrong with it. A split set (gguf-split's
+  // NAME-00001-of-0000N.gguf) opens from its first part: the others are read and checked with it.
   static GgufFile open(const std::string& path);
 
   const std::string& path() const { return file_->path(); }
   const std::shared_ptr<MappedFile>& file() const { return file_; }
+  uint64_t bytes() const { return bytes_; }  // of every part
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* tensor(const std::string& name) const;
@@ -47,6 +51,7 @@ class GgufFile {
 
  private:
   std::shared_ptr<MappedFile> file_;
+  uint64_t bytes_ = 0;
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensor> tensors_;
 };

@@ -95,7 +95,7 @@ StoredTensor view(const GgufFile& g, const GgufTensor& t, const std::string& hf_
   s.dtype = quant::dtype_of_ggml(t.type);
   s.data = t.data;
   s.bytes = t.bytes;
-  s.owner = g.file();  // the mapping must outlive the model
+  s.owner = t.file;  // the mapping (of its part) must outlive the model
   return s;
 }
 
@@ -168,6 +168,7 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
     throw EngineError(path + ": GGUF architecture \"" + arch + "\" is not supported (llama, qwen2, qwen3, gemma2, gemma3, "
                       "phi3, qwen2moe, qwen3moe, glm4moe and gpt-oss are)");
   GgufModel m;
+  m.file_bytes = g.bytes();
   m.config = config_from_metadata(g, arch);
   m.config.architecture = hf_class;
   const Architecture& architecture = find_architecture(hf_class);

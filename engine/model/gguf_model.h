@@ -15,9 +15,10 @@ namespace ftllm::model {
 struct GgufModel {
   ModelConfig config;
   WeightStore weights;
+  uint64_t file_bytes = 0;  // every part of a split set
 };
 
-// Throws EngineError naming what is missing or unsupported.
+// Throws EngineError naming what is missing or unsupported. `path` may be the first part of a split set.
 // `progress` (optional) hears bytes of tensor data converted so far, out of the file's total.
 GgufModel load_gguf_model(const std::string& path,
                           const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);

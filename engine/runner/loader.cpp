@@ -155,11 +155,12 @@ void add_note(std::string& notes, const std::string& note) {
 void load_gguf(LoadedModel& m, const model::DTypeRules& rules, int threads) {
   const ModelLoadOptions& o = m.options;
   const fs::path file_path(o.path);
-  const uint64_t file_bytes = fs::file_size(file_path);
+  uint64_t file_bytes = fs::file_size(file_path);  // the first part's, until the set is open
   if (o.progress) o.progress("reading", 0, file_bytes);
   model::GgufModel g = model::load_gguf_model(o.path, [&](uint64_t done, uint64_t total) {
     if (o.progress) o.progress("converting", done, total);
   });
+  file_bytes = g.file_bytes;
   if (o.progress) o.progress("binding", file_bytes, file_bytes);
   g.weights.set_dtype_rules(rules, threads);
   apply_moe_options(o, g.config);
@@ -168,7 +169,12 @@ void load_gguf(LoadedModel& m, const model::DTypeRules& rules, int threads) {
   check_kv_fits(o, g.config);
   m.model = std::make_unique<model::DecoderModel>(g.config, arch, g.weights);
   m.weight_file_bytes = file_bytes;
-  if (m.options.name.empty()) m.options.name = file_path.stem().string();
+  if (m.options.name.empty()) {  // a split set is named without its part suffix
+    static const std::regex kPart(R"((.*)-\d{5}-of-\d{5})");
+    std::smatch part;
+    const std::string stem = file_path.stem().string();
+    m.options.name = std::regex_match(stem, part, kPart) ? part[1].str() : stem;
+  }
   add_note(m.notes, g.weights.conversion_notes());
   model::GgufFile file = model::GgufFile::open(o.path);
   read_gguf_tokenizer(file, m.text);

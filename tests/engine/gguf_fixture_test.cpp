@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <filesystem>
+#include <unistd.h>
 
 #include "../common/exact_options.h"
 #include "../common/greedy_run.h"
@@ -44,6 +46,7 @@ const Case kCases[] = {{"llama-f32.gguf", "models/llama-f32", "float32", 1e-4},
                        {"qwen3moe-f32.gguf", "models/qwen3-moe-f32", "float32", 1e-4},
                        {"qwen3moe-q8_0.gguf", "models/qwen3-moe-f32", "float32, q8_0", 0.06},
                        {"qwen2moe-f32.gguf", "models/qwen2-moe-f32", "float32", 1e-4},
+                       {"qwen3moe-split-00001-of-00003.gguf", "models/qwen3-moe-f32", "float32", 1e-4},
                        {"glm4moe-f32.gguf", "models/glm4-moe-f32", "float32", 1e-4},
                        {"gpt-oss-mxfp4.gguf", "quantized/gpt-oss-mxfp4", "float32, mxfp4", 1e-4, "scalar"},
                        {"gpt-oss-mxfp4.gguf", "quantized/gpt-oss-mxfp4", "float32, mxfp4", 0.05}};
@@ -79,4 +82,91 @@ BOOST_AUTO_TEST_CASE(gguf_fixtures_compute_what_transformers_computed) {
       BOOST_TEST(test::greedy(*model, prompt, int32_t(want_tokens.size())) == want_tokens, c.gguf);
     }
   }
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kGguf = fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data" / "gguf";
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("ftllm-split-" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string part(int i) { return "qwen3moe-split-0000" + std::to_string(i) + "-of-00003.gguf"; }
+
+ModelLoadOptions split_options(const fs::path& first) {
+  ModelLoadOptions o = test::exact_options();
+  o.path = first.string();
+  o.threads = 2;
+  o.context_length = 64;
+  o.max_sequences = 1;
+  return o;
+}
+
+// The load's error message, or "" when it loaded.
+std::string load_error(const ModelLoadOptions& o) {
+  try {
+    ModelInstance::load(o);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// A split set (gguf-split's names) loads from its first part, its tensors mapped in place from every
+// part, and computes what the single file computes, bit for bit; the MoE options work on it as on
+// safetensors.
+BOOST_AUTO_TEST_CASE(split_gguf_computes_what_the_single_file_computes) {
+  auto whole = ModelInstance::load(split_options(kGguf / "qwen3moe-f32.gguf"));
+  auto split = ModelInstance::load(split_options(kGguf / part(1)));
+  BOOST_TEST(split->options().name == "qwen3moe-split");  // the set's name, not its first part's
+  BOOST_TEST(split->weight_file_bytes() == fs::file_size(kGguf / part(1)) + fs::file_size(kGguf / part(2)) + fs::file_size(kGguf / part(3)));
+  const std::vector<int32_t> ids = {1, 17, 300, 42, 5, 99, 7, 8};
+  const std::vector<float> want = test::prompt_logits(*whole, ids, {7})[0];
+  BOOST_TEST(test::prompt_logits(*split, ids, {7})[0] == want);
+  ModelLoadOptions o = split_options(kGguf / part(1));
+  o.moe_dtype = "int8";
+  auto int8 = ModelInstance::load(o);
+  BOOST_TEST(int8->dtypes() == "float32, int8");
+  for (auto& [name, t] : int8->model().named_tensors())
+    if (name.find(".mlp.experts.") != std::string::npos) BOOST_TEST((t->dtype == DType::I8), name);
+  const double err = test::relative_error(test::prompt_logits(*int8, ids, {7})[0], want);
+  BOOST_TEST(err > 0.0);
+  BOOST_TEST(err < 0.1);
+}
+
+// What can go wrong with a split set is refused before anything is computed, naming the file.
+BOOST_AUTO_TEST_CASE(broken_split_sets_are_refused_naming_the_part) {
+  TempDir dir;
+  auto copy_all = [&] {
+    for (int i = 1; i <= 3; ++i) fs::copy_file(kGguf / part(i), dir.path / part(i), fs::copy_options::overwrite_existing);
+  };
+  copy_all();
+  BOOST_TEST(load_error(split_options(dir.path / part(1))) == "");
+
+  fs::remove(dir.path / part(2));
+  std::string why = load_error(split_options(dir.path / part(1)));
+  BOOST_TEST(why.find((dir.path / part(2)).string() + ", is missing") != std::string::npos, why);
+
+  copy_all();
+  why = load_error(split_options(dir.path / part(2)));
+  BOOST_TEST(why.find("give the first, " + (dir.path / part(1)).string()) != std::string::npos, why);
+
+  // A part of another model in its place: not part 2 of 3.
+  fs::copy_file(kGguf / "qwen3moe-f32.gguf", dir.path / part(2), fs::copy_options::overwrite_existing);
+  why = load_error(split_options(dir.path / part(1)));
+  BOOST_TEST(why.find((dir.path / part(2)).string() + " does not say it is part 2 of 3") != std::string::npos, why);
+
+  // A truncated last part.
+  copy_all();
+  fs::resize_file(dir.path / part(3), fs::file_size(dir.path / part(3)) / 2);
+  why = load_error(split_options(dir.path / part(1)));
+  BOOST_TEST(why.find((dir.path / part(3)).string()) != std::string::npos, why);
+  BOOST_TEST(why.find("truncated") != std::string::npos, why);
 }

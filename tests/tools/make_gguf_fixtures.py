@@ -127,9 +127,10 @@ MOE_ARCHS = {"qwen3moe": gguf.MODEL_ARCH.QWEN3MOE, "qwen2moe": gguf.MODEL_ARCH.Q
              "glm4moe": gguf.MODEL_ARCH.GLM4_MOE, "gpt-oss": gguf.MODEL_ARCH.GPT_OSS}
 
 
-def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32):
+def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, split_tensors=0):
     """An MoE fixture as the converter writes it: per-expert (or OpenAI's MXFP4) tensors stacked per
-    projection under gguf-py's tensor names for the architecture, its MoE keys; other tensors float32."""
+    projection under gguf-py's tensor names for the architecture, its MoE keys; other tensors float32.
+    split_tensors > 0 splits it as gguf-split does (OUT-00001-of-0000N.gguf, at most that many tensors each)."""
     c = json.loads((src / "config.json").read_text())
     tensors = read_safetensors(src / "model.safetensors")
     n_layers, heads = c["num_hidden_layers"], c["num_attention_heads"]
@@ -138,7 +139,7 @@ def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32):
     # Qwen's mlp_only_layers keep a dense MLP, which llama.cpp's qwen2moe/qwen3moe tensor lists lack: written
     # under llama's names (ffn_gate, ...), as the reader takes a layer without a router for dense.
     dense_names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layers)
-    w = GGUFWriter(str(DATA / "gguf" / out_name), arch)
+    w = GGUFWriter(str(DATA / "gguf" / out_name), arch, split_max_tensors=split_tensors)
     w.add_block_count(n_layers)
     w.add_embedding_length(c["hidden_size"])
     w.add_feed_forward_length(c["intermediate_size"])
@@ -232,6 +233,7 @@ convert("phi3-f32", "phi3", "phi3-f32.gguf")
 convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-f32.gguf")
 convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-q8_0.gguf", GGMLQuantizationType.Q8_0)
 convert_moe(DATA / "models" / "qwen2-moe-f32", "qwen2moe", "qwen2moe-f32.gguf")
+convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-split.gguf", split_tensors=16)
 convert_moe(DATA / "models" / "glm4-moe-f32", "glm4moe", "glm4moe-f32.gguf")
 convert_moe(DATA / "quantized" / "gpt-oss-mxfp4", "gpt-oss", "gpt-oss-mxfp4.gguf")
 print("wrote", sorted(p.name for p in (DATA / "gguf").iterdir()))
