@@ -16,6 +16,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -145,19 +146,32 @@ struct Weights<DType::Q8_0> {
   static const uint8_t* chunks(const uint8_t* row, int64_t b) { return reinterpret_cast<const uint8_t*>(block(row, b).qs); }
 };
 
-// MXFP4: each nibble looked up as ggml's doubled e2m1 integer (-12..12, signed bytes), the block scale
-// 2^(e - 128) exact, so a block's step is as exact as Q8_0's.
+// MXFP4: each nibble looked up as ggml's doubled e2m1 integer plus 12 (0..24, unsigned bytes; the dot
+// starts from -12 * sum(x), as Q4_0's from -8 * sum(x)), the block scale 2^(e - 128) exact, so a block's
+// step is as exact as Q4_0's.
+// Every e8m0 exponent's half scale (block_decode.h's e8m0_half), looked up instead of branched on.
+const auto kHalfScales = [] {
+  std::array<float, 256> t{};
+  for (int e = 0; e < 256; ++e) t[size_t(e)] = quant::decode::e8m0_half(uint8_t(e));
+  return t;
+}();
+
 template <>
 struct Weights<DType::MXFP4> {
-  static constexpr bool kSigned = true, kPacked = true, kHasMin = false, kHasScale = true;
-  static constexpr int kOffset = 0, kMaxByte = 12;
+  static constexpr bool kSigned = false, kPacked = true, kHasMin = false, kHasScale = true;
+  static constexpr int kOffset = 12, kMaxByte = 24;
   static const quant::BlockMXFP4& block(const uint8_t* row, int64_t b) { return reinterpret_cast<const quant::BlockMXFP4*>(row)[b]; }
   static const void* at(const uint8_t* row, int64_t b) { return &block(row, b); }
-  static float scale(const uint8_t* row, int64_t b) { return quant::decode::e8m0_half(block(row, b).e); }
-  static __m128 scales4(const uint8_t* const* r, int64_t b) { return _mm_setr_ps(scale(r[0], b), scale(r[1], b), scale(r[2], b), scale(r[3], b)); }
+  static float scale(const uint8_t* row, int64_t b) { return kHalfScales[block(row, b).e]; }
+  static __m128 scales4(const uint8_t* const* r, int64_t b) {  // four exponents widened, then shifted into place
+    const __m128i e = _mm_setr_epi32(block(r[0], b).e, block(r[1], b).e, block(r[2], b).e, block(r[3], b).e);
+    const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);             // 2^(e - 128)
+    const __m128i subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);                   // e = 0, 1
+    return _mm_castsi128_ps(_mm_blendv_epi8(normal, subnormal, _mm_cmplt_epi32(e, _mm_set1_epi32(2))));
+  }
   static __m256i bytes(const uint8_t* row, int64_t b) {
-    const __m256i values = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3,
-                                            -4, -6, -8, -12);
+    const __m256i values = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12,
+                                            11, 10, 9, 8, 6, 4, 0);
     return _mm256_shuffle_epi8(values, nibbles(block(row, b).qs));
   }
 };

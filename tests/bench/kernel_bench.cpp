@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     else if (a == "--k" && i + 1 < argc) k_arg = std::stoll(argv[++i]) / 256 * 256;
     else names.push_back(a);
   }
-  if (names.empty()) names = {"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k", "int8", "int4g128", "fp8"};
+  if (names.empty()) names = {"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "mxfp4", "q4_k", "q6_k", "int8", "int4g128", "fp8"};
   const cpu::Kernels& k = cpu::kernels_named(kernels);
   const int64_t K = k_arg;
   std::mt19937 rng(1);
