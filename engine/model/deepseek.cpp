@@ -3,6 +3,7 @@
 // layers with shared experts. V3 routes by sigmoid scores plus e_score_correction_bias over expert groups;
 // V2 by softmax scores, greedy or group_limited_greedy; both scale the chosen weights by
 // routed_scaling_factor.
+#include <algorithm>
 #include <cmath>
 
 #include "../core/json_writer.h"
@@ -10,11 +11,17 @@
 #include "../quant/quant.h"
 #include "architecture.h"
 #include "decoder.h"
+#include "gguf.h"
 #include "rope.h"
 
 namespace ftllm::model {
 
 namespace {
+
+// Newer deepseek2 GGUFs split kv_b_proj per head: k_b [heads, kv_lora_rank, nope] (transposed) and v_b
+// [heads, v, kv_lora_rank].
+const char* const kKB = "self_attn.k_b_proj";
+const char* const kVB = "self_attn.v_b_proj";
 
 class DeepSeek final : public Architecture {
  public:
@@ -43,6 +50,42 @@ class DeepSeek final : public Architecture {
     field("qk_rope_head_dim", std::to_string(a.rope_dim));
     field("v_head_dim", std::to_string(a.v_dim));
     field("rope_interleave", a.rope_interleave ? "true" : "false");
+  }
+
+  // llama.cpp's deepseek2 (DeepSeek V2, V3, R1, Kimi-K2): the latent dimensions under attention.* (its
+  // key/value lengths are the MQA view, the _mla ones the heads'; older files have only the heads'), the
+  // routing from the MoE keys (V2 softmax, V3 sigmoid), YaRN's mscale as its log multiplier (times 0.1).
+  void read_gguf(const GgufFile& g, const std::string& arch, ModelConfig& c) const override {
+    const std::string p = arch + ".";
+    MlaConfig& a = c.mla;
+    a.kv_lora_rank = g.get_int(p + "attention.kv_lora_rank").value_or(0);
+    a.q_lora_rank = g.get_int(p + "attention.q_lora_rank").value_or(0);
+    a.rope_dim = g.get_int(p + "rope.dimension_count").value_or(0);
+    const int64_t k_head = g.get_int(p + "attention.key_length_mla").value_or(g.get_int(p + "attention.key_length").value_or(0));
+    a.v_dim = g.get_int(p + "attention.value_length_mla").value_or(g.get_int(p + "attention.value_length").value_or(0));
+    a.nope_dim = k_head - a.rope_dim;
+    if (a.kv_lora_rank <= 0 || a.rope_dim <= 0 || a.rope_dim % 2 || a.nope_dim <= 0 || a.v_dim <= 0)
+      throw EngineError(g.path() + ": " + p + "attention.kv_lora_rank, rope.dimension_count and the key/value lengths do not "
+                        "describe latent attention");
+    a.rope_interleave = true;  // llama.cpp rotates DeepSeek's pairs (x0, x1), (x2, x3) as the weights lay them out
+    c.head_dim = a.rope_dim;
+    c.num_kv_heads = c.num_heads;  // the converter's MQA view; the heads are the query's
+    c.architecture = c.moe.sigmoid_grouped ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM";
+    if (g.get_string(p + "rope.scaling.type").value_or("") == "yarn") {
+      RopeConfig& rope = c.rope;
+      rope.type = RopeType::Yarn;
+      rope.factor = g.get_float(p + "rope.scaling.factor").value_or(1.0);
+      rope.original_max_position_embeddings = g.get_int(p + "rope.scaling.original_context_length").value_or(4096);
+      rope.beta_fast = g.get_float(p + "rope.scaling.yarn_beta_fast").value_or(32.0);
+      rope.beta_slow = g.get_float(p + "rope.scaling.yarn_beta_slow").value_or(1.0);
+      rope.mscale = rope.mscale_all_dim = g.get_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0) / 0.1;
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> gguf_layer_names() const override {
+    return {{"attn_q_a.weight", "self_attn.q_a_proj.weight"},          {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+            {"attn_q_b.weight", "self_attn.q_b_proj.weight"},          {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+            {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"}, {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
+            {"attn_k_b.weight", kKB},                                   {"attn_v_b.weight", kVB}};
   }
 
   void check(const ModelConfig& c) const override {
@@ -86,12 +129,27 @@ void DeepSeek::bind_latent_attention(const LayerBinder& b, LayerWeights& L) {
   own("self_attn.kv_a_proj_with_mqa.weight", b.matrix("self_attn.kv_a_proj_with_mqa.weight", {a.kv_lora_rank + a.rope_dim, H}), true);
   own("self_attn.kv_a_layernorm.weight", b.vector("self_attn.kv_a_layernorm.weight", a.kv_lora_rank), false);
   // Read a row at a time by the absorbed attention, so kept as float32 whatever it is stored in.
-  const Tensor stored = b.matrix("self_attn.kv_b_proj.weight", {heads * (a.nope_dim + a.v_dim), a.kv_lora_rank});
-  Tensor kv_b = Tensor::zeros_f32(stored.shape);
-  const size_t row = row_bytes(stored.dtype, a.kv_lora_rank);
-  for (int64_t r = 0; r < stored.dim(0); ++r)
-    quant::dequantize_row(stored.dtype, static_cast<const char*>(stored.data) + size_t(r) * row,
-                          kv_b.as<float>() + r * a.kv_lora_rank, a.kv_lora_rank);
+  const int64_t per_head = a.nope_dim + a.v_dim, lora = a.kv_lora_rank;
+  Tensor kv_b = Tensor::zeros_f32({heads * per_head, lora});
+  auto widen = [](const Tensor& t, int64_t cols) {  // a stored matrix of `cols`-value rows as float32
+    Tensor out = Tensor::zeros_f32({t.numel() / cols, cols});
+    const size_t row = row_bytes(t.dtype, cols);
+    for (int64_t r = 0; r < out.dim(0); ++r)
+      quant::dequantize_row(t.dtype, static_cast<const char*>(t.data) + size_t(r) * row, out.as<float>() + r * cols, cols);
+    return out;
+  };
+  if (b.store.has(b.prefix + kKB)) {  // a GGUF's split halves: head h's rows are k_b[h] transposed, then v_b[h]
+    const Tensor k = widen(b.store.matrix_rows(b.prefix + kKB, {heads, lora, a.nope_dim}, 0, heads * lora, b.prefix + kKB), a.nope_dim);
+    const Tensor v = widen(b.store.matrix_rows(b.prefix + kVB, {heads, a.v_dim, lora}, 0, heads * a.v_dim, b.prefix + kVB), lora);
+    float* out = kv_b.as<float>();
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < a.nope_dim; ++i)
+        for (int64_t j = 0; j < lora; ++j) out[(h * per_head + i) * lora + j] = k.as<float>()[(h * lora + j) * a.nope_dim + i];
+      std::copy_n(v.as<float>() + h * a.v_dim * lora, a.v_dim * lora, out + (h * per_head + a.nope_dim) * lora);
+    }
+  } else {
+    kv_b = widen(b.matrix("self_attn.kv_b_proj.weight", {heads * per_head, lora}), lora);
+  }
   own("self_attn.kv_b_proj.weight", std::move(kv_b), false);
   L.o = b.matrix("self_attn.o_proj.weight", {H, heads * a.v_dim});
 }

@@ -154,7 +154,7 @@ const std::pair<const char*, const char*> kArchitectures[] = {
     {"llama", "LlamaForCausalLM"},     {"qwen2", "Qwen2ForCausalLM"},       {"qwen3", "Qwen3ForCausalLM"},
     {"gemma2", "Gemma2ForCausalLM"},   {"gemma3", "Gemma3ForCausalLM"},     {"phi3", "Phi3ForCausalLM"},
     {"qwen2moe", "Qwen2MoeForCausalLM"}, {"qwen3moe", "Qwen3MoeForCausalLM"}, {"glm4moe", "Glm4MoeForCausalLM"},
-    {"gpt-oss", "GptOssForCausalLM"}};
+    {"gpt-oss", "GptOssForCausalLM"},  {"deepseek2", "DeepseekV3ForCausalLM"}};
 
 }  // namespace
 
@@ -166,7 +166,7 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
     if (arch == name) hf_class = cls;
   if (!hf_class)
     throw EngineError(path + ": GGUF architecture \"" + arch + "\" is not supported (llama, qwen2, qwen3, gemma2, gemma3, "
-                      "phi3, qwen2moe, qwen3moe, glm4moe and gpt-oss are)");
+                      "phi3, qwen2moe, qwen3moe, glm4moe, gpt-oss and deepseek2 are)");
   GgufModel m;
   m.file_bytes = g.bytes();
   m.config = config_from_metadata(g, arch);

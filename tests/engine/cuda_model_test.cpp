@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <tuple>
 #include <filesystem>
 
 #include "../common/exact_options.h"
@@ -88,6 +89,29 @@ BOOST_AUTO_TEST_CASE(mxfp4_experts_on_the_gpu_compute_what_transformers_computed
   BOOST_TEST(prefill < 1e-4);
   BOOST_TEST(decode < 1e-4);
   BOOST_TEST(greedy(*gpu, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
+}
+
+// MoE GGUFs (stacked experts bound as views) on the GPU: Qwen3-MoE with its experts there too, DeepSeek V3
+// with them in host memory (fastllm's hybrid), against transformers' logits of the source fixtures.
+BOOST_AUTO_TEST_CASE(moe_ggufs_on_the_gpu_compute_what_transformers_computed) {
+  const fs::path data = fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data";
+  for (auto [gguf, fixture, moe_device] : {std::tuple{"qwen3moe-f32.gguf", "qwen3-moe-f32", "cuda"},
+                                           std::tuple{"deepseek-v3-f32.gguf", "deepseek-v3-f32", "cpu"}}) {
+    BOOST_TEST_CONTEXT(gguf) {
+      const test::Reference ref = test::read_reference(kModels / fixture);
+      ModelLoadOptions o = test::exact_options();
+      o.path = (data / "gguf" / gguf).string();
+      o.threads = 2;
+      o.context_length = 128;
+      o.max_sequences = 1;
+      o.device = "cuda";
+      o.moe_device = moe_device;
+      auto gpu = ModelInstance::load(o);
+      const double err = test::relative_error(test::prompt_logits(*gpu, ref.prompt, {int64_t(ref.prompt.size()) - 1})[0], ref.last_logits);
+      BOOST_TEST_MESSAGE(gguf << " on cuda, experts on " << moe_device << ": " << err);
+      BOOST_TEST(err < 1e-4);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_layer_split_equals_the_all_gpu_model) {

@@ -4,7 +4,8 @@
 // derives instead of storing (layer pattern, score scale, local RoPE base), Phi-3 with fused tensors and
 // LongRoPE factors as tensors; the MoE architectures with their experts stacked per projection (Qwen3-MoE,
 // Qwen2-MoE with its shared expert and gate, GLM-4.5 with sigmoid group routing, gpt-oss with MXFP4
-// experts, biases and sinks). They must compute what transformers computed for the source model; block
+// experts, biases and sinks, DeepSeek V3 (YaRN too) with kv_b split per head into k_b and v_b as the
+// converter writes it now, DeepSeek V2 with the whole kv_b of older files). They must compute what transformers computed for the source model; block
 // types within their quantization's reach of it.
 #include <simdjson.h>
 
@@ -48,6 +49,9 @@ const Case kCases[] = {{"llama-f32.gguf", "models/llama-f32", "float32", 1e-4},
                        {"qwen2moe-f32.gguf", "models/qwen2-moe-f32", "float32", 1e-4},
                        {"qwen3moe-split-00001-of-00003.gguf", "models/qwen3-moe-f32", "float32", 1e-4},
                        {"glm4moe-f32.gguf", "models/glm4-moe-f32", "float32", 1e-4},
+                       {"deepseek-v3-f32.gguf", "models/deepseek-v3-f32", "float32", 1e-4},
+                       {"deepseek-v3-yarn-f32.gguf", "models/deepseek-v3-yarn-f32", "float32", 1e-4},
+                       {"deepseek-v2-kv_b-f32.gguf", "models/deepseek-v2-f32", "float32", 1e-4},
                        {"gpt-oss-mxfp4.gguf", "quantized/gpt-oss-mxfp4", "float32, mxfp4", 1e-4, "scalar"},
                        {"gpt-oss-mxfp4.gguf", "quantized/gpt-oss-mxfp4", "float32, mxfp4", 0.05}};
 
@@ -139,6 +143,12 @@ BOOST_AUTO_TEST_CASE(split_gguf_computes_what_the_single_file_computes) {
   const double err = test::relative_error(test::prompt_logits(*int8, ids, {7})[0], want);
   BOOST_TEST(err > 0.0);
   BOOST_TEST(err < 0.1);
+}
+
+// deepseek2 holds V2 and V3 alike; the routing keys tell them apart, and status names the right one.
+BOOST_AUTO_TEST_CASE(deepseek2_ggufs_name_their_deepseek_version) {
+  BOOST_TEST(ModelInstance::load(split_options(kGguf / "deepseek-v2-kv_b-f32.gguf"))->config().architecture == "DeepseekV2ForCausalLM");
+  BOOST_TEST(ModelInstance::load(split_options(kGguf / "deepseek-v3-f32.gguf"))->config().architecture == "DeepseekV3ForCausalLM");
 }
 
 // What can go wrong with a split set is refused before anything is computed, naming the file.

@@ -124,13 +124,15 @@ def ggml_mxfp4(blocks, scales):
 
 
 MOE_ARCHS = {"qwen3moe": gguf.MODEL_ARCH.QWEN3MOE, "qwen2moe": gguf.MODEL_ARCH.QWEN2MOE,
-             "glm4moe": gguf.MODEL_ARCH.GLM4_MOE, "gpt-oss": gguf.MODEL_ARCH.GPT_OSS}
+             "glm4moe": gguf.MODEL_ARCH.GLM4_MOE, "gpt-oss": gguf.MODEL_ARCH.GPT_OSS, "deepseek2": gguf.MODEL_ARCH.DEEPSEEK2}
 
 
-def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, split_tensors=0):
+def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, split_tensors=0, legacy_kv_b=False):
     """An MoE fixture as the converter writes it: per-expert (or OpenAI's MXFP4) tensors stacked per
     projection under gguf-py's tensor names for the architecture, its MoE keys; other tensors float32.
-    split_tensors > 0 splits it as gguf-split does (OUT-00001-of-0000N.gguf, at most that many tensors each)."""
+    split_tensors > 0 splits it as gguf-split does (OUT-00001-of-0000N.gguf, at most that many tensors each).
+    deepseek2: kv_b_proj split per head into k_b (transposed) and v_b as DeepseekV2Model writes it now, or
+    whole (legacy_kv_b) as older converters did."""
     c = json.loads((src / "config.json").read_text())
     tensors = read_safetensors(src / "model.safetensors")
     n_layers, heads = c["num_hidden_layers"], c["num_attention_heads"]
@@ -144,9 +146,36 @@ def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, spli
     w.add_embedding_length(c["hidden_size"])
     w.add_feed_forward_length(c["intermediate_size"])
     w.add_head_count(heads)
-    w.add_head_count_kv(c["num_key_value_heads"])
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
+    if arch == "deepseek2":  # DeepseekV2Model.set_gguf_parameters: MLA seen as MQA with wide heads
+        w.add_head_count_kv(1)
+        w.add_key_length(c["kv_lora_rank"] + c["qk_rope_head_dim"])
+        w.add_value_length(c["kv_lora_rank"])
+        w.add_key_length_mla(c["qk_nope_head_dim"] + c["qk_rope_head_dim"])
+        w.add_value_length_mla(c["v_head_dim"])
+        w.add_kv_lora_rank(c["kv_lora_rank"])
+        if c.get("q_lora_rank"):
+            w.add_q_lora_rank(c["q_lora_rank"])
+        w.add_rope_dimension_count(c["qk_rope_head_dim"])
+        w.add_leading_dense_block_count(c["first_k_dense_replace"])
+        w.add_expert_shared_count(c["n_shared_experts"])
+        w.add_expert_weights_scale(c["routed_scaling_factor"])
+        if c.get("norm_topk_prob"):
+            w.add_expert_weights_norm(True)
+        # What the real configs' scoring_func says (transformers 5 drops the key): V3 sigmoid, V2 softmax.
+        v3 = c["architectures"][0] == "DeepseekV3ForCausalLM"
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID if v3 else gguf.ExpertGatingFuncType.SOFTMAX)
+        if c["rope_parameters"].get("rope_type") == "yarn":
+            rp = c["rope_parameters"]
+            w.add_rope_scaling_type(RopeScalingType.YARN)
+            w.add_rope_scaling_factor(rp["factor"])
+            w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+            w.add_rope_scaling_yarn_beta_fast(rp["beta_fast"])
+            w.add_rope_scaling_yarn_beta_slow(rp["beta_slow"])
+            w.add_rope_scaling_yarn_log_mul(0.1 * rp["mscale_all_dim"])
+    else:
+        w.add_head_count_kv(c["num_key_value_heads"])
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
     rope = c["rope_parameters"]
     w.add_rope_freq_base(rope["rope_theta"])
@@ -155,6 +184,9 @@ def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, spli
     w.add_expert_count(c.get("num_experts") or c.get("n_routed_experts") or c["num_local_experts"])
     w.add_expert_used_count(c["num_experts_per_tok"])
     w.add_expert_feed_forward_length(c.get("moe_intermediate_size") or c["intermediate_size"])
+    if c.get("n_group") is not None:  # TextModel.set_gguf_parameters writes the groups for any MoE
+        w.add_expert_group_count(c["n_group"])
+        w.add_expert_group_used_count(c["topk_group"])
     if arch == "qwen2moe":
         w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
     if arch == "glm4moe":  # Glm4MoeModel.set_gguf_parameters
@@ -164,11 +196,6 @@ def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, spli
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
         w.add_expert_weights_scale(c["routed_scaling_factor"])
         w.add_expert_weights_norm(c["norm_topk_prob"])
-        # The converter leaves expert groups out (GLM-4.5 has one); this fixture has two, written with the
-        # keys DeepSeek's converter uses.
-        if c.get("n_group", 1) > 1:
-            w.add_expert_group_count(c["n_group"])
-            w.add_expert_group_used_count(c["topk_group"])
     if arch == "gpt-oss":  # GptOssModel.set_gguf_parameters and the base class's YaRN keys
         w.add_sliding_window(c["sliding_window"])
         w.add_rope_scaling_type(RopeScalingType.YARN)
@@ -196,6 +223,12 @@ def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, spli
             name += ".weight"
         if name.endswith("shared_expert_gate.weight"):
             t = t.reshape(-1)  # llama.cpp's ffn_gate_inp_shexp is {n_embd}
+        if name.endswith("kv_b_proj.weight") and not legacy_kv_b:
+            nope, v = c["qk_nope_head_dim"], c["v_head_dim"]
+            kv_b = t.reshape(heads, nope + v, t.shape[-1])
+            add(name.replace("kv_b_proj", "k_b_proj"), kv_b[:, :nope].transpose(0, 2, 1))
+            add(name.replace("kv_b_proj", "v_b_proj"), kv_b[:, nope:])
+            continue
         add(name, t)
     for layer in range(n_layers):
         p = f"model.layers.{layer}.mlp.experts."
@@ -234,6 +267,9 @@ convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-f32.gguf")
 convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-q8_0.gguf", GGMLQuantizationType.Q8_0)
 convert_moe(DATA / "models" / "qwen2-moe-f32", "qwen2moe", "qwen2moe-f32.gguf")
 convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-split.gguf", split_tensors=16)
+convert_moe(DATA / "models" / "deepseek-v3-f32", "deepseek2", "deepseek-v3-f32.gguf")
+convert_moe(DATA / "models" / "deepseek-v3-yarn-f32", "deepseek2", "deepseek-v3-yarn-f32.gguf")
+convert_moe(DATA / "models" / "deepseek-v2-f32", "deepseek2", "deepseek-v2-kv_b-f32.gguf", legacy_kv_b=True)
 convert_moe(DATA / "models" / "glm4-moe-f32", "glm4moe", "glm4moe-f32.gguf")
 convert_moe(DATA / "quantized" / "gpt-oss-mxfp4", "gpt-oss", "gpt-oss-mxfp4.gguf")
 print("wrote", sorted(p.name for p in (DATA / "gguf").iterdir()))
