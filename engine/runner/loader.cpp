@@ -215,6 +215,9 @@ void load_directory(LoadedModel& m, const model::DTypeRules& rules, int threads)
   if (fs::exists(dir / "tokenizer.json")) {
     m.text.tokenizer = tokenizer::Tokenizer::from_json(read_text_file(dir / "tokenizer.json"), (dir / "tokenizer.json").string());
     m.text.special_tokens = tokenizer::special_tokens_of(o.path);
+  } else if (fs::exists(dir / "tiktoken.model")) {  // Kimi-K2's tiktoken vocabulary
+    m.text.tokenizer = tokenizer::Tokenizer::from_tiktoken((dir / "tiktoken.model").string(), (dir / "tokenizer_config.json").string());
+    m.text.special_tokens = tokenizer::special_tokens_of(o.path);
   } else if (fs::exists(dir / "tokenizer.gguf")) {  // exported from a GGUF model
     read_gguf_tokenizer(model::GgufFile::open((dir / "tokenizer.gguf").string()), m.text);
   }

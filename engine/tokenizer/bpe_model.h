@@ -25,6 +25,9 @@ class BpeModel {
   // Adds a merge of two token strings; rank is the order of addition. Returns false when either side or
   // their concatenation is not a token (such merges can never apply).
   bool add_merge(std::string_view left, std::string_view right);
+  // tiktoken's rule instead: any two adjacent tokens whose concatenation `result` is a token merge, lowest
+  // `rank` first (the result's rank, so every split of one token ranks alike).
+  void add_pair(int32_t left, int32_t right, int32_t result, int32_t rank) { merges_.emplace(key(left, right), Merge{rank, result}); }
   void encode(std::string_view word, std::vector<int32_t>& out) const;
 
  private:

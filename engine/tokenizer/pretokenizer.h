@@ -42,5 +42,7 @@ int chars_to_byte(uint32_t codepoint);
 
 // GPT-2's split pattern, which ByteLevel with use_regex applies.
 extern const char* const kGpt2Pattern;
+// Kimi-K2's (tokenization_kimi.py's pat_str; llama.cpp's "kimi-k2" pre-tokenizer) in PCRE2's dialect.
+extern const char* const kKimiPattern;
 
 }  // namespace ftllm::tokenizer

@@ -112,13 +112,54 @@ void Tokenizer::split_added(std::string_view text, bool parse_special,
   if (segment_start < text.size()) out.push_back({text.substr(segment_start), -1});
 }
 
+namespace {
+
+// Python's str.isspace, which Kimi's tokenizer cuts its runs by.
+bool python_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// tokenization_kimi.py's cuts: pieces of at most 400,000 characters, each cut again where a run of
+// whitespace or of non-whitespace would pass max_run characters.
+std::vector<std::string_view> cut_runs(std::string_view text, size_t max_run) {
+  std::vector<std::string_view> out;
+  size_t start = 0, run = 0, chars = 0, i = 0;
+  bool space = false;
+  while (i < text.size()) {
+    const size_t at = i;
+    const bool s = python_space(next_codepoint(text, i));
+    if (chars % 400000 == 0) {  // a new 400,000-character piece starts its own run
+      if (at > start) out.push_back(text.substr(start, at - start));
+      start = at, run = 1, space = s;
+    } else if (s != space) {
+      run = 1, space = s;
+    } else if (++run > max_run) {
+      out.push_back(text.substr(start, at - start));
+      start = at, run = 1;
+    }
+    ++chars;
+  }
+  out.push_back(text.substr(start));
+  return out;
+}
+
+}  // namespace
+
 std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special, bool parse_special) const {
   const std::string text = sanitize_utf8(raw);
-  std::vector<std::pair<std::string_view, int32_t>> segments;
-  split_added(text, parse_special, segments);
   std::vector<int32_t> out;
   if (add_special) out = prefix_;
   bool first = true;
+  for (std::string_view piece : max_run_ ? cut_runs(text, max_run_) : std::vector<std::string_view>{text})
+    encode_piece(piece, parse_special, first, out);
+  if (add_special) out.insert(out.end(), suffix_.begin(), suffix_.end());
+  return out;
+}
+
+void Tokenizer::encode_piece(std::string_view text, bool parse_special, bool& first, std::vector<int32_t>& out) const {
+  std::vector<std::pair<std::string_view, int32_t>> segments;
+  split_added(text, parse_special, segments);
   for (auto& [piece, id] : segments) {
     if (id >= 0) {
       out.push_back(id);
@@ -133,8 +174,6 @@ std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special, b
     }
     first = false;
   }
-  if (add_special) out.insert(out.end(), suffix_.begin(), suffix_.end());
-  return out;
 }
 
 void Tokenizer::append_token_bytes(int32_t id, bool first, std::string& out) const {

@@ -35,6 +35,9 @@ class Tokenizer {
   // Throws EngineError naming the file and what in it is malformed or unsupported.
   static std::unique_ptr<Tokenizer> from_json(const std::string& tokenizer_json, const std::string& source);
   static std::unique_ptr<Tokenizer> from_gguf(const model::GgufFile& gguf);
+  // A tiktoken vocabulary as Kimi-K2 ships it: tiktoken.model ("BASE64 RANK" lines) and the
+  // tokenizer_config.json naming its special tokens (tokenizer_tiktoken.cpp).
+  static std::unique_ptr<Tokenizer> from_tiktoken(const std::string& model_path, const std::string& config_path);
 
   // Text (any bytes: invalid UTF-8 reads as U+FFFD) to ids. add_special adds what the post-processor
   // adds (BOS, ...); parse_special matches special tokens written in the text.
@@ -71,6 +74,8 @@ class Tokenizer {
   Tokenizer() = default;
   void finish_setup();
   void split_added(std::string_view text, bool parse_special, std::vector<std::pair<std::string_view, int32_t>>& out) const;
+  // One stretch of text (special tokens split out, then normalised, pre-tokenized and encoded) onto out.
+  void encode_piece(std::string_view text, bool parse_special, bool& first, std::vector<int32_t>& out) const;
   // The bytes one token contributes to decoded text; `first` applies the leading-space strip.
   void append_token_bytes(int32_t id, bool first, std::string& out) const;
 
@@ -87,6 +92,9 @@ class Tokenizer {
   bool metaspace_decode_ = false;         // "▁" decodes to a space, <0xNN> to its byte
   bool strip_first_space_ = false;        // decoded text drops one leading space
   std::vector<std::string> piece_bytes_;  // per id: the bytes it decodes to
+  // tiktoken models as Kimi's tokenizer runs them: text cut where a run of whitespace or non-whitespace
+  // would pass this many characters (0: never), each piece encoded on its own.
+  size_t max_run_ = 0;
 };
 
 }  // namespace ftllm::tokenizer

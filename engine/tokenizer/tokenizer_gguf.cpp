@@ -32,6 +32,7 @@ const std::map<std::string, std::vector<std::string>>& pre_patterns() {
       {"qwen2", {kQwen2}},
       {"stablelm2", {kQwen2}},
       {"qwen35", {kQwen35}},
+      {"kimi-k2", {kKimiPattern}},
       {"smollm", {R"(\p{N})", kGpt2Pattern}},
       {"starcoder", {R"(\p{N})", kGpt2Pattern}},
       {"refact", {R"(\p{N})", kGpt2Pattern}},

@@ -1,4 +1,5 @@
 // Bad model files fail their load with a reason a person can act on, and never crash the process.
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "engine.h"
+#include "runner/model_instance.h"
 #include "model/safetensors.h"
 #include "../common/exact_options.h"
 #include "../common/model_run.h"
@@ -101,6 +103,22 @@ BOOST_AUTO_TEST_CASE(the_intact_copy_loads) {
 }
 
 // Progress has the weight files' total from the first "reading" line on, and ends at it.
+// Kimi-K2 as Moonshot ships it: DeepSeek V3 weights beside tiktoken.model and tokenizer_config.json (here the
+// DeepSeek V3 fixture with the synthetic Kimi-style vocabulary, tests/data/tokenizers/kimi-synth).
+BOOST_AUTO_TEST_CASE(a_kimi_directory_reads_its_tiktoken_vocabulary) {
+  ModelCopy m(fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data" / "models" / "deepseek-v3-f32");
+  const fs::path kimi = fs::path(FTLLM_SOURCE_ROOT) / "tests" / "data" / "tokenizers" / "kimi-synth";
+  for (const char* f : {"tiktoken.model", "tokenizer_config.json"}) fs::copy_file(kimi / f, m.dir / f);
+  auto loaded = ModelInstance::load(opts(m.dir.string(), "kimi"));
+  BOOST_REQUIRE(loaded->text().tokenizer);
+  const auto& t = *loaded->text().tokenizer;
+  const int32_t base = 151643;  // the synthetic vocabulary's ranks
+  BOOST_TEST(t.encode("[BOS]中文English").front() == base);
+  BOOST_TEST(t.decode(t.encode("中文English混合 <|im_end|>")) == "中文English混合 <|im_end|>");
+  const auto& special = loaded->text().special_tokens;
+  BOOST_TEST(std::any_of(special.begin(), special.end(), [](const auto& kv) { return kv.first == "bos_token"; }));
+}
+
 BOOST_AUTO_TEST_CASE(progress_knows_its_total_from_the_start) {
   ModelCopy m;
   uint64_t safetensors = 0;
