@@ -113,6 +113,48 @@ void check_kv_fits(const ModelLoadOptions& o, const model::ModelConfig& c) {
   }
 }
 
+// Refuses, before any weight is read, a model whose weights and KV cache cannot stay in host memory:
+// every weight when the model runs on the CPU, the routed experts when they stay in host memory beside a
+// GPU (their pages mapped from the file or converted). Sizes are the dtypes the rules convert to.
+void check_host_memory_fits(const ModelLoadOptions& o, const model::ModelConfig& c, const model::WeightStore& store,
+                            const model::DTypeRules& rules) {
+  uint64_t experts = 0, rest = 0, expert_values = 0;
+  for (const auto& [name, t] : store.tensors()) {
+    uint64_t bytes = t.bytes;
+    const int64_t cols = t.shape.empty() ? 0 : t.shape.back();
+    int64_t values = 1;
+    for (int64_t d : t.shape) values *= d;
+    const std::optional<DType> to = t.shape.size() >= 2 && t.dtype ? rules.target(name) : std::nullopt;
+    if (to && *to != *t.dtype && fits_rows(*to, cols)) bytes = uint64_t(values / cols) * row_bytes(*to, cols);
+    const bool expert = name.find(".mlp.experts.") != std::string::npos;
+    (expert ? experts : rest) += bytes;
+    if (expert) expert_values += uint64_t(values);
+  }
+  const bool on_gpu = o.device.find("cuda") != std::string::npos;
+  const bool experts_on_host = o.moe_device.empty() || o.moe_device == "cpu" || o.moe_device == "numa";
+  const uint64_t weights = on_gpu ? (experts_on_host ? experts : 0) : experts + rest;
+  const std::optional<kvcache::KvDtype> dtype = kvcache::parse_kv_dtype(o.kv_dtype);
+  const uint64_t kv = on_gpu ? 0
+                             : uint64_t(kvcache::KvPool::token_bytes(c.num_layers, c.kv_cache_heads(), c.kv_cache_head_dim(),
+                                                                     c.kv_keys_only(), *dtype)) *
+                                   uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens;
+  const uint64_t available = available_memory();
+  if (weights + kv <= available) return;
+  const double gib = 1 << 30;
+  char msg[768], part[128] = "";
+  if (experts > 0 && (!on_gpu || experts_on_host)) std::snprintf(part, sizeof part, ", %.1f GiB of them routed experts", double(experts) / gib);
+  std::snprintf(msg, sizeof msg, "this model needs %.1f GiB of host memory (weights %.1f GiB%s; KV cache %.1f GiB) but %.1f GiB is available; ",
+                double(weights + kv) / gib, double(weights) / gib, part, double(kv) / gib, double(available) / gib);
+  std::string advice = msg;
+  if (expert_values > 0)
+    advice += "convert the experts smaller (--moe_dtype int4g would make them about " +
+              std::to_string(int(double(expert_values) * 0.53125 / gib + 0.5)) + " GiB), put them on a GPU (--moe_device cuda), ";
+  else
+    advice += "convert the weights smaller (--dtype int4g or int8), run it on a GPU (--device cuda), ";
+  advice += "or lower --ctx / --max_sequences";
+  throw EngineError(advice);
+}
+
 // --moe_experts, --moe_device and --cuda_se checked against the model and this build.
 void apply_moe_options(const ModelLoadOptions& o, model::ModelConfig& c) {
   const bool moe = c.moe.num_experts > 0;
@@ -167,6 +209,7 @@ void load_gguf(LoadedModel& m, const model::DTypeRules& rules, int threads) {
   const model::Architecture& arch = model::find_architecture(g.config.architecture);
   arch.check(g.config);
   check_kv_fits(o, g.config);
+  check_host_memory_fits(o, g.config, g.weights, rules);
   m.model = std::make_unique<model::DecoderModel>(g.config, arch, g.weights);
   m.weight_file_bytes = file_bytes;
   if (m.options.name.empty()) {  // a split set is named without its part suffix
@@ -207,6 +250,7 @@ void load_directory(LoadedModel& m, const model::DTypeRules& rules, int threads)
   if (o.progress) o.progress("binding", weights.file_bytes(), weights.file_bytes());
   weights.set_dtype_rules(rules, threads);
   check_kv_fits(o, config);
+  check_host_memory_fits(o, config, weights, rules);
   m.model = std::make_unique<model::DecoderModel>(config, arch, weights);
   m.weight_file_bytes = weights.file_bytes();
   if (m.options.name.empty()) m.options.name = fs::absolute(dir).lexically_normal().filename().string();

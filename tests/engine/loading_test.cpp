@@ -1,6 +1,7 @@
 // Bad model files fail their load with a reason a person can act on, and never crash the process.
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -117,6 +118,48 @@ BOOST_AUTO_TEST_CASE(a_kimi_directory_reads_its_tiktoken_vocabulary) {
   BOOST_TEST(t.decode(t.encode("中文English混合 <|im_end|>")) == "中文English混合 <|im_end|>");
   const auto& special = loaded->text().special_tokens;
   BOOST_TEST(std::any_of(special.begin(), special.end(), [](const auto& kv) { return kv.first == "bos_token"; }));
+}
+
+// A model whose weights cannot stay in memory is refused before any is read, with the numbers and what to
+// change: here a llama whose embedding and LM head take 61 GiB each, in a sparse file that holds no data.
+BOOST_AUTO_TEST_CASE(a_model_bigger_than_memory_is_refused_before_it_is_read) {
+  char tmpl[] = "/tmp/ftllm-huge-XXXXXX";
+  const fs::path dir = mkdtemp(tmpl);
+  const int64_t H = 8192, I = 8192, V = 2000000, KV = 1024;
+  write(dir / "config.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 8192,
+    "num_hidden_layers": 1, "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 2000000,
+    "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": false})");
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {
+      {"model.embed_tokens.weight", {V, H}}, {"lm_head.weight", {V, H}}, {"model.norm.weight", {H}},
+      {"model.layers.0.input_layernorm.weight", {H}}, {"model.layers.0.post_attention_layernorm.weight", {H}},
+      {"model.layers.0.self_attn.q_proj.weight", {H, H}}, {"model.layers.0.self_attn.k_proj.weight", {KV, H}},
+      {"model.layers.0.self_attn.v_proj.weight", {KV, H}}, {"model.layers.0.self_attn.o_proj.weight", {H, H}},
+      {"model.layers.0.mlp.gate_proj.weight", {I, H}}, {"model.layers.0.mlp.up_proj.weight", {I, H}},
+      {"model.layers.0.mlp.down_proj.weight", {H, I}}};
+  std::string header = "{";
+  uint64_t offset = 0;
+  for (const auto& [name, shape] : tensors) {
+    uint64_t bytes = 4;
+    std::string dims;
+    for (int64_t d : shape) bytes *= uint64_t(d), dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    header += (header.size() > 1 ? "," : "") + ("\"" + name + "\": {\"dtype\": \"F32\", \"shape\": [" + dims + "], \"data_offsets\": [" +
+              std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}");
+    offset += bytes;
+  }
+  header += "}";
+  std::string prefix(8, '\0');
+  const uint64_t length = header.size();
+  std::memcpy(prefix.data(), &length, 8);
+  write(dir / "model.safetensors", prefix + header);
+  fs::resize_file(dir / "model.safetensors", 8 + length + offset);  // sparse: no data on disk
+  const auto start = std::chrono::steady_clock::now();
+  const std::string why = load_error(dir);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fs::remove_all(dir);
+  BOOST_TEST(why.find("this model needs 123.") != std::string::npos, why);
+  BOOST_TEST(why.find("GiB of host memory") != std::string::npos, why);
+  BOOST_TEST(why.find("--dtype int4g or int8") != std::string::npos, why);
+  BOOST_TEST(seconds < 5.0);  // nothing was read
 }
 
 BOOST_AUTO_TEST_CASE(progress_knows_its_total_from_the_start) {
