@@ -6,7 +6,8 @@ MXFP4 with exponents that keep the values near that scale. No vocabulary: llama.
 real vocabulary size, so the embedding and LM head have their real size. Quantize with llama-quantize for
 other types. Tensors are generated one at a time while writing, so a 12 GB model needs little memory.
   python make_random_arch_gguf.py SHAPE OUT.gguf
-SHAPE: gemma-3-1b, phi-4-mini, gpt-oss-20b. Needs gguf and numpy."""
+SHAPE: gemma-3-1b, phi-4-mini, gpt-oss-20b, qwen3-30b-a3b (Q4_0 matrices made directly, router float16:
+17 GB instead of 61). Needs gguf and numpy."""
 import sys
 
 import numpy as np
@@ -37,6 +38,35 @@ def mxfp4(experts, rows, cols):
         out[..., 0] = rng.integers(119, 122, size=(experts, rows, cols // 32), dtype=np.uint8)
         return out.reshape(experts, rows, cols // 32 * 17)
     return lazy((experts, rows, cols // 32 * 17), np.uint8, make)
+
+
+def q4_0(*shape):
+    """ggml Q4_0 rows of random nibbles, float16 scales near 0.02 / 4.6 (values of std about 0.02)."""
+    rows, cols = int(np.prod(shape[:-1])), shape[-1]
+    def make():
+        out = rng.integers(0, 256, size=(rows, cols // 32, 18), dtype=np.uint8)
+        out[..., :2] = np.frombuffer(np.float16(0.0043).tobytes(), np.uint8)
+        return out.reshape(*shape[:-1], cols // 32 * 18)
+    return lazy((*shape[:-1], cols // 32 * 18), np.uint8, make)
+
+
+def qwen3_moe(w, t):
+    H, L, heads, kv, hd, E, used, I, V = 2048, 48, 32, 4, 128, 128, 8, 768, 151936
+    w.add_block_count(L); w.add_embedding_length(H); w.add_feed_forward_length(6144)
+    w.add_head_count(heads); w.add_head_count_kv(kv); w.add_key_length(hd); w.add_value_length(hd)
+    w.add_layer_norm_rms_eps(1e-6); w.add_rope_freq_base(1000000.0); w.add_context_length(40960)
+    w.add_expert_count(E); w.add_expert_used_count(used); w.add_expert_feed_forward_length(I); w.add_vocab_size(V)
+    Q = GGMLQuantizationType.Q4_0
+    t("token_embd.weight", q4_0(V, H), Q); t("output_norm.weight", const(H, 1.0)); t("output.weight", q4_0(V, H), Q)
+    for i in range(L):
+        p = f"blk.{i}."
+        t(p + "attn_norm.weight", const(H, 1.0)); t(p + "ffn_norm.weight", const(H, 1.0))
+        t(p + "attn_q_norm.weight", const(hd, 1.0)); t(p + "attn_k_norm.weight", const(hd, 1.0))
+        t(p + "attn_q.weight", q4_0(heads * hd, H), Q); t(p + "attn_k.weight", q4_0(kv * hd, H), Q)
+        t(p + "attn_v.weight", q4_0(kv * hd, H), Q); t(p + "attn_output.weight", q4_0(H, heads * hd), Q)
+        t(p + "ffn_gate_inp.weight", f16(E, H))
+        t(p + "ffn_gate_exps.weight", q4_0(E, I, H), Q); t(p + "ffn_up_exps.weight", q4_0(E, I, H), Q)
+        t(p + "ffn_down_exps.weight", q4_0(E, H, I), Q)
 
 
 def gemma3(w, t):
@@ -96,7 +126,8 @@ def gpt_oss(w, t):
             t(p + n + ".bias", const((E, I if n != "ffn_down_exps" else H), 0.0))
 
 
-SHAPES = {"gemma-3-1b": ("gemma3", gemma3), "phi-4-mini": ("phi3", phi3), "gpt-oss-20b": ("gpt-oss", gpt_oss)}
+SHAPES = {"gemma-3-1b": ("gemma3", gemma3), "phi-4-mini": ("phi3", phi3), "gpt-oss-20b": ("gpt-oss", gpt_oss),
+          "qwen3-30b-a3b": ("qwen3moe", qwen3_moe)}
 
 
 def main(shape, out):
