@@ -71,15 +71,8 @@ class DeepSeek final : public Architecture {
     c.head_dim = a.rope_dim;
     c.num_kv_heads = c.num_heads;  // the converter's MQA view; the heads are the query's
     c.architecture = c.moe.sigmoid_grouped ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM";
-    if (g.get_string(p + "rope.scaling.type").value_or("") == "yarn") {
-      RopeConfig& rope = c.rope;
-      rope.type = RopeType::Yarn;
-      rope.factor = g.get_float(p + "rope.scaling.factor").value_or(1.0);
-      rope.original_max_position_embeddings = g.get_int(p + "rope.scaling.original_context_length").value_or(4096);
-      rope.beta_fast = g.get_float(p + "rope.scaling.yarn_beta_fast").value_or(32.0);
-      rope.beta_slow = g.get_float(p + "rope.scaling.yarn_beta_slow").value_or(1.0);
-      rope.mscale = rope.mscale_all_dim = g.get_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0) / 0.1;
-    }
+    if (c.rope.type == RopeType::Yarn)  // the common keys are read; the converter stores 0.1 * mscale_all_dim
+      c.rope.mscale = c.rope.mscale_all_dim = g.get_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0) / 0.1;
   }
   std::vector<std::pair<std::string, std::string>> gguf_layer_names() const override {
     return {{"attn_q_a.weight", "self_attn.q_a_proj.weight"},          {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},

@@ -68,6 +68,12 @@ ModelConfig config_from_metadata(const GgufFile& g, const std::string& arch) {
   if (auto type = g.get_string(p + "rope.scaling.type"); type && *type == "linear") {
     c.rope.type = RopeType::Linear;
     c.rope.factor = g.get_float(p + "rope.scaling.factor").value_or(1.0);
+  } else if (type && *type == "yarn") {  // what the architecture's file adds: whether the range is rounded, mscale
+    c.rope.type = RopeType::Yarn;
+    c.rope.factor = g.get_float(p + "rope.scaling.factor").value_or(1.0);
+    c.rope.original_max_position_embeddings = g.get_int(p + "rope.scaling.original_context_length").value_or(4096);
+    c.rope.beta_fast = g.get_float(p + "rope.scaling.yarn_beta_fast").value_or(32.0);
+    c.rope.beta_slow = g.get_float(p + "rope.scaling.yarn_beta_slow").value_or(1.0);
   }
   if (auto v = g.get_int(p + "vocab_size")) c.vocab_size = *v;
   else if (auto* tokens = g.get_strings("tokenizer.ggml.tokens")) c.vocab_size = int64_t(tokens->size());

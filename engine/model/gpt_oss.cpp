@@ -99,8 +99,8 @@ class GptOss final : public Architecture {
       c.rope.original_max_position_embeddings = 4096;
     }
   }
-  // llama.cpp's gpt-oss: sliding layers every other one from the first (pattern 2), YaRN from the rope
-  // keys, a softmax over the chosen experts' logits, the clamped SwiGLU's constants fixed as its graph
+  // llama.cpp's gpt-oss: sliding layers every other one from the first (pattern 2), YaRN (read with the
+  // common keys), a softmax over the chosen experts' logits, the clamped SwiGLU's constants fixed as its graph
   // fixes them. YaRN's blend is not rounded to whole dimensions, as in transformers and OpenAI's code
   // (llama.cpp's ggml rounds it; the logits differ slightly there).
   void read_gguf(const GgufFile& g, const std::string& arch, ModelConfig& c) const override {
@@ -108,15 +108,7 @@ class GptOss final : public Architecture {
     const int64_t pattern = g.get_int(arch + ".attention.sliding_window_pattern").value_or(2);
     c.sliding_layers.clear();
     for (int64_t l = 0; l < c.num_layers; ++l) c.sliding_layers.push_back(pattern > 0 && l % pattern < pattern - 1);
-    if (g.get_string(arch + ".rope.scaling.type").value_or("") == "yarn") {
-      RopeConfig& rope = c.rope;
-      rope.type = RopeType::Yarn;
-      rope.factor = g.get_float(arch + ".rope.scaling.factor").value_or(1.0);
-      rope.original_max_position_embeddings = g.get_int(arch + ".rope.scaling.original_context_length").value_or(4096);
-      rope.beta_fast = g.get_float(arch + ".rope.scaling.yarn_beta_fast").value_or(32.0);
-      rope.beta_slow = g.get_float(arch + ".rope.scaling.yarn_beta_slow").value_or(1.0);
-      rope.truncate = false;
-    }
+    c.rope.truncate = false;
     c.attention_bias = g.tensor("blk.0.attn_q.bias") != nullptr;
     c.moe.norm_topk_prob = true;
     c.moe.swiglu_alpha = 1.702;
