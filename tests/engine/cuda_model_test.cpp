@@ -107,9 +107,18 @@ BOOST_AUTO_TEST_CASE(moe_ggufs_on_the_gpu_compute_what_transformers_computed) {
       o.device = "cuda";
       o.moe_device = moe_device;
       auto gpu = ModelInstance::load(o);
-      const double err = test::relative_error(test::prompt_logits(*gpu, ref.prompt, {int64_t(ref.prompt.size()) - 1})[0], ref.last_logits);
+      const int64_t last = int64_t(ref.prompt.size()) - 1;
+      const std::vector<float> logits = test::prompt_logits(*gpu, ref.prompt, {last})[0];
+      const double err = test::relative_error(logits, ref.last_logits);
       BOOST_TEST_MESSAGE(gguf << " on cuda, experts on " << moe_device << ": " << err);
       BOOST_TEST(err < 1e-4);
+      // Split between the GPU and the host by layers, and with the shared experts kept on the GPU (--cuda_se).
+      o.device = "{'cuda:0':1,'cpu':1}";
+      BOOST_TEST(test::relative_error(test::prompt_logits(*ModelInstance::load(o), ref.prompt, {last})[0], logits) < 1e-5);
+      o.device = "cuda";
+      o.moe_device = "cpu";
+      o.cuda_se = true;
+      BOOST_TEST(test::relative_error(test::prompt_logits(*ModelInstance::load(o), ref.prompt, {last})[0], ref.last_logits) < 1e-4);
     }
   }
 }

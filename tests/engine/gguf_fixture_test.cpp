@@ -145,6 +145,23 @@ BOOST_AUTO_TEST_CASE(split_gguf_computes_what_the_single_file_computes) {
   BOOST_TEST(err < 0.1);
 }
 
+// --moe_experts on a GGUF computes what transformers computes with that many experts per token.
+BOOST_AUTO_TEST_CASE(moe_experts_apply_to_a_gguf_as_to_safetensors) {
+  ModelLoadOptions o = split_options(kGguf / "qwen3moe-f32.gguf");
+  o.context_length = 128;
+  simdjson::dom::parser parser;
+  simdjson::dom::element ref = parser.load((fs::path(FTLLM_SOURCE_ROOT) / "tests/data/models/qwen3-moe-f32/reference.json").string());
+  o.moe_experts = int(int64_t(ref["moe_experts"]["k"]));
+  auto model = ModelInstance::load(o);
+  std::vector<int32_t> prompt;
+  for (int64_t t : ref["prompt"].get_array()) prompt.push_back(int32_t(t));
+  std::vector<float> want;
+  for (double v : ref["moe_experts"]["last_logits"].get_array()) want.push_back(float(v));
+  const double err = test::relative_error(test::prompt_logits(*model, prompt, {int64_t(prompt.size()) - 1})[0], want);
+  BOOST_TEST_MESSAGE("qwen3moe GGUF --moe_experts " << o.moe_experts << ": " << err);
+  BOOST_TEST(err < 1e-4);
+}
+
 // deepseek2 holds V2 and V3 alike; the routing keys tell them apart, and status names the right one.
 BOOST_AUTO_TEST_CASE(deepseek2_ggufs_name_their_deepseek_version) {
   BOOST_TEST(ModelInstance::load(split_options(kGguf / "deepseek-v2-kv_b-f32.gguf"))->config().architecture == "DeepseekV2ForCausalLM");
