@@ -93,15 +93,20 @@ uint64_t available_memory() {
   return UINT64_MAX;
 }
 
+// The KV cache's bytes for the sequences and context the options ask (--kv_dtype parsed in load_model).
+uint64_t kv_cache_bytes(const ModelLoadOptions& o, const model::ModelConfig& c) {
+  const kvcache::KvDtype dtype = *kvcache::parse_kv_dtype(o.kv_dtype);
+  return uint64_t(kvcache::KvPool::token_bytes(c.num_layers, c.kv_cache_heads(), c.kv_cache_head_dim(), c.kv_keys_only(), dtype)) *
+         uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens;
+}
+
 // Refuses a KV cache that cannot fit in the memory available now, with what to change.
 void check_kv_fits(const ModelLoadOptions& o, const model::ModelConfig& c) {
   const std::optional<kvcache::KvDtype> dtype = kvcache::parse_kv_dtype(o.kv_dtype);  // checked in load_model
   if (!kvcache::kv_fits(*dtype, c.kv_cache_head_dim()))
     throw EngineError("--kv_dtype " + o.kv_dtype + " stores heads in blocks of " + (*dtype == kvcache::KvDtype::Q8_0 ? "32" : "4") +
                       " values, and this model's heads have " + std::to_string(c.kv_cache_head_dim()) + "; use f16, bf16 or f32");
-  const uint64_t bytes = uint64_t(kvcache::KvPool::token_bytes(c.num_layers, c.kv_cache_heads(), c.kv_cache_head_dim(),
-                                                               c.kv_keys_only(), *dtype)) *
-                         uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens;
+  const uint64_t bytes = kv_cache_bytes(o, c);
   const uint64_t available = available_memory();
   if (bytes > available) {
     char msg[512];
@@ -133,11 +138,7 @@ void check_host_memory_fits(const ModelLoadOptions& o, const model::ModelConfig&
   const bool on_gpu = o.device.find("cuda") != std::string::npos;
   const bool experts_on_host = o.moe_device.empty() || o.moe_device == "cpu" || o.moe_device == "numa";
   const uint64_t weights = on_gpu ? (experts_on_host ? experts : 0) : experts + rest;
-  const std::optional<kvcache::KvDtype> dtype = kvcache::parse_kv_dtype(o.kv_dtype);
-  const uint64_t kv = on_gpu ? 0
-                             : uint64_t(kvcache::KvPool::token_bytes(c.num_layers, c.kv_cache_heads(), c.kv_cache_head_dim(),
-                                                                     c.kv_keys_only(), *dtype)) *
-                                   uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens;
+  const uint64_t kv = on_gpu ? 0 : kv_cache_bytes(o, c);
   const uint64_t available = available_memory();
   if (weights + kv <= available) return;
   const double gib = 1 << 30;

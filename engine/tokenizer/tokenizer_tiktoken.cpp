@@ -6,10 +6,10 @@
 // the base ranks: 256 + 2 of them, named by added_tokens_decoder, the rest <|reserved_token_N|>.
 #include <simdjson.h>
 
-#include <fstream>
 #include <sstream>
 
 #include "../core/error.h"
+#include "../core/mapped_file.h"
 #include "tokenizer.h"
 
 namespace ftllm::tokenizer {
@@ -39,14 +39,6 @@ std::optional<std::string> base64_decode(std::string_view in) {
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw EngineError("cannot read " + path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 constexpr int kReservedSpecials = 256 + 2;  // tokenization_kimi.py's num_reserved_special_tokens + 2
 
 }  // namespace
@@ -56,7 +48,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tiktoken(const std::string& model_pat
   const auto& chars = byte_to_chars();
   std::vector<std::string> bytes_of;  // by rank
   {
-    std::istringstream lines(read_file(model_path));
+    std::istringstream lines(read_text_file(model_path));
     std::string line;
     for (size_t n = 1; std::getline(lines, line); ++n) {
       if (line.empty()) continue;
