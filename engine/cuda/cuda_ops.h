@@ -50,6 +50,16 @@ void copy_blocks(const Tensor& src, Blocks sb, Tensor& dst, Blocks db, int64_t n
 void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& out);
 void scatter_add_rows(const Tensor& y, std::span<const int64_t> rows, std::span<const float> weights, Tensor& out);
 void scale_rows(Tensor& x, const Tensor& scale, bool sigmoid);  // row t *= (sigmoid of) scale[t]
+void sigmoid_mul(Tensor& x, const Tensor& gate);  // x *= sigmoid(gate)
+// ops::gated_delta_net (its contract there): token t belongs to sequence seq[t] at position pos[t], whose
+// state is row slots[seq] of `state`.
+struct DeltaNetParams {
+  const Tensor *conv, *a_log, *dt_bias, *norm;
+  int64_t k_heads, v_heads, k_dim, v_dim, kernel;
+  float eps;
+};
+void gated_delta_net(const Tensor& qkvz, const Tensor& ba, const DeltaNetParams& p, std::span<const int64_t> pos,
+                     std::span<const int32_t> seq, std::span<const int32_t> slots, Tensor& state, Tensor& out);
 
 // The step's tokens as attention sees them, on one device: each token's position and sequence, and the
 // sequences' block tables one after another. Made once per step and device, shared by every layer.

@@ -130,6 +130,11 @@ __global__ void scale_rows_kernel(float* x, const float* __restrict__ scale, int
   }
 }
 
+__global__ void sigmoid_mul_kernel(float* x, const float* __restrict__ gate, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    x[i] *= 1.0f / (1.0f + expf(-gate[i]));
+}
+
 }  // namespace
 
 void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out, float w_offset) {
@@ -248,6 +253,14 @@ void scale_rows(Tensor& x, const Tensor& scale, bool sigmoid) {
   scale_rows_kernel<<<blocks_for(size_t(rows * d), 256), 256, 0, s.stream>>>(x.as<float>(), scale.as<float>(), rows, d,
                                                                              sigmoid);
   check_launch("scale_rows", s.index);
+}
+
+void sigmoid_mul(Tensor& x, const Tensor& gate) {
+  DeviceState& s = state(x.device);
+  const size_t n = size_t(x.numel());
+  if (n == 0) return;
+  sigmoid_mul_kernel<<<blocks_for(n, 256), 256, 0, s.stream>>>(x.as<float>(), gate.as<float>(), n);
+  check_launch("sigmoid_mul", s.index);
 }
 
 }  // namespace ftllm::cuda

@@ -19,6 +19,7 @@ KvPool::KvPool(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block
       hash_of_(size_t(num_blocks), 0) {
   for (int64_t l = 0; l < layers; ++l) storage_.push_back(host_storage(layer_shape()));
   shards_.resize(size_t(layers));
+  recurrent_.resize(size_t(layers));
   free_.reserve(size_t(num_blocks));
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
 }
@@ -30,6 +31,30 @@ Tensor KvPool::host_storage(std::vector<int64_t> shape) {
   t.data = data.get();
   t.owner = std::shared_ptr<void>(data, data.get());
   return t;
+}
+
+size_t KvPool::bytes() const {
+  size_t n = 0;
+  for (const Tensor& t : storage_) n += t.bytes();
+  for (const auto& shards : shards_)
+    for (const Tensor& t : shards) n += t.bytes();
+  return n;
+}
+
+void KvPool::make_recurrent(int64_t layer, int64_t floats, int64_t slots) {
+  storage_[size_t(layer)] = host_storage({slots, floats});
+  recurrent_[size_t(layer)] = true;
+  if (state_slots_ == 0)
+    for (int32_t s = int32_t(slots) - 1; s >= 0; --s) free_slots_.push_back(s);
+  state_slots_ = slots;
+  set_prefix_cache(false);
+}
+
+int32_t KvPool::take_state_slot() {
+  if (free_slots_.empty()) return -1;
+  const int32_t s = free_slots_.back();
+  free_slots_.pop_back();
+  return s;
 }
 
 void KvPool::replace_layer(int64_t layer, Tensor storage) { storage_[size_t(layer)] = std::move(storage); }
@@ -61,7 +86,7 @@ void KvPool::release(int32_t block) {
 }
 
 void KvPool::set_prefix_cache(bool on) {
-  prefix_cache_ = on;
+  prefix_cache_ = on && !has_state();
   if (on) return;
   // Forget every published block: idle ones are free again, held ones are freed when let go.
   for (auto& [hash, p] : published_) hash_of_[size_t(p.block)] = 0;
@@ -143,7 +168,13 @@ bool SequenceKv::reserve(KvPool& pool, int64_t tokens) {
   return true;
 }
 
+bool SequenceKv::take_state_slot(KvPool& pool) {
+  if (pool.has_state() && state_slot < 0) state_slot = pool.take_state_slot();
+  return !pool.has_state() || state_slot >= 0;
+}
+
 void SequenceKv::release(KvPool& pool) {
+  if (state_slot >= 0) pool.give_state_slot(std::exchange(state_slot, -1));
   // Last block first: the least recently used end of the cache gets a chain's tail before its head, so
   // what stays cached is always a prefix someone can reach.
   for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool.release(*b);

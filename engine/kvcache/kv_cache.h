@@ -10,6 +10,10 @@
 // a published block stays cached (least recently used first out) until the pool needs it for new rows.
 // The rows depend only on the tokens before them and the model, and a pool belongs to one loaded model
 // (its weights, dtype rules and KV layout), so the tokens are the whole key.
+//
+// A linear-attention layer (Qwen3-Next's gated DeltaNet) has no pages: its cache is one fixed-size
+// recurrent state per sequence, in a slot the sequence holds while it lives. Such a state summarises every
+// token before it and cannot be cut at a block boundary, so a pool with one has prefix caching off.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +50,17 @@ class KvPool {
   int64_t free_blocks() const { return int64_t(free_.size() + idle_.size()); }
   int64_t used_blocks() const { return num_blocks_ - free_blocks(); }  // held by sequences
   int64_t cached_blocks() const { return int64_t(published_.size()); }  // published (held or idle)
-  size_t bytes() const { return layer_bytes() * storage_.size(); }
+  size_t bytes() const;  // every layer's pages and states
+  // Layer l keeps a recurrent state of `floats` per sequence in one of `slots` slots instead of pages
+  // (its storage becomes [slots, floats], host memory, not zeroed), and prefix caching goes off.
+  void make_recurrent(int64_t layer, int64_t floats, int64_t slots);
+  bool recurrent(int64_t layer) const { return recurrent_[size_t(layer)]; }
+  bool has_state() const { return state_slots_ > 0; }
+  int64_t state_slots() const { return state_slots_; }
+  int64_t free_state_slots() const { return int64_t(free_slots_.size()); }
+  int32_t take_state_slot();  // -1 when every slot is held
+  void give_state_slot(int32_t slot) { free_slots_.push_back(slot); }
+  Tensor& states(int64_t layer) { return storage_[size_t(layer)]; }  // a recurrent layer's [slots, floats]
   size_t layer_bytes() const { return size_t(kinds_ * num_blocks_ * block_bytes()); }
   // Bytes of one token's keys and values over `layers` layers, as sized here (for memory plans).
   static int64_t token_bytes(int64_t layers, int64_t kv_heads, int64_t head_dim, bool keys_only, KvDtype dtype) {
@@ -97,7 +111,10 @@ class KvPool {
   KvDtype dtype_;
   int64_t kv_heads_, head_dim_, row_words_, block_tokens_, num_blocks_;
   int kinds_;  // 2: keys and values; 1: keys only
-  std::vector<Tensor> storage_;  // per layer
+  std::vector<Tensor> storage_;  // per layer: pages, or a recurrent layer's state slots
+  std::vector<bool> recurrent_;  // per layer
+  int64_t state_slots_ = 0;
+  std::vector<int32_t> free_slots_;
   std::vector<std::vector<Tensor>> shards_;  // per layer; empty unless split over devices
   std::vector<int32_t> free_;  // never used, or unpublished when let go
 
@@ -120,7 +137,11 @@ struct SequenceKv {
   std::vector<int32_t> blocks;
   std::vector<int32_t> tokens;   // written rows' tokens, in position order (appended by written())
   std::vector<uint64_t> chain;   // hash chain of the full blocks published or found so far
+  int32_t state_slot = -1;       // its recurrent state's slot in a pool with linear-attention layers
 
+  // Takes a state slot when the pool has recurrent layers and this sequence holds none; false when every
+  // slot is held (the sequence waits).
+  bool take_state_slot(KvPool& pool);
   // Takes the cached blocks that hold the longest prefix of `context` (whole blocks, leaving at least its
   // last token to compute, as its logits are wanted). Call on a sequence with no blocks. Returns the tokens
   // found.

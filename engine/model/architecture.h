@@ -52,8 +52,6 @@ class Architecture {
   // config.moe says: sigmoid scores plus the correction bias over expert groups (sigmoid_grouped), else
   // a softmax (over the best groups); the top experts_per_token, renormalised when norm_topk_prob.
   virtual ops::Routes route(const ModelConfig& c, const LayerWeights& L, const Tensor& logits) const;
-  // What happens to the shared experts' output [T, H] for the rows h (by default nothing).
-  virtual void scale_shared_experts(ops::Context&, const LayerWeights&, const Tensor& /*h*/, Tensor& /*shared*/) const {}
 
  private:
   const char* hf_name_;

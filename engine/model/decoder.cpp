@@ -99,7 +99,11 @@ void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tenso
     const Tensor hs = ops::to_device(h_in, shared_on);
     Tensor shared = ops::zeros(sc, {T, H});
     ops::expert_mlp(sc, hs, *L.shared, shared);
-    arch_.scale_shared_experts(sc, L, hs, shared);
+    if (const Tensor* gate_row = L.find_own(kSharedExpertGate)) {
+      Tensor gate = ops::zeros(sc, {T, 1});
+      ops::linear(sc, hs, *gate_row, nullptr, gate);
+      ops::scale_rows(sc, shared, gate, true);
+    }
     shared = ops::to_device(shared, experts_on);
     ops::add(host, routed, shared);
   }
@@ -181,8 +185,11 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
     return rope_copies.back().second;
   };
 
-  ops::AttentionBatch ab{b.positions, b.seq, {}, {}, {}};
-  for (const kvcache::SequenceKv* s : sequences) {
+  ops::AttentionBatch ab{b.positions, b.seq, {}, {}, {}, {}};
+  for (kvcache::SequenceKv* s : sequences) {
+    if (!s->take_state_slot(pool))
+      throw EngineError("all " + std::to_string(pool.state_slots()) + " recurrent-state slots are held; fewer sequences per step");
+    ab.state_slot.push_back(s->state_slot);
     ab.table_start.push_back(int32_t(ab.block_table.size()));
     ab.block_table.insert(ab.block_table.end(), s->blocks.begin(), s->blocks.end());
   }

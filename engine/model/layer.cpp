@@ -10,6 +10,12 @@ const Tensor& LayerWeights::own_tensor(const std::string& name) const {
   throw EngineError("internal: layer has no tensor " + name);
 }
 
+const Tensor* LayerWeights::find_own(const std::string& name) const {
+  for (const OwnTensor& o : own)
+    if (o.name == name) return &o.tensor;
+  return nullptr;
+}
+
 void bind_norms(const LayerBinder& b, LayerWeights& L) {
   L.attn_norm = b.vector("input_layernorm.weight", b.config.hidden_size);
   L.mlp_norm = b.vector("post_attention_layernorm.weight", b.config.hidden_size);
@@ -44,7 +50,7 @@ void bind_dense_mlp(const LayerBinder& b, LayerWeights& L, bool bias) {
 // transformers 5 saves them fused (mlp.experts.gate_up_proj [E, 2I, H], gate rows first, and
 // mlp.experts.down_proj [E, H, I]); a GGUF stacks them (gguf_model.cpp names them mlp.experts.gate_proj,
 // up_proj [E, I, H] and down_proj). All bind as views; --moe_dtype sees the per-expert names.
-void bind_experts(const LayerBinder& b, LayerWeights& L, const std::string& shared_prefix) {
+void bind_experts(const LayerBinder& b, LayerWeights& L, const std::string& shared_prefix, bool shared_gate) {
   const MoeConfig& m = b.config.moe;
   const int64_t H = b.config.hidden_size, E = m.num_experts, I = m.expert_intermediate;
   const std::string p = b.prefix + "mlp.";
@@ -78,6 +84,13 @@ void bind_experts(const LayerBinder& b, LayerWeights& L, const std::string& shar
   L.shared->gate = b.matrix(shared_prefix + "gate_proj.weight", {S, H});
   L.shared->up = b.matrix(shared_prefix + "up_proj.weight", {S, H});
   L.shared->down = b.matrix(shared_prefix + "down_proj.weight", {H, S});
+  if (!shared_gate) return;
+  // [1, H] in a checkpoint, [H] in a GGUF: the same row.
+  const auto stored = b.store.tensors().find(b.prefix + kSharedExpertGate);
+  const bool vector = stored != b.store.tensors().end() && stored->second.shape.size() == 1;
+  Tensor gate = vector ? b.matrix(kSharedExpertGate, {H}) : b.matrix(kSharedExpertGate, {1, H});
+  gate.shape = {1, H};
+  L.own.push_back({kSharedExpertGate, gate, kSharedExperts, false});
 }
 
 }  // namespace ftllm::model

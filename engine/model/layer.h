@@ -25,6 +25,8 @@ enum LayerParts : unsigned {
 
 // Sigmoid routing's per-expert bias (DeepSeek V3, GLM-4.5), an own tensor of a MoE layer.
 inline const char* const kCorrectionBias = "mlp.gate.e_score_correction_bias";
+// Qwen2-MoE and Qwen3-Next scale their shared expert's output by sigmoid(this row · x).
+inline const char* const kSharedExpertGate = "mlp.shared_expert_gate.weight";
 
 struct OwnTensor {
   std::string name;  // under "model.layers.N."
@@ -54,6 +56,7 @@ struct LayerWeights {
 
   // The own tensor of that name; throws when the architecture did not bind it.
   const Tensor& own_tensor(const std::string& name) const;
+  const Tensor* find_own(const std::string& name) const;  // null when not bound
 
   // Calls f(name, tensor, part, matrix) for every bound tensor, names under "model.layers.N.".
   template <class Weights, class F>
@@ -84,8 +87,9 @@ void bind_attention(const LayerBinder& b, LayerWeights& L, AttentionOptions opti
 void bind_dense_mlp(const LayerBinder& b, LayerWeights& L, bool bias = false);
 // The router and config.moe's routed experts under mlp. (per-expert tensors, or transformers 5's fused
 // ones), the router's correction bias for sigmoid routing (kCorrectionBias), and shared experts under
-// `shared_prefix` when config.moe has a shared intermediate size.
-void bind_experts(const LayerBinder& b, LayerWeights& L, const std::string& shared_prefix = "");
+// `shared_prefix` when config.moe has a shared intermediate size, with their gate (kSharedExpertGate)
+// when `shared_gate`.
+void bind_experts(const LayerBinder& b, LayerWeights& L, const std::string& shared_prefix = "", bool shared_gate = false);
 // The norms every layer has: input_layernorm and post_attention_layernorm.
 void bind_norms(const LayerBinder& b, LayerWeights& L);
 

@@ -271,6 +271,7 @@ std::string describe_layers(const ModelConfig& c) {
   std::string kinds;
   auto add = [&](const std::string& kind) { kinds += (kinds.empty() ? ": " : ", ") + kind; };
   if (c.mla.kv_lora_rank) add("latent attention");
+  if (const int64_t linear = c.linear.count()) add(std::to_string(linear) + " linear attention, " + std::to_string(c.num_layers - linear) + " full");
   if (!c.sliding_layers.empty()) {
     const int64_t sliding = std::count(c.sliding_layers.begin(), c.sliding_layers.end(), true);
     add(std::to_string(sliding) + " sliding/" + std::to_string(c.sliding_window.value_or(0)));

@@ -1,6 +1,7 @@
 // The parts of a Hugging Face config.json (and generation_config.json) the engine uses.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -62,6 +63,21 @@ struct MlaConfig {
   bool rope_interleave = true;  // rope pairs (x0, x1), (x2, x3) ... as DeepSeek's weights lay them out
 };
 
+// Gated DeltaNet linear attention (Qwen3-Next): instead of a KV cache, each linear_layers layer keeps a
+// state per sequence: the last conv_kernel - 1 inputs of its causal convolution over the q, k, v channels,
+// and a [k_dim, v_dim] matrix per value head that each token decays and updates (the delta rule).
+struct LinearAttentionConfig {
+  int64_t k_heads = 0, v_heads = 0;  // linear_num_key_heads, linear_num_value_heads (a multiple)
+  int64_t k_dim = 0, v_dim = 0;      // linear_key_head_dim, linear_value_head_dim
+  int64_t conv_kernel = 0;           // linear_conv_kernel_dim
+  std::vector<bool> linear_layers;   // per layer: linear attention (else full attention); empty: none
+  int64_t conv_channels() const { return 2 * k_heads * k_dim + v_heads * v_dim; }
+  // Floats of one sequence's state in one linear layer: the convolution's window, then the matrices.
+  int64_t state_floats() const { return conv_channels() * (conv_kernel - 1) + v_heads * k_dim * v_dim; }
+  bool is_linear(int64_t layer) const { return size_t(layer) < linear_layers.size() && linear_layers[size_t(layer)]; }
+  int64_t count() const { return int64_t(std::count(linear_layers.begin(), linear_layers.end(), true)); }
+};
+
 // The MLP's activation on its gate: SwiGLU's silu, or GeGLU's tanh-approximated GELU (Gemma).
 enum class Activation { Silu, GeluTanh };
 
@@ -96,6 +112,7 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;  // config.json's and generation_config.json's, merged
   MoeConfig moe;
   MlaConfig mla;
+  LinearAttentionConfig linear;
   // What the KV cache holds per token and layer: kv_heads * head_dim floats of keys and as many of
   // values, or MLA's one compressed row.
   int64_t kv_row_floats() const { return mla.kv_lora_rank ? mla.kv_lora_rank + mla.rope_dim : num_kv_heads * head_dim; }
@@ -103,6 +120,8 @@ struct ModelConfig {
   // The cache's heads per token and values per head: MLA caches one compressed row per token.
   int64_t kv_cache_heads() const { return mla.kv_lora_rank ? 1 : num_kv_heads; }
   int64_t kv_cache_head_dim() const { return mla.kv_lora_rank ? mla.kv_lora_rank + mla.rope_dim : head_dim; }
+  // Layers with KV pages: all but linear attention's, which keep a recurrent state per sequence instead.
+  int64_t kv_layers() const { return num_layers - linear.count(); }
 };
 
 // The layers' kinds, for ftllmctl status: "3 layers: 2 sliding/16, 1 global; 1 dense, 2 MoE 2 of 8".

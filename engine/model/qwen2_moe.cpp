@@ -1,15 +1,12 @@
 // Qwen2MoeForCausalLM (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention (q, k, v biases) with
 // mixture-of-experts MLPs as Qwen3-MoE's, plus a shared expert every token goes through, scaled by
 // sigmoid(shared_expert_gate · x).
-#include "../ops/ops.h"
 #include "architecture.h"
 #include "gguf.h"
 
 namespace ftllm::model {
 
 namespace {
-
-const char* const kSharedGate = "mlp.shared_expert_gate.weight";
 
 class Qwen2Moe final : public Architecture {
  public:
@@ -25,26 +22,13 @@ class Qwen2Moe final : public Architecture {
     return {{"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
             {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
             {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
-            {"ffn_gate_inp_shexp.weight", kSharedGate}};
+            {"ffn_gate_inp_shexp.weight", kSharedExpertGate}};
   }
   void bind_layer(const LayerBinder& b, LayerWeights& L) const override {
     bind_norms(b, L);
     bind_attention(b, L, {.qkv_bias = true});
     if (!b.config.moe.is_moe_layer(b.layer)) return bind_dense_mlp(b, L);
-    bind_experts(b, L, "mlp.shared_expert.");
-    if (!L.shared) return;
-    // [1, H] in a checkpoint, [H] in a GGUF: the same row.
-    const int64_t H = b.config.hidden_size;
-    const auto stored = b.store.tensors().find(b.prefix + kSharedGate);
-    const bool vector = stored != b.store.tensors().end() && stored->second.shape.size() == 1;
-    Tensor gate = vector ? b.matrix(kSharedGate, {H}) : b.matrix(kSharedGate, {1, H});
-    gate.shape = {1, H};
-    L.own.push_back({kSharedGate, gate, kSharedExperts, false});
-  }
-  void scale_shared_experts(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& shared) const override {
-    Tensor gate = ops::zeros(ctx, {h.dim(0), 1});
-    ops::linear(ctx, h, L.own_tensor(kSharedGate), nullptr, gate);
-    ops::scale_rows(ctx, shared, gate, true);
+    bind_experts(b, L, "mlp.shared_expert.", true);
   }
 };
 

@@ -17,10 +17,11 @@ const Architecture& gemma3();
 const Architecture& phi3();
 const Architecture& glm4_moe();
 const Architecture& gpt_oss();
+const Architecture& qwen3_next();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &llama(), &mistral(), &qwen2(), &qwen3(), &qwen2_moe(), &qwen3_moe(), &deepseek_v2(), &deepseek_v3(), &gemma2(), &gemma3(), &phi3(), &glm4_moe(), &gpt_oss(),
+      &llama(), &mistral(), &qwen2(), &qwen3(), &qwen2_moe(), &qwen3_moe(), &deepseek_v2(), &deepseek_v3(), &gemma2(), &gemma3(), &phi3(), &glm4_moe(), &gpt_oss(), &qwen3_next(),
   };
   return all;
 }

@@ -39,8 +39,9 @@ std::vector<DecoderModel::ShardSpan> DecoderModel::split_layer(int64_t l, const 
   const ModelConfig& c = config_;
   const LayerWeights& L = layers_[size_t(l)];
   if (L.sinks) throw EngineError(c.architecture + "'s attention sinks are not split over devices; place its layers on one device");
-  if (L.k.empty())
-    throw EngineError(c.architecture + "'s attention (" + (c.mla.kv_lora_rank ? "multi-head latent attention" : "its own") +
+  if (L.k.empty() || c.linear.count())
+    throw EngineError(c.architecture + "'s attention (" +
+                      (c.mla.kv_lora_rank ? "multi-head latent attention" : c.linear.count() ? "gated DeltaNet and gated attention" : "its own") +
                       ") is not split over devices; place its layers on one device");
   join_layer(l);
   const int64_t d = c.head_dim, group = c.num_heads / c.num_kv_heads;

@@ -231,10 +231,12 @@ Tensor WeightStore::converted(Tensor t, const std::string& rule_name) const {
   return convert_rows(t.data, t.dtype, t.shape, *to, threads_);
 }
 
-Tensor WeightStore::vector_f32(const std::string& name, int64_t n) const {
-  const StoredTensor& s = get(name, {n});
-  Tensor t = Tensor::zeros_f32({n});
-  quant::dequantize_row(*s.dtype, s.data, t.as<float>(), n);  // once, at load: the reference conversion
+Tensor WeightStore::vector_f32(const std::string& name, int64_t n) const { return floats(name, {n}); }
+
+Tensor WeightStore::floats(const std::string& name, const std::vector<int64_t>& shape) const {
+  const StoredTensor& s = get(name, shape);
+  Tensor t = Tensor::zeros_f32(shape);
+  quant::dequantize_row(*s.dtype, s.data, t.as<float>(), t.numel());  // once, at load: the reference conversion
   return t;
 }
 

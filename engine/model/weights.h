@@ -42,6 +42,8 @@ class WeightStore {
   Tensor converted(Tensor t, const std::string& rule_name) const;
   // A small vector (norm weight, bias) converted to float32.
   Tensor vector_f32(const std::string& name, int64_t n) const;
+  // A small tensor of any shape (a convolution's taps) converted to float32.
+  Tensor floats(const std::string& name, const std::vector<int64_t>& shape) const;
 
  private:
   const StoredTensor& get(const std::string& name, const std::vector<int64_t>& shape) const;

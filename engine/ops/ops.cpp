@@ -213,6 +213,14 @@ std::vector<int32_t> argmax_rows(Context&, const Tensor& logits) {
   return ids;
 }
 
+void sigmoid_mul(Context& ctx, Tensor& x, const Tensor& gate) {
+  same_device("sigmoid_mul", x, gate);
+  FTLLM_ON_CUDA(x, cuda::sigmoid_mul(x, gate))
+  ctx.pool.parallel_for(x.numel(), 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x.as<float>()[i] *= 1.0f / (1.0f + std::exp(-gate.as<float>()[i]));
+  });
+}
+
 void add(Context& ctx, Tensor& x, const Tensor& y) {
   same_device("add", x, y);
   FTLLM_ON_CUDA(x, cuda::add(x, y))

@@ -79,6 +79,9 @@ void scale_rows(Context& ctx, Tensor& x, const Tensor& scale, bool sigmoid);
 // back R token ids instead of R rows of logits.
 std::vector<int32_t> argmax_rows(Context& ctx, const Tensor& logits);
 
+// x *= sigmoid(gate), same shapes (Qwen3-Next's gated attention output).
+void sigmoid_mul(Context& ctx, Tensor& x, const Tensor& gate);
+
 // x += y, same shapes.
 void add(Context& ctx, Tensor& x, const Tensor& y);
 
@@ -114,6 +117,7 @@ struct AttentionBatch {
   std::span<const int64_t> pos;
   std::span<const int32_t> seq;
   std::vector<int32_t> block_table, table_start;
+  std::vector<int32_t> state_slot;  // per sequence: its recurrent state's slot (linear-attention layers)
   // The same uploaded to each CUDA device, made by the first layer there that needs it.
   mutable std::vector<std::pair<Device, std::shared_ptr<cuda::AttentionIndex>>> device_index;
 };
@@ -147,5 +151,26 @@ void store_kv(Context& ctx, const AttentionBatch& b, const Tensor& k, const Tens
 // q[T, heads * d], out[T, heads * value_dim].
 void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, const KvLayer& kv, const AttentionShape& shape,
                      Tensor& out);
+
+// Gated DeltaNet (Qwen3-Next's linear attention), from its input projections to the gated, normalised
+// output heads, over each sequence's recurrent state. With r = v_heads / k_heads:
+// - qkvz [T, k_heads * (2 k_dim + 2 r v_dim)] and ba [T, k_heads * 2r], grouped by key head as
+//   in_proj_qkvz and in_proj_ba give them ([q, k, r values, r gates] and [r b, r a] per key head);
+// - the q, k, v channels (all q heads, all k heads, all v heads) pass a causal convolution of `kernel`
+//   taps (conv [channels, kernel]) and silu;
+// - per value head, with q and k L2-normalised (q also by 1/sqrt(k_dim)), beta = sigmoid(b) and
+//   decay = exp(-exp(a_log) * softplus(a + dt_bias)), the state S [k_dim, v_dim] becomes decay * S, then
+//   S + k ⊗ beta (v - Sᵀk); the output o = Sᵀq goes through RMSNorm (norm [v_dim], eps) times silu(z).
+// out is [T, v_heads * v_dim]. Each sequence's state (the convolution's last kernel - 1 inputs, then its
+// matrices) is row b.state_slot[seq] of `state` [slots, LinearAttentionConfig::state_floats()]; a
+// sequence whose first token in the batch is at position 0 starts from zeros. Tokens run one after another
+// (the recurrent form), so any split of a prompt into steps computes the same bits.
+struct DeltaNet {
+  const Tensor &conv, &a_log, &dt_bias, &norm;
+  int64_t k_heads, v_heads, k_dim, v_dim, kernel;
+  float eps;
+};
+void gated_delta_net(Context& ctx, const Tensor& qkvz, const Tensor& ba, const DeltaNet& net, const AttentionBatch& b,
+                     Tensor& state, Tensor& out);
 
 }  // namespace ftllm::ops

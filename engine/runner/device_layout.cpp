@@ -122,7 +122,10 @@ void DeviceLayout::move_to_devices(const Placement& placement) {
     if (m.to.is_cuda())
       model_.move_layer(m.layer, [&](Tensor& t) { if (!(t.device == m.to)) weights[m.to.index] += t.bytes(); }, m.parts);
   for (int64_t l = 0; l < c.num_layers; ++l)
-    if (own[size_t(l)].is_cuda() && !(kv_.layer_storage(l).device == own[size_t(l)])) ++kv_layers[own[size_t(l)].index];
+    if (own[size_t(l)].is_cuda() && !(kv_.layer_storage(l).device == own[size_t(l)])) {
+      if (kv_.recurrent(l)) weights[own[size_t(l)].index] += kv_.layer_storage(l).bytes();  // fixed: a state per sequence
+      else ++kv_layers[own[size_t(l)].index];
+    }
   if (head.is_cuda() && !(model_.head_device() == head))
     model_.move_head([&](Tensor& t) { if (!(t.device == head)) weights[head.index] += t.bytes(); });
   const int64_t per_sequence = (context_ + kKvBlockTokens - 1) / kKvBlockTokens;

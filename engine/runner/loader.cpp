@@ -32,6 +32,8 @@ kvcache::KvPool make_kv_pool(const ModelLoadOptions& o, const model::ModelConfig
   kvcache::KvPool pool(c.num_layers, c.kv_cache_heads(), c.kv_cache_head_dim(), kKvBlockTokens, blocks, c.kv_keys_only(),
                        *kvcache::parse_kv_dtype(o.kv_dtype));
   pool.set_prefix_cache(o.prefix_cache != "off");
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (c.linear.is_linear(l)) pool.make_recurrent(l, c.linear.state_floats(), o.kv_sequences());
   return pool;
 }
 
@@ -96,8 +98,9 @@ uint64_t available_memory() {
 // The KV cache's bytes for the sequences and context the options ask (--kv_dtype parsed in load_model).
 uint64_t kv_cache_bytes(const ModelLoadOptions& o, const model::ModelConfig& c) {
   const kvcache::KvDtype dtype = *kvcache::parse_kv_dtype(o.kv_dtype);
-  return uint64_t(kvcache::KvPool::token_bytes(c.num_layers, c.kv_cache_heads(), c.kv_cache_head_dim(), c.kv_keys_only(), dtype)) *
-         uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens;
+  const uint64_t states = uint64_t(c.linear.count() * c.linear.state_floats()) * 4 * uint64_t(o.kv_sequences());
+  return uint64_t(kvcache::KvPool::token_bytes(c.kv_layers(), c.kv_cache_heads(), c.kv_cache_head_dim(), c.kv_keys_only(), dtype)) *
+             uint64_t(kv_blocks_for(o, c)) * kKvBlockTokens + states;
 }
 
 // Refuses a KV cache that cannot fit in the memory available now, with what to change.

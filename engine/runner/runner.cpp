@@ -20,8 +20,9 @@ Runner::Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayo
       notes_(notes),
       context_(context),
       scheduler_(scheduler::SchedulerLimits{
-          .max_running = max_running ? max_running
-                                     : int32_t(std::clamp<int64_t>(kv.num_blocks() * kv.block_tokens() / kTokensPerRunning, 1, kMaxRunning))}),
+          .max_running = kv.has_state() ? int32_t(kv.state_slots())  // linear attention: a state slot each
+                         : max_running  ? max_running
+                                        : int32_t(std::clamp<int64_t>(kv.num_blocks() * kv.block_tokens() / kTokensPerRunning, 1, kMaxRunning))}),
       placement_(layout.placement()),
       worker_([this] { worker_loop(); }) {
   std::lock_guard lock(mu_);
@@ -276,6 +277,7 @@ scheduler::Admission Runner::admit(uint64_t id, std::span<const int32_t> context
   // Room for its whole context and its first new token, and a block for each running sequence to grow into.
   if (kv.blocks_needed(kv_, int64_t(context.size()) + 1) + int64_t(scheduler_.running()) > kv_.free_blocks())
     return leave(scheduler::Admission::Wait);
+  if (!kv.take_state_slot(kv_)) return leave(scheduler::Admission::Wait);  // linear attention's state: a slot each
   if (kv_.prefix_cache())
     for (uint64_t hash : pending) computing_.try_emplace(hash, id);
   std::lock_guard lock(mu_);

@@ -39,6 +39,7 @@ class Runner {
   // of the KV pool, from 1 to kMaxRunning); one joins only when the pool has room for its whole prompt
   // (and a block for each running sequence to grow into). When running sequences outgrow the pool, the
   // newest goes back to the queue and computes its context again later (mostly from the prefix cache).
+  // A model with linear attention runs as many as the pool has recurrent-state slots (--max_sequences).
   Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayout& layout, LoadNotes& notes, int64_t context,
          int32_t max_running);
   static constexpr int64_t kTokensPerRunning = 64;

@@ -41,7 +41,7 @@ std::unique_ptr<ModelInstance> load(const std::string& name, const std::string& 
 // Every float32 fixture: dense, MoE, and DeepSeek's latent attention.
 const char* const kFixtures[] = {"llama-f32",     "llama-linear-tied-bias-f32", "llama3-rope-f32", "mistral-window-f32",
                                  "qwen2-f32",     "qwen3-f32",                  "qwen2-moe-f32",   "qwen3-moe-f32",
-                                 "deepseek-v2-f32", "deepseek-v3-f32",          "deepseek-v3-yarn-f32", "gemma2-f32", "gemma3-f32", "phi3-f32", "glm4-moe-f32", "gpt-oss-f32"};
+                                 "deepseek-v2-f32", "deepseek-v3-f32",          "deepseek-v3-yarn-f32", "gemma2-f32", "gemma3-f32", "phi3-f32", "glm4-moe-f32", "gpt-oss-f32", "qwen3-next-f32"};
 
 }  // namespace
 
@@ -150,16 +150,21 @@ BOOST_AUTO_TEST_CASE(a_layer_split_equals_the_all_gpu_model) {
 
 // Layers move cpu -> split -> cuda -> cpu between steps of one running generation; it gives the tokens
 // it gives unmoved, because each layer's KV pages move with it.
+// Qwen3-Next's linear-attention layers carry their recurrent states the same way.
 BOOST_AUTO_TEST_CASE(rebalance_between_cpu_and_cuda_during_a_stream) {
-  const test::Reference ref = test::read_reference(kModels / "qwen3-f32");
-  auto m = load("qwen3-f32", "cpu");
-  const std::vector<int32_t> want = greedy(*m, ref.prompt, 48);
-  const std::vector<std::string> moves = {"{'cuda:0':1,'cpu':1}", "cuda", "{'cpu':3,'cuda':1}", "cpu"};
-  size_t applied = 0;
-  const std::vector<int32_t> got = test::greedy_while_moving(*m, ref.prompt, 48, moves, &applied);
-  BOOST_TEST(applied == moves.size());
-  BOOST_TEST(m->placement().to_string() == "cpu:0-" + std::to_string(m->config().num_layers - 1));
-  BOOST_TEST(got == want, boost::test_tools::per_element());
+  for (const char* name : {"qwen3-f32", "qwen3-next-f32"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const test::Reference ref = test::read_reference(kModels / name);
+      auto m = load(name, "cpu");
+      const std::vector<int32_t> want = greedy(*m, ref.prompt, 48);
+      const std::vector<std::string> moves = {"{'cuda:0':1,'cpu':1}", "cuda", "{'cpu':3,'cuda':1}", "cpu"};
+      size_t applied = 0;
+      const std::vector<int32_t> got = test::greedy_while_moving(*m, ref.prompt, 48, moves, &applied);
+      BOOST_TEST(applied == moves.size());
+      BOOST_TEST(m->placement().to_string() == "cpu:0-" + std::to_string(m->config().num_layers - 1));
+      BOOST_TEST(got == want, boost::test_tools::per_element());
+    }
+  }
 }
 
 // The prefix cache on the GPU: a second request sharing the first's prefix reads its pages, after they

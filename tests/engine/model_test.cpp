@@ -162,8 +162,11 @@ int64_t cached_tokens(const std::vector<test::Traced>& runs) {
 // A chat's traffic through a model with its prefix cache and one without: a system prompt of 37 tokens
 // (two full pages and a part) shared by many users, a multi-turn chat growing on its own replies, and
 // four choices of one new prompt (n = 4) sampled together. Every token and log-probability is the same.
+// A model with linear attention (Qwen3-Next) keeps prefix caching off: its recurrent state summarises the
+// whole prefix and is not kept per page, so nothing is reused and every count below is 0.
 BOOST_DATA_TEST_CASE(the_prefix_cache_changes_no_token_or_logprob, bdata::make(fixture_names()), name) {
   auto cached = load(name, "auto", "on"), plain = load(name, "auto", "off");
+  const int64_t reuses = cached->config().linear.count() ? 0 : 1;
   const int64_t vocab = cached->config().vocab_size;
   const std::vector<int32_t> system = some_tokens(1, 37, vocab);
   auto both = [&](const std::vector<GenerationRequest>& requests, const std::string& what) {
@@ -175,13 +178,14 @@ BOOST_DATA_TEST_CASE(the_prefix_cache_changes_no_token_or_logprob, bdata::make(f
   both({sampled(joined(system, some_tokens(2, 9, vocab)), 1, 6)}, "first user");
   std::vector<GenerationRequest> users;
   for (uint32_t u = 0; u < 5; ++u) users.push_back(sampled(joined(system, some_tokens(10 + u, 5 + int(u) * 7, vocab)), u, 8));
-  BOOST_TEST(cached_tokens(both(users, "five users of one system prompt")) == 5 * 32);
+  BOOST_TEST(cached_tokens(both(users, "five users of one system prompt")) == reuses * 5 * 32);
 
   std::vector<int32_t> chat = system;
   for (uint32_t turn = 0; turn < 3; ++turn) {
     chat = joined(chat, some_tokens(20 + turn, 11, vocab));
     auto reply = both({sampled(chat, turn, 12)}, "turn " + std::to_string(turn));
-    if (turn > 0) BOOST_TEST(reply[0].result.cached_tokens >= int64_t(chat.size()) - 11 - 16);
+    if (turn > 0) BOOST_TEST(reply[0].result.cached_tokens >= reuses * (int64_t(chat.size()) - 11 - 16));
+    if (!reuses) BOOST_TEST(reply[0].result.cached_tokens == 0);
     chat = joined(chat, reply[0].result.tokens);
   }
 
@@ -190,15 +194,17 @@ BOOST_DATA_TEST_CASE(the_prefix_cache_changes_no_token_or_logprob, bdata::make(f
   for (size_t i = 0; i < seeded.size(); ++i) seeded[i].sampling.seed = i;
   auto n4 = both(seeded, "n = 4");
   // The first choice computes the prompt's three full pages; the others wait a step and share them.
-  BOOST_TEST(cached_tokens(n4) == 3 * 48);
-  BOOST_TEST(cached->runner().load().prefix_cache_hits > 0u);
+  BOOST_TEST(cached_tokens(n4) == reuses * 3 * 48);
+  if (reuses) BOOST_TEST(cached->runner().load().prefix_cache_hits > 0u);
+  else BOOST_TEST(cached->runner().load().prefix_cache_hits == 0u);
   BOOST_TEST(plain->runner().load().prefix_cache_hits == 0u);
 }
 
 // A context of 128 tokens and max_sequences 0: a pool of 64 pages (8 sequences at the full context) and
 // up to 16 running. Sixteen requests of 120 tokens each need 128 pages: they wait for pages, running ones
 // go back to the queue when the pool runs short, and cached pages give way to new ones. Every request
-// completes with the tokens it has with room to spare.
+// completes with the tokens it has with room to spare. A model with linear attention runs only as many
+// as it has state slots (8 here), for which the pool always has room: it never preempts.
 BOOST_DATA_TEST_CASE(a_pool_smaller_than_the_work_stays_exact, bdata::make(fixture_names()), name) {
   auto small = load(name, "auto", "on", 0, 128), roomy = load(name, "auto", "off", 16, 256);
   const int64_t vocab = small->config().vocab_size;
@@ -212,7 +218,8 @@ BOOST_DATA_TEST_CASE(a_pool_smaller_than_the_work_stays_exact, bdata::make(fixtu
     load = small->runner().load();
   }
   BOOST_TEST(load.kv_blocks_total == 64);
-  BOOST_TEST(load.preemptions > 0u);
+  if (small->config().linear.count()) BOOST_TEST(load.preemptions == 0u);
+  else BOOST_TEST(load.preemptions > 0u);
   BOOST_TEST(load.kv_blocks_used == 0);
   BOOST_TEST(roomy->runner().load().preemptions == 0u);
 }
@@ -241,7 +248,8 @@ BOOST_DATA_TEST_CASE(every_kv_dtype_stays_within_its_bound, bdata::make(fixture_
     const double prefill = relative_error(test::prompt_logits(*model, ref.prompt, {last})[0], ref.last_logits);
     const double decode = relative_error(test::decode_logits(*model, all, ref.prompt.size()), ref.final_logits);
     BOOST_TEST_MESSAGE(name << " --kv_dtype " << kv_dtype << ": prefill " << prefill << ", decode " << decode);
-    const bool routed = name.find("moe") != std::string::npos || name.starts_with("deepseek") || name.starts_with("gpt-oss");
+    const bool routed = name.find("moe") != std::string::npos || name.starts_with("deepseek") || name.starts_with("gpt-oss") ||
+                        name.starts_with("qwen3-next");
     BOOST_TEST(prefill < (routed ? 1.5 * bound : bound), kv_dtype);
     BOOST_TEST(decode < (routed ? 1.5 * bound : bound), kv_dtype);
   }
@@ -274,7 +282,9 @@ BOOST_DATA_TEST_CASE(quantized_logits_stay_within_bounds, bdata::make(f32_fixtur
     BOOST_TEST_MESSAGE(name << " " << q.dtype << ": max |logit error| / logit range " << err);
     // An MoE layer sums a shared expert and two routed ones, each rounding on its own: int8 measured
     // 0.049 (qwen3-moe) and 0.075 (qwen2-moe), so those fixtures get half as much room again.
-    double bound = name.find("moe") != std::string::npos ? q.bound * 1.5 : q.bound;
+    // Qwen3-Next's too (int8 0.077, float16 0.0034).
+    const bool moe = name.find("moe") != std::string::npos || name.starts_with("qwen3-next");
+    double bound = moe ? q.bound * 1.5 : q.bound;
     // The DeepSeek and GLM-4.5 fixtures route by sigmoid scores plus a correction bias with near-ties:
     // int8 activations or bf16 weights flip an expert choice (DeepSeek V3 int8 and int4g32 0.21, weights-only
     // int8 0.02; GLM int8 0.11, bfloat16 0.11). gpt-oss's biased router too (int8 0.17).

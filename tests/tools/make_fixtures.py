@@ -22,7 +22,7 @@ import transformers
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
                           Gemma2Config, Gemma2ForCausalLM, Phi3Config, Phi3ForCausalLM, Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig, GptOssForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
-                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM)
 from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
                                                     TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
 
@@ -100,6 +100,17 @@ FIXTURES = {
                      swiglu_limit=3.0, tie_word_embeddings=False, pad_token_id=0,
                      rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, beta_fast=32.0,
                                           beta_slow=1.0, truncate=False, original_max_position_embeddings=64))),
+    # Qwen3-Next: gated DeltaNet layers (2 key heads, 4 value heads, key 16 and value 24 wide, conv of 4) around
+    # a gated full-attention layer (q/k norms, RoPE on a quarter of each head), zero-centred norms, 8 experts
+    # (2 per token) with a gated shared expert, layer 2 dense.
+    "qwen3-next": (Qwen3NextConfig, Qwen3NextForCausalLM,
+                   dict(num_hidden_layers=4, head_dim=32, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
+                        moe_intermediate_size=64, shared_expert_intermediate_size=96, norm_topk_prob=True,
+                        decoder_sparse_step=1, mlp_only_layers=[2],
+                        layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+                        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                        linear_value_head_dim=24, linear_conv_kernel_dim=4,
+                        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25))),
     # Gemma 2: Gemma's layer (below) without q/k norms, sliding and global layers alternating with one RoPE,
     # attention scores and final logits soft-capped (caps small enough to bend these models' values); scores
     # scaled by head_dim^-0.5 as llama.cpp derives it, so its GGUF copy computes the same.
