@@ -58,7 +58,7 @@ struct DeltaNetParams {
   int64_t k_heads, v_heads, k_dim, v_dim, kernel;
   float eps;
 };
-void gated_delta_net(const Tensor& qkvz, const Tensor& ba, const DeltaNetParams& p, std::span<const int64_t> pos,
+void gated_delta_net(const Tensor& qkv, const Tensor& z, const Tensor& ba, const DeltaNetParams& p, std::span<const int64_t> pos,
                      std::span<const int32_t> seq, std::span<const int32_t> slots, Tensor& state, Tensor& out);
 
 // The step's tokens as attention sees them, on one device: each token's position and sequence, and the

@@ -29,27 +29,19 @@ struct Sequences {
 
 __device__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
-// Channel c (all q heads, all k heads, all v heads) reads its column of qkvz, grouped by key head.
-__global__ void conv_kernel(const float* __restrict__ qkvz, const float* __restrict__ conv, Shape n, Sequences q,
+// Thread per channel (all q heads, all k heads, all v heads), along one sequence's tokens.
+__global__ void conv_kernel(const float* __restrict__ qkv, const float* __restrict__ conv, Shape n, Sequences q,
                             float* state, int64_t state_floats, float* mixed) {
-  const int r = n.v_heads / n.k_heads, keys = n.k_heads * n.k_dim, channels = 2 * keys + n.v_heads * n.v_dim;
-  const int group = 2 * n.k_dim + 2 * r * n.v_dim, K = n.kernel, s = blockIdx.y;
+  const int channels = 2 * n.k_heads * n.k_dim + n.v_heads * n.v_dim, K = n.kernel, s = blockIdx.y;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= channels) return;
-  int col;
-  if (c < 2 * keys) {
-    col = (c % keys) / n.k_dim * group + (c >= keys ? n.k_dim : 0) + c % n.k_dim;
-  } else {
-    const int v = c - 2 * keys;
-    col = v / (r * n.v_dim) * group + 2 * n.k_dim + v % (r * n.v_dim);
-  }
   float* win = state + int64_t(q.slot[s]) * state_floats + int64_t(c) * (K - 1);
   if (q.fresh[s])
     for (int m = 0; m < K - 1; ++m) win[m] = 0.0f;
   const float* w = conv + int64_t(c) * K;
   for (int i = q.start[s]; i < q.start[s + 1]; ++i) {
     const int64_t t = q.order[i];
-    const float in = qkvz[t * int64_t(n.k_heads) * group + col];
+    const float in = qkv[t * channels + c];
     float y = 0;
     for (int m = 0; m < K - 1; ++m) y += w[m] * win[m];
     y += w[K - 1] * in;
@@ -60,13 +52,13 @@ __global__ void conv_kernel(const float* __restrict__ qkvz, const float* __restr
 }
 
 // Block (value head, sequence); shared memory holds the token's q and k (2 k_dim floats).
-__global__ void delta_kernel(const float* __restrict__ qkvz, const float* __restrict__ ba, const float* __restrict__ mixed,
+__global__ void delta_kernel(const float* __restrict__ z, const float* __restrict__ ba, const float* __restrict__ mixed,
                              const float* __restrict__ a_log, const float* __restrict__ dt_bias, const float* __restrict__ norm,
                              Shape n, Sequences q, float* state, int64_t state_floats, float* out) {
   extern __shared__ float qk[];
   __shared__ float scratch[32];
   const int r = n.v_heads / n.k_heads, keys = n.k_heads * n.k_dim, channels = 2 * keys + n.v_heads * n.v_dim;
-  const int group = 2 * n.k_dim + 2 * r * n.v_dim, dk = n.k_dim, dv = n.v_dim;
+  const int dk = n.k_dim, dv = n.v_dim;
   const int vh = blockIdx.x, s = blockIdx.y, kh = vh / r, j = vh % r, c = threadIdx.x;
   float* S = state + int64_t(q.slot[s]) * state_floats + int64_t(channels) * (n.kernel - 1) + int64_t(vh) * dk * dv;
   if (q.fresh[s] && c < dv)
@@ -107,18 +99,18 @@ __global__ void delta_kernel(const float* __restrict__ qkvz, const float* __rest
     const float ss = block_sum(c < dv ? o * o : 0.0f, scratch);  // also: every thread is done with qk
     if (c < dv) {
       const float inv = 1.0f / sqrtf(ss / float(dv) + n.eps);
-      const float z = qkvz[t * int64_t(n.k_heads) * group + kh * group + 2 * dk + r * dv + j * dv + c];
-      out[t * int64_t(n.v_heads) * dv + vh * dv + c] = norm[c] * (o * inv) * silu(z);
+      const float gate = z[t * int64_t(n.v_heads) * dv + vh * dv + c];
+      out[t * int64_t(n.v_heads) * dv + vh * dv + c] = norm[c] * (o * inv) * silu(gate);
     }
   }
 }
 
 }  // namespace
 
-void gated_delta_net(const Tensor& qkvz, const Tensor& ba, const DeltaNetParams& p, std::span<const int64_t> pos,
+void gated_delta_net(const Tensor& qkv, const Tensor& z, const Tensor& ba, const DeltaNetParams& p, std::span<const int64_t> pos,
                      std::span<const int32_t> seq, std::span<const int32_t> slots, Tensor& rows, Tensor& out) {
-  DeviceState& s = state(qkvz.device);
-  const int64_t T = qkvz.dim(0), S = int64_t(slots.size());
+  DeviceState& s = state(qkv.device);
+  const int64_t T = qkv.dim(0), S = int64_t(slots.size());
   const int64_t channels = 2 * p.k_heads * p.k_dim + p.v_heads * p.v_dim;
   if (T == 0 || S == 0) return;
   if (p.v_dim > 1024 || p.k_dim > 4096)
@@ -136,17 +128,17 @@ void gated_delta_net(const Tensor& qkvz, const Tensor& ba, const DeltaNetParams&
     for (int t : by[size_t(i)]) table[size_t(3 * S + 1 + at++)] = t;
   }
   table[size_t(S)] = at;
-  DeviceArray<int> dev = upload(qkvz.device, table);
+  DeviceArray<int> dev = upload(qkv.device, table);
   const Sequences q{dev.ptr, dev.ptr + S + 1, dev.ptr + 2 * S + 1, dev.ptr + 3 * S + 1};
   const Shape n{int(p.k_heads), int(p.v_heads), int(p.k_dim), int(p.v_dim), int(p.kernel), p.eps};
   std::shared_ptr<void> mixed = device_bytes(s, size_t(T * channels) * sizeof(float));
   const int64_t floats = rows.dim(1);
   conv_kernel<<<dim3(blocks_for(size_t(channels), 128), unsigned(S)), 128, 0, s.stream>>>(
-      qkvz.as<float>(), p.conv->as<float>(), n, q, rows.as<float>(), floats, static_cast<float*>(mixed.get()));
+      qkv.as<float>(), p.conv->as<float>(), n, q, rows.as<float>(), floats, static_cast<float*>(mixed.get()));
   check_launch("gated_delta_net conv", s.index);
   const unsigned threads = unsigned((p.v_dim + 31) / 32 * 32);
   delta_kernel<<<dim3(unsigned(p.v_heads), unsigned(S)), threads, size_t(2 * p.k_dim) * sizeof(float), s.stream>>>(
-      qkvz.as<float>(), ba.as<float>(), static_cast<const float*>(mixed.get()), p.a_log->as<float>(), p.dt_bias->as<float>(),
+      z.as<float>(), ba.as<float>(), static_cast<const float*>(mixed.get()), p.a_log->as<float>(), p.dt_bias->as<float>(),
       p.norm->as<float>(), n, q, rows.as<float>(), floats, out.as<float>());
   check_launch("gated_delta_net", s.index);
 }

@@ -36,11 +36,11 @@ class Architecture {
   virtual void check(const ModelConfig&) const {}
   // A GGUF of this architecture as llama.cpp's converter writes it (`arch.` keys): what its metadata says
   // beyond the common keys (gguf_model.cpp), the layer tensor names (under blk.N.) that differ from
-  // llama's as (GGUF name, Hugging Face name under model.layers.N.), and what the converter added to every
-  // norm weight (Gemma: 1), which the loader takes off again.
+  // llama's as (GGUF name, Hugging Face name under model.layers.N.), and what the converter added to a
+  // norm weight (Gemma: 1) of that Hugging Face name, which the loader takes off again.
   virtual void read_gguf(const GgufFile&, const std::string& /*arch*/, ModelConfig&) const {}
   virtual std::vector<std::pair<std::string, std::string>> gguf_layer_names() const { return {}; }
-  virtual float gguf_norm_shift() const { return 0; }
+  virtual float gguf_norm_shift(const std::string& /*hf_name*/) const { return 0; }
   // Binds one layer's weights.
   virtual void bind_layer(const LayerBinder& b, LayerWeights& L) const = 0;
   // Runs one layer on the residual stream x: by default x += attention(norm(x)), x += mlp(norm(x)).

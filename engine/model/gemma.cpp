@@ -63,7 +63,7 @@ class Gemma final : public Architecture {
   std::vector<std::pair<std::string, std::string>> gguf_layer_names() const override {
     return {{"post_attention_norm.weight", kPostAttentionNorm}, {"ffn_norm.weight", kPreMlpNorm}, {"post_ffw_norm.weight", kPostMlpNorm}};
   }
-  float gguf_norm_shift() const override { return 1.0f; }
+  float gguf_norm_shift(const std::string& hf_name) const override { return hf_name.ends_with("norm.weight") ? 1.0f : 0.0f; }
 
   void write_config(const ModelConfig& c, const ConfigField& field) const override {
     field("query_pre_attn_scalar", json_number(std::round(std::pow(double(c.attention_scale), -2.0))));

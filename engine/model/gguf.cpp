@@ -289,6 +289,12 @@ const std::vector<std::string>* GgufFile::get_strings(const std::string& key) co
   return std::get_if<std::vector<std::string>>(&it->second.v);
 }
 
+const std::vector<double>* GgufFile::get_numbers(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) return nullptr;
+  return std::get_if<std::vector<double>>(&it->second.v);
+}
+
 void write_gguf_metadata(const std::string& path, const std::vector<std::pair<std::string, const GgufValue*>>& keys) {
   std::string out;
   auto put = [&](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };

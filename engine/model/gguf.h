@@ -48,6 +48,7 @@ class GgufFile {
   std::optional<bool> get_bool(const std::string& key) const;
   std::optional<std::string> get_string(const std::string& key) const;
   const std::vector<std::string>* get_strings(const std::string& key) const;
+  const std::vector<double>* get_numbers(const std::string& key) const;  // an array of numbers or booleans
 
  private:
   std::shared_ptr<MappedFile> file_;

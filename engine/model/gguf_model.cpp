@@ -160,7 +160,7 @@ const std::pair<const char*, const char*> kArchitectures[] = {
     {"llama", "LlamaForCausalLM"},     {"qwen2", "Qwen2ForCausalLM"},       {"qwen3", "Qwen3ForCausalLM"},
     {"gemma2", "Gemma2ForCausalLM"},   {"gemma3", "Gemma3ForCausalLM"},     {"phi3", "Phi3ForCausalLM"},
     {"qwen2moe", "Qwen2MoeForCausalLM"}, {"qwen3moe", "Qwen3MoeForCausalLM"}, {"glm4moe", "Glm4MoeForCausalLM"},
-    {"gpt-oss", "GptOssForCausalLM"},  {"deepseek2", "DeepseekV3ForCausalLM"}};
+    {"gpt-oss", "GptOssForCausalLM"},  {"deepseek2", "DeepseekV3ForCausalLM"}, {"qwen3next", "Qwen3NextForCausalLM"}};
 
 }  // namespace
 
@@ -172,7 +172,7 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
     if (arch == name) hf_class = cls;
   if (!hf_class)
     throw EngineError(path + ": GGUF architecture \"" + arch + "\" is not supported (llama, qwen2, qwen3, gemma2, gemma3, "
-                      "phi3, qwen2moe, qwen3moe, glm4moe, gpt-oss and deepseek2 are)");
+                      "phi3, qwen2moe, qwen3moe, glm4moe, gpt-oss, deepseek2 and qwen3next are)");
   GgufModel m;
   m.file_bytes = g.bytes();
   m.config = config_from_metadata(g, arch);
@@ -187,7 +187,6 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
       if (!g.tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") &&
           std::find(moe.dense_layers.begin(), moe.dense_layers.end(), l) == moe.dense_layers.end())
         moe.dense_layers.push_back(l);
-  const float norm_shift = architecture.gguf_norm_shift();
   std::vector<std::pair<std::string, std::string>> layer_names;
   for (auto [from, to] : kLayerNames) layer_names.emplace_back(from, to);
   for (auto& [from, to] : architecture.gguf_layer_names()) {  // the architecture's own replace llama's
@@ -205,7 +204,7 @@ GgufModel load_gguf_model(const std::string& path, const std::function<void(uint
     done += t->bytes;
     if (progress) progress(done, total);
     StoredTensor s = view(g, *t, hf_name);
-    if (norm_shift != 0 && hf_name.ends_with("norm.weight")) s = unshift_norm(s, norm_shift);
+    if (const float shift = architecture.gguf_norm_shift(hf_name)) s = unshift_norm(s, shift);
     m.weights.add(unpermute_heads ? unpermute_rows(s, unpermute_heads) : s);
   };
   add("token_embd.weight", "model.embed_tokens.weight");

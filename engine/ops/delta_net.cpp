@@ -29,44 +29,39 @@ std::vector<std::vector<int64_t>> tokens_by_sequence(const AttentionBatch& b) {
 
 }  // namespace
 
-void gated_delta_net(Context& ctx, const Tensor& qkvz, const Tensor& ba, const DeltaNet& n, const AttentionBatch& b,
+void gated_delta_net(Context& ctx, const Tensor& qkv, const Tensor& z, const Tensor& ba, const DeltaNet& n, const AttentionBatch& b,
                      Tensor& state, Tensor& out) {
-  const int64_t T = qkvz.dim(0), r = n.v_heads / n.k_heads, dk = n.k_dim, dv = n.v_dim, K = n.kernel;
-  const int64_t group = 2 * dk + 2 * r * dv, keys = n.k_heads * dk, channels = 2 * keys + n.v_heads * dv;
+  const int64_t T = qkv.dim(0), r = n.v_heads / n.k_heads, dk = n.k_dim, dv = n.v_dim, K = n.kernel;
+  const int64_t keys = n.k_heads * dk, channels = 2 * keys + n.v_heads * dv;
   const int64_t window = channels * (K - 1), floats = window + n.v_heads * dk * dv;
-  if (n.v_heads % n.k_heads || qkvz.dim(1) != n.k_heads * group || ba.dim(1) != 2 * n.v_heads || out.dim(1) != n.v_heads * dv ||
-      n.conv.numel() != channels * K || state.dim(1) != floats || b.state_slot.size() != b.table_start.size())
-    throw EngineError("gated_delta_net: shapes " + shape_string(qkvz.shape) + ", " + shape_string(ba.shape) + " -> " +
-                      shape_string(out.shape) + " with state " + shape_string(state.shape) + " do not fit");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&ba, &n.conv, &n.a_log, &n.dt_bias, &n.norm, &state, &out})
-    if (!(t->device == qkvz.device))
-      throw EngineError("gated_delta_net: operands on " + qkvz.device.name() + " and " + t->device.name());
+  if (n.v_heads % n.k_heads || qkv.dim(1) != channels || z.dim(1) != n.v_heads * dv || ba.dim(1) != 2 * n.v_heads ||
+      out.dim(1) != n.v_heads * dv || n.conv.numel() != channels * K || state.dim(1) != floats ||
+      b.state_slot.size() != b.table_start.size())
+    throw EngineError("gated_delta_net: shapes " + shape_string(qkv.shape) + ", " + shape_string(z.shape) + ", " +
+                      shape_string(ba.shape) + " -> " + shape_string(out.shape) + " with state " + shape_string(state.shape) +
+                      " do not fit");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&z, &ba, &n.conv, &n.a_log, &n.dt_bias, &n.norm, &state, &out})
+    if (!(t->device == qkv.device))
+      throw EngineError("gated_delta_net: operands on " + qkv.device.name() + " and " + t->device.name());
 #if defined(FTLLM_WITH_CUDA)
-  if (qkvz.device.is_cuda())
-    return cuda::gated_delta_net(qkvz, ba, {&n.conv, &n.a_log, &n.dt_bias, &n.norm, n.k_heads, n.v_heads, dk, dv, K, n.eps}, b.pos,
+  if (qkv.device.is_cuda())
+    return cuda::gated_delta_net(qkv, z, ba, {&n.conv, &n.a_log, &n.dt_bias, &n.norm, n.k_heads, n.v_heads, dk, dv, K, n.eps}, b.pos,
                                  b.seq, b.state_slot, state, out);
 #endif
   const std::vector<std::vector<int64_t>> seqs = tokens_by_sequence(b);
   auto slot = [&](size_t s) { return state.as<float>() + int64_t(b.state_slot[s]) * floats; };
   auto fresh = [&](size_t s) { return !seqs[s].empty() && b.pos[size_t(seqs[s][0])] == 0; };
 
-  // The convolution: channel c reads column `column(c)` of qkvz, its window the previous K - 1 inputs.
-  auto column = [&](int64_t c) {
-    if (c < 2 * keys) return (c % keys) / dk * group + (c >= keys ? dk : 0) + c % dk;
-    const int64_t v = c - 2 * keys;
-    return v / (r * dv) * group + 2 * dk + v % (r * dv);
-  };
+  // The convolution: each channel's window holds its previous K - 1 inputs.
   Tensor mixed = Tensor::uninitialized(DType::F32, {T, channels});
-  const float* x = qkvz.as<float>();
   ctx.pool.parallel_for(channels, 64, [&](int64_t c0, int64_t c1) {
     for (size_t s = 0; s < seqs.size(); ++s) {
       for (int64_t c = c0; c < c1; ++c) {
         float* win = slot(s) + c * (K - 1);
         if (fresh(s)) std::fill(win, win + K - 1, 0.0f);
         const float* w = n.conv.as<float>() + c * K;
-        const int64_t col = column(c);
         for (int64_t t : seqs[s]) {
-          const float in = x[t * qkvz.dim(1) + col];
+          const float in = qkv.as<float>()[t * channels + c];
           float y = 0;
           for (int64_t m = 0; m < K - 1; ++m) y += w[m] * win[m];
           y += w[K - 1] * in;
@@ -125,9 +120,9 @@ void gated_delta_net(Context& ctx, const Tensor& qkvz, const Tensor& ba, const D
         float ss = 0;
         for (float y : o) ss += y * y;
         const float inv = 1.0f / std::sqrt(ss / float(dv) + n.eps);
-        const float* z = x + t * qkvz.dim(1) + kh * group + 2 * dk + r * dv + j * dv;
+        const float* gate = z.as<float>() + t * z.dim(1) + vh * dv;
         float* dst = out.as<float>() + t * out.dim(1) + vh * dv;
-        for (int64_t c = 0; c < dv; ++c) dst[c] = n.norm.as<float>()[c] * (o[size_t(c)] * inv) * silu(z[c]);
+        for (int64_t c = 0; c < dv; ++c) dst[c] = n.norm.as<float>()[c] * (o[size_t(c)] * inv) * silu(gate[c]);
       }
     }
   });

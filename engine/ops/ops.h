@@ -154,10 +154,10 @@ void paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b, con
 
 // Gated DeltaNet (Qwen3-Next's linear attention), from its input projections to the gated, normalised
 // output heads, over each sequence's recurrent state. With r = v_heads / k_heads:
-// - qkvz [T, k_heads * (2 k_dim + 2 r v_dim)] and ba [T, k_heads * 2r], grouped by key head as
-//   in_proj_qkvz and in_proj_ba give them ([q, k, r values, r gates] and [r b, r a] per key head);
-// - the q, k, v channels (all q heads, all k heads, all v heads) pass a causal convolution of `kernel`
-//   taps (conv [channels, kernel]) and silu;
+// - qkv [T, channels]: all q heads, all k heads, all v heads (k_dim, k_dim, v_dim values each); z [T,
+//   v_heads * v_dim] the output gates; ba [T, k_heads * 2r] grouped by key head as in_proj_ba gives it
+//   ([r b, r a] per key head; value head h is key head h / r's (h % r)-th);
+// - the qkv channels pass a causal convolution of `kernel` taps (conv [channels, kernel]) and silu;
 // - per value head, with q and k L2-normalised (q also by 1/sqrt(k_dim)), beta = sigmoid(b) and
 //   decay = exp(-exp(a_log) * softplus(a + dt_bias)), the state S [k_dim, v_dim] becomes decay * S, then
 //   S + k ⊗ beta (v - Sᵀk); the output o = Sᵀq goes through RMSNorm (norm [v_dim], eps) times silu(z).
@@ -170,7 +170,7 @@ struct DeltaNet {
   int64_t k_heads, v_heads, k_dim, v_dim, kernel;
   float eps;
 };
-void gated_delta_net(Context& ctx, const Tensor& qkvz, const Tensor& ba, const DeltaNet& net, const AttentionBatch& b,
-                     Tensor& state, Tensor& out);
+void gated_delta_net(Context& ctx, const Tensor& qkv, const Tensor& z, const Tensor& ba, const DeltaNet& net,
+                     const AttentionBatch& b, Tensor& state, Tensor& out);
 
 }  // namespace ftllm::ops

@@ -52,6 +52,7 @@ const Case kCases[] = {{"llama-f32.gguf", "models/llama-f32", "float32", 1e-4},
                        {"deepseek-v3-f32.gguf", "models/deepseek-v3-f32", "float32", 1e-4},
                        {"deepseek-v3-yarn-f32.gguf", "models/deepseek-v3-yarn-f32", "float32", 1e-4},
                        {"deepseek-v2-kv_b-f32.gguf", "models/deepseek-v2-f32", "float32", 1e-4},
+                       {"qwen3next-f32.gguf", "models/qwen3-next-f32", "float32", 1e-4},
                        {"gpt-oss-mxfp4.gguf", "quantized/gpt-oss-mxfp4", "float32, mxfp4", 1e-4, "scalar"},
                        {"gpt-oss-mxfp4.gguf", "quantized/gpt-oss-mxfp4", "float32, mxfp4", 0.05}};
 

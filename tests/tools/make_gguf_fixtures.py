@@ -254,6 +254,81 @@ def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, spli
     w.close()
 
 
+def convert_qwen3next(src, out_name):
+    """Qwen3-Next as llama.cpp's Qwen3NextModel writes it: in_proj_qkvz regrouped into the convolution's channels
+    (attn_qkv) and the gates (attn_gate), A_log as -exp(A_log), the conv squeezed, every zero-centred norm + 1
+    (not the DeltaNet's output norm); the Qwen2-MoE keys and tensors for the rest."""
+    c = json.loads((src / "config.json").read_text())
+    t = read_safetensors(src / "model.safetensors")
+    n_layers, heads, hidden = c["num_hidden_layers"], c["num_attention_heads"], c["hidden_size"]
+    dk, dv, nk, nv = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_num_key_heads"], c["linear_num_value_heads"]
+    w = GGUFWriter(str(DATA / "gguf" / out_name), "qwen3next")
+    w.add_block_count(n_layers)
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_key_length(c["head_dim"])
+    w.add_value_length(c["head_dim"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_rope_freq_base(c["rope_parameters"]["rope_theta"])
+    w.add_vocab_size(c["vocab_size"])
+    w.add_expert_count(c["num_experts"])
+    w.add_expert_used_count(c["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+    w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
+    w.add_ssm_conv_kernel(c["linear_conv_kernel_dim"])
+    w.add_ssm_state_size(dk)
+    w.add_ssm_group_count(nk)
+    w.add_ssm_time_step_rank(nv)
+    w.add_ssm_inner_size(dv * nv)
+    w.add_array("qwen3next.attention.recurrent_layers", [x == "linear_attention" for x in c["layer_types"]])
+    w.add_full_attention_interval(c.get("full_attention_interval", 4))
+    w.add_rope_dimension_count(int(c["head_dim"] * c["rope_parameters"].get("partial_rotary_factor", 0.25)))
+
+    def add(name, x):
+        w.add_tensor(name, np.ascontiguousarray(x, np.float32))
+
+    add("token_embd.weight", t["model.embed_tokens.weight"])
+    add("output_norm.weight", t["model.norm.weight"] + 1)
+    add("output.weight", t["lm_head.weight"])
+    for l in range(n_layers):
+        p, b = f"model.layers.{l}.", f"blk.{l}."
+        add(b + "attn_norm.weight", t[p + "input_layernorm.weight"] + 1)
+        add(b + "post_attention_norm.weight", t[p + "post_attention_layernorm.weight"] + 1)
+        if c["layer_types"][l] == "linear_attention":
+            r = nv // nk
+            qkvz = t[p + "linear_attn.in_proj_qkvz.weight"].T.reshape(hidden, nk, 2 * dk + 2 * r * dv)
+            q, k, v, z = np.split(qkvz, [dk, 2 * dk, 2 * dk + r * dv], axis=-1)
+            add(b + "attn_qkv.weight", np.concatenate([x.reshape(hidden, -1) for x in (q, k, v)], axis=-1).T)
+            add(b + "attn_gate.weight", z.reshape(hidden, -1).T)
+            add(b + "ssm_ba.weight", t[p + "linear_attn.in_proj_ba.weight"])
+            add(b + "ssm_conv1d.weight", t[p + "linear_attn.conv1d.weight"].squeeze())
+            add(b + "ssm_dt.bias", t[p + "linear_attn.dt_bias"])
+            add(b + "ssm_a", -np.exp(t[p + "linear_attn.A_log"]))
+            add(b + "ssm_norm.weight", t[p + "linear_attn.norm.weight"])
+            add(b + "ssm_out.weight", t[p + "linear_attn.out_proj.weight"])
+        else:
+            for hf, g in [("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")]:
+                add(b + g + ".weight", t[p + "self_attn." + hf + ".weight"])
+            add(b + "attn_q_norm.weight", t[p + "self_attn.q_norm.weight"] + 1)
+            add(b + "attn_k_norm.weight", t[p + "self_attn.k_norm.weight"] + 1)
+        if l in c["mlp_only_layers"]:
+            for proj, g in [("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"), ("down_proj", "ffn_down")]:
+                add(b + g + ".weight", t[p + "mlp." + proj + ".weight"])
+            continue
+        add(b + "ffn_gate_inp.weight", t[p + "mlp.gate.weight"])
+        for proj, g in [("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"), ("down_proj", "ffn_down")]:
+            add(b + g + "_exps.weight", np.stack([t[f"{p}mlp.experts.{e}.{proj}.weight"] for e in range(c["num_experts"])]))
+            add(b + g + "_shexp.weight", t[p + "mlp.shared_expert." + proj + ".weight"])
+        add(b + "ffn_gate_inp_shexp.weight", t[p + "mlp.shared_expert_gate.weight"].reshape(-1))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 (DATA / "gguf").mkdir(exist_ok=True)
 convert("llama-f32", "llama", "llama-f32.gguf")
 convert("qwen2-f32", "qwen2", "qwen2-f32.gguf")
@@ -272,4 +347,5 @@ convert_moe(DATA / "models" / "deepseek-v3-yarn-f32", "deepseek2", "deepseek-v3-
 convert_moe(DATA / "models" / "deepseek-v2-f32", "deepseek2", "deepseek-v2-kv_b-f32.gguf", legacy_kv_b=True)
 convert_moe(DATA / "models" / "glm4-moe-f32", "glm4moe", "glm4moe-f32.gguf")
 convert_moe(DATA / "quantized" / "gpt-oss-mxfp4", "gpt-oss", "gpt-oss-mxfp4.gguf")
+convert_qwen3next(DATA / "models" / "qwen3-next-f32", "qwen3next-f32.gguf")
 print("wrote", sorted(p.name for p in (DATA / "gguf").iterdir()))
