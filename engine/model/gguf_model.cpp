@@ -149,6 +149,7 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     // rows at a time: layer.cpp), shared experts, DeepSeek's and GLM's routing bias.
     {"ffn_gate_inp.weight", "mlp.gate.weight"},        {"ffn_gate_exps.weight", "mlp.experts.gate_proj"},
     {"ffn_up_exps.weight", "mlp.experts.up_proj"},     {"ffn_down_exps.weight", "mlp.experts.down_proj"},
+    {"ffn_gate_up_exps.weight", "mlp.experts.gate_up_proj"},  // the converter's --fuse-gate-up-exps: [E, 2I, H]
     {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
     {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
     {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},

@@ -83,17 +83,58 @@ std::string resolve_hf_cache(const std::string& repo, const std::string& cache_d
   return {};
 }
 
-uint64_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
+}  // namespace
+
+uint64_t available_memory(const std::string& root) {
+  auto read_number = [](const fs::path& file) -> std::optional<uint64_t> {
+    std::ifstream in(file);
+    std::string text;
+    if (!(in >> text) || text == "max") return std::nullopt;
+    try {
+      return std::stoull(text);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  uint64_t available = UINT64_MAX;
+  std::ifstream meminfo(fs::path(root) / "proc/meminfo");
+  std::string key, unit;
   uint64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") return kib * 1024;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") available = kib * 1024;
   }
-  return UINT64_MAX;
+  // The cgroup's limit less what it uses: cgroup v2 ("0::/path": memory.max, memory.current) or v1's
+  // memory controller (memory.limit_in_bytes, memory.usage_in_bytes). Its usage counts the page cache too:
+  // the inactive file pages (memory.stat) are given back under pressure, so they count as free (as
+  // docker stats does).
+  auto inactive_file = [](const fs::path& stat, const char* key) {
+    std::ifstream in(stat);
+    std::string k;
+    uint64_t v = 0;
+    while (in >> k >> v)
+      if (k == key) return v;
+    return uint64_t(0);
+  };
+  std::ifstream cgroups(fs::path(root) / "proc/self/cgroup");
+  for (std::string line; std::getline(cgroups, line);) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    const bool v2 = line.compare(0, a, "0") == 0 && controllers.empty();
+    const bool v1_memory = ("," + controllers + ",").find(",memory,") != std::string::npos;
+    if (!v2 && !v1_memory) continue;
+    const fs::path dir = fs::path(root) / (v2 ? "sys/fs/cgroup" : "sys/fs/cgroup/memory") / fs::path(path).relative_path();
+    const auto limit = read_number(dir / (v2 ? "memory.max" : "memory.limit_in_bytes"));
+    const uint64_t reclaimable = inactive_file(dir / "memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+    const uint64_t used = read_number(dir / (v2 ? "memory.current" : "memory.usage_in_bytes")).value_or(0);
+    const uint64_t held = used > reclaimable ? used - reclaimable : 0;
+    if (limit && *limit < (uint64_t(1) << 60)) available = std::min(available, *limit > held ? *limit - held : 0);
+  }
+  return available;
 }
+
+namespace {
 
 // The KV cache's bytes for the sequences and context the options ask (--kv_dtype parsed in load_model).
 uint64_t kv_cache_bytes(const ModelLoadOptions& o, const model::ModelConfig& c) {
@@ -110,7 +151,7 @@ void check_kv_fits(const ModelLoadOptions& o, const model::ModelConfig& c) {
     throw EngineError("--kv_dtype " + o.kv_dtype + " stores heads in blocks of " + (*dtype == kvcache::KvDtype::Q8_0 ? "32" : "4") +
                       " values, and this model's heads have " + std::to_string(c.kv_cache_head_dim()) + "; use f16, bf16 or f32");
   const uint64_t bytes = kv_cache_bytes(o, c);
-  const uint64_t available = available_memory();
+  const uint64_t available = available_memory("/");
   if (bytes > available) {
     char msg[512];
     std::snprintf(msg, sizeof msg,
@@ -142,7 +183,7 @@ void check_host_memory_fits(const ModelLoadOptions& o, const model::ModelConfig&
   const bool experts_on_host = o.moe_device.empty() || o.moe_device == "cpu" || o.moe_device == "numa";
   const uint64_t weights = on_gpu ? (experts_on_host ? experts : 0) : experts + rest;
   const uint64_t kv = on_gpu ? 0 : kv_cache_bytes(o, c);
-  const uint64_t available = available_memory();
+  const uint64_t available = available_memory("/");
   if (weights + kv <= available) return;
   const double gib = 1 << 30;
   char msg[768], part[128] = "";

@@ -42,6 +42,10 @@ int64_t served_context(const ModelLoadOptions& options, const model::ModelConfig
 // KV pages for max_sequences sequences at the served context.
 int64_t kv_blocks_for(const ModelLoadOptions& options, const model::ModelConfig& config);
 
+// Bytes of memory this process may still take: MemAvailable, capped by its cgroup's limit less its usage
+// (systemd's MemoryMax=, a container's memory limit). `root`: "/" (tests pass a tree shaped like it).
+uint64_t available_memory(const std::string& root);
+
 // The model's KV pool of `blocks` pages in the --kv_dtype the options give (checked at load).
 kvcache::KvPool make_kv_pool(const ModelLoadOptions& options, const model::ModelConfig& config, int64_t blocks);
 

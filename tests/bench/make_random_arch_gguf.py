@@ -7,7 +7,7 @@ real vocabulary size, so the embedding and LM head have their real size. Quantiz
 other types. Tensors are generated one at a time while writing, so a 12 GB model needs little memory.
   python make_random_arch_gguf.py SHAPE OUT.gguf
 SHAPE: gemma-3-1b, phi-4-mini, gpt-oss-20b, qwen3-30b-a3b (Q4_0 matrices made directly, router float16:
-17 GB instead of 61). Needs gguf and numpy."""
+17 GB instead of 61), qwen3-next-80b-a3b-16l (Q4_0, 16 of its 48 layers: 15 GB). Needs gguf and numpy."""
 import sys
 
 import numpy as np
@@ -69,6 +69,42 @@ def qwen3_moe(w, t):
         t(p + "ffn_down_exps.weight", q4_0(E, H, I), Q)
 
 
+def qwen3_next(w, t, layers=16):
+    """Qwen3-Next-80B-A3B's layer shape (gated DeltaNet 16 key / 32 value heads of 128, 512 experts, 10 per
+    token, a shared expert) over its first `layers` of 48 layers: all 48 are 45 GB in Q4_0, past this
+    machine's 24 GiB. Every fourth layer is full attention, as in the real model."""
+    H, heads, kv, hd, E, used, I, V = 2048, 16, 2, 256, 512, 10, 512, 151936
+    nk, nv, dk, dv, K = 16, 32, 128, 128, 4
+    w.add_block_count(layers); w.add_embedding_length(H); w.add_feed_forward_length(5120)
+    w.add_head_count(heads); w.add_head_count_kv(kv); w.add_key_length(hd); w.add_value_length(hd)
+    w.add_layer_norm_rms_eps(1e-6); w.add_rope_freq_base(10000000.0); w.add_context_length(262144)
+    w.add_expert_count(E); w.add_expert_used_count(used); w.add_expert_feed_forward_length(I)
+    w.add_expert_shared_feed_forward_length(I); w.add_vocab_size(V)
+    w.add_ssm_conv_kernel(K); w.add_ssm_state_size(dk); w.add_ssm_group_count(nk); w.add_ssm_time_step_rank(nv)
+    w.add_ssm_inner_size(nv * dv); w.add_full_attention_interval(4); w.add_rope_dimension_count(hd // 4)
+    Q = GGMLQuantizationType.Q4_0
+    t("token_embd.weight", q4_0(V, H), Q); t("output_norm.weight", const(H, 1.0)); t("output.weight", q4_0(V, H), Q)
+    for i in range(layers):
+        p = f"blk.{i}."
+        t(p + "attn_norm.weight", const(H, 1.0)); t(p + "post_attention_norm.weight", const(H, 1.0))
+        if (i + 1) % 4:
+            t(p + "attn_qkv.weight", q4_0(2 * nk * dk + nv * dv, H), Q); t(p + "attn_gate.weight", q4_0(nv * dv, H), Q)
+            t(p + "ssm_ba.weight", q4_0(2 * nv, H), Q); t(p + "ssm_conv1d.weight", lazy((2 * nk * dk + nv * dv, K), np.float32,
+              lambda: (rng.standard_normal((2 * nk * dk + nv * dv, K), dtype=np.float32) * 0.2)))
+            t(p + "ssm_dt.bias", const(nv, 0.0)); t(p + "ssm_a", const(nv, -1.0)); t(p + "ssm_norm.weight", const(dv, 1.0))
+            t(p + "ssm_out.weight", q4_0(H, nv * dv), Q)
+        else:
+            t(p + "attn_q_norm.weight", const(hd, 1.0)); t(p + "attn_k_norm.weight", const(hd, 1.0))
+            t(p + "attn_q.weight", q4_0(2 * heads * hd, H), Q); t(p + "attn_k.weight", q4_0(kv * hd, H), Q)
+            t(p + "attn_v.weight", q4_0(kv * hd, H), Q); t(p + "attn_output.weight", q4_0(H, heads * hd), Q)
+        t(p + "ffn_gate_inp.weight", f16(E, H))
+        t(p + "ffn_gate_exps.weight", q4_0(E, I, H), Q); t(p + "ffn_up_exps.weight", q4_0(E, I, H), Q)
+        t(p + "ffn_down_exps.weight", q4_0(E, H, I), Q)
+        t(p + "ffn_gate_inp_shexp.weight", const(H, 0.0))
+        t(p + "ffn_gate_shexp.weight", q4_0(I, H), Q); t(p + "ffn_up_shexp.weight", q4_0(I, H), Q)
+        t(p + "ffn_down_shexp.weight", q4_0(H, I), Q)
+
+
 def gemma3(w, t):
     H, I, L, heads, kv, hd, V = 1152, 6912, 26, 4, 1, 256, 262144
     w.add_block_count(L); w.add_embedding_length(H); w.add_feed_forward_length(I)
@@ -127,7 +163,7 @@ def gpt_oss(w, t):
 
 
 SHAPES = {"gemma-3-1b": ("gemma3", gemma3), "phi-4-mini": ("phi3", phi3), "gpt-oss-20b": ("gpt-oss", gpt_oss),
-          "qwen3-30b-a3b": ("qwen3moe", qwen3_moe)}
+          "qwen3-30b-a3b": ("qwen3moe", qwen3_moe), "qwen3-next-80b-a3b-16l": ("qwen3next", qwen3_next)}
 
 
 def main(shape, out):

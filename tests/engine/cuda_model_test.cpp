@@ -150,11 +150,13 @@ BOOST_AUTO_TEST_CASE(a_layer_split_equals_the_all_gpu_model) {
 
 // Layers move cpu -> split -> cuda -> cpu between steps of one running generation; it gives the tokens
 // it gives unmoved, because each layer's KV pages move with it.
-// Qwen3-Next's linear-attention layers carry their recurrent states the same way.
+// Qwen3-Next's linear-attention layers carry their recurrent states the same way; a MoE GGUF's stacked
+// experts move as views of the mapped file do.
 BOOST_AUTO_TEST_CASE(rebalance_between_cpu_and_cuda_during_a_stream) {
-  for (const char* name : {"qwen3-f32", "qwen3-next-f32"}) {
+  for (auto [name, reference] : {std::pair{"qwen3-f32", "qwen3-f32"}, {"qwen3-next-f32", "qwen3-next-f32"},
+                                 {"../gguf/qwen3moe-f32.gguf", "qwen3-moe-f32"}}) {
     BOOST_TEST_CONTEXT(name) {
-      const test::Reference ref = test::read_reference(kModels / name);
+      const test::Reference ref = test::read_reference(kModels / reference);
       auto m = load(name, "cpu");
       const std::vector<int32_t> want = greedy(*m, ref.prompt, 48);
       const std::vector<std::string> moves = {"{'cuda:0':1,'cpu':1}", "cuda", "{'cpu':3,'cuda':1}", "cpu"};

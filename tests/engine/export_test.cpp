@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_CASE(exported_safetensors_model_keeps_its_config_and_tokenizer_f
 // models compute the same bits.
 BOOST_AUTO_TEST_CASE(exported_models_keep_their_architecture_keys_and_compute_as_their_sources) {
   for (const char* name : {"qwen2-moe-f32", "deepseek-v2-f32", "deepseek-v3-f32", "deepseek-v3-yarn-f32", "mistral-window-f32",
-                           "gemma2-f32", "gemma3-f32", "phi3-f32", "glm4-moe-f32", "gpt-oss-f32"}) {
+                           "gemma2-f32", "gemma3-f32", "phi3-f32", "glm4-moe-f32", "gpt-oss-f32", "qwen3-next-f32"}) {
     const std::string fixture = std::string(FTLLM_SOURCE_ROOT "/tests/data/models/") + name;
     TempDir dir;
     ExportResult r;

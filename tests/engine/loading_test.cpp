@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine.h"
+#include "runner/loader.h"
 #include "runner/model_instance.h"
 #include "model/safetensors.h"
 #include "../common/exact_options.h"
@@ -160,6 +161,35 @@ BOOST_AUTO_TEST_CASE(a_model_bigger_than_memory_is_refused_before_it_is_read) {
   BOOST_TEST(why.find("GiB of host memory") != std::string::npos, why);
   BOOST_TEST(why.find("--dtype int4g or int8") != std::string::npos, why);
   BOOST_TEST(seconds < 5.0);  // nothing was read
+}
+
+// The memory a load may count on: MemAvailable, capped by the cgroup's limit less its usage (a systemd
+// MemoryMax= or a container's limit), v2 or v1's memory controller; "max" is no limit; inactive page
+// cache is counted as free.
+BOOST_AUTO_TEST_CASE(available_memory_is_capped_by_the_cgroup_limit) {
+  char tmpl[] = "/tmp/ftllm-root-XXXXXX";
+  const fs::path root = mkdtemp(tmpl);
+  fs::create_directories(root / "proc/self");
+  write(root / "proc/meminfo", "MemTotal: 16000000 kB\nMemFree: 1000 kB\nMemAvailable: 8000000 kB\n");
+  BOOST_TEST(available_memory(root.string()) == 8000000ull * 1024);  // no cgroup file
+  write(root / "proc/self/cgroup", "0::/system.slice/ftllmd.service\n");
+  const fs::path v2 = root / "sys/fs/cgroup/system.slice/ftllmd.service";
+  fs::create_directories(v2);
+  write(v2 / "memory.max", "max\n");
+  write(v2 / "memory.current", "1000\n");
+  BOOST_TEST(available_memory(root.string()) == 8000000ull * 1024);
+  write(v2 / "memory.max", "4294967296\n");  // MemoryMax=4G, of which 1 GiB is used
+  write(v2 / "memory.current", "1073741824\n");
+  BOOST_TEST(available_memory(root.string()) == 3ull << 30);
+  write(v2 / "memory.stat", "anon 1000\nfile 600000000\ninactive_file 536870912\nactive_file 1\n");  // page cache
+  BOOST_TEST(available_memory(root.string()) == (3ull << 30) + (1ull << 29));
+  write(root / "proc/self/cgroup", "12:cpu,cpuacct:/x\n11:memory:/docker/abc\n");
+  const fs::path v1 = root / "sys/fs/cgroup/memory/docker/abc";
+  fs::create_directories(v1);
+  write(v1 / "memory.limit_in_bytes", "2147483648\n");
+  write(v1 / "memory.usage_in_bytes", "3221225472\n");  // over the limit: nothing left
+  BOOST_TEST(available_memory(root.string()) == 0u);
+  fs::remove_all(root);
 }
 
 BOOST_AUTO_TEST_CASE(progress_knows_its_total_from_the_start) {

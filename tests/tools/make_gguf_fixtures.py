@@ -127,12 +127,14 @@ MOE_ARCHS = {"qwen3moe": gguf.MODEL_ARCH.QWEN3MOE, "qwen2moe": gguf.MODEL_ARCH.Q
              "glm4moe": gguf.MODEL_ARCH.GLM4_MOE, "gpt-oss": gguf.MODEL_ARCH.GPT_OSS, "deepseek2": gguf.MODEL_ARCH.DEEPSEEK2}
 
 
-def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, split_tensors=0, legacy_kv_b=False):
+def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, split_tensors=0, legacy_kv_b=False,
+                fuse_gate_up=False):
     """An MoE fixture as the converter writes it: per-expert (or OpenAI's MXFP4) tensors stacked per
     projection under gguf-py's tensor names for the architecture, its MoE keys; other tensors float32.
     split_tensors > 0 splits it as gguf-split does (OUT-00001-of-0000N.gguf, at most that many tensors each).
     deepseek2: kv_b_proj split per head into k_b (transposed) and v_b as DeepseekV2Model writes it now, or
-    whole (legacy_kv_b) as older converters did."""
+    whole (legacy_kv_b) as older converters did. fuse_gate_up: the gate and up experts as one
+    ffn_gate_up_exps [E, 2I, H] (gate rows first), as the converter's fuse_gate_up_exps writes them."""
     c = json.loads((src / "config.json").read_text())
     tensors = read_safetensors(src / "model.safetensors")
     n_layers, heads = c["num_hidden_layers"], c["num_attention_heads"]
@@ -244,7 +246,11 @@ def convert_moe(src, arch, out_name, expert_qtype=GGMLQuantizationType.F32, spli
             add(p + "down_proj.bias", experts[p + "down_proj_bias"])
             continue
         count = sum(1 for n in experts if n.startswith(p) and n.endswith(".gate_proj.weight"))
-        for proj in ["gate_proj", "up_proj", "down_proj"]:
+        if count and fuse_gate_up:
+            gate_up = np.concatenate([np.stack([experts[f"{p}{e}.{proj}.weight"] for e in range(count)])
+                                      for proj in ("gate_proj", "up_proj")], axis=1)
+            w.add_tensor(f"blk.{layer}.ffn_gate_up_exps.weight", np.ascontiguousarray(gate_up, np.float32))
+        for proj in ["down_proj"] if count and fuse_gate_up else ["gate_proj", "up_proj", "down_proj"]:
             if count:
                 stacked = np.stack([experts[f"{p}{e}.{proj}.weight"] for e in range(count)])
                 add(p + proj + ".weight", stacked, expert_qtype)
@@ -341,6 +347,7 @@ convert("phi3-f32", "phi3", "phi3-f32.gguf")
 convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-f32.gguf")
 convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-q8_0.gguf", GGMLQuantizationType.Q8_0)
 convert_moe(DATA / "models" / "qwen2-moe-f32", "qwen2moe", "qwen2moe-f32.gguf")
+convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-fused-f32.gguf", fuse_gate_up=True)
 convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-split.gguf", split_tensors=16)
 convert_moe(DATA / "models" / "deepseek-v3-f32", "deepseek2", "deepseek-v3-f32.gguf")
 convert_moe(DATA / "models" / "deepseek-v3-yarn-f32", "deepseek2", "deepseek-v3-yarn-f32.gguf")
