@@ -362,4 +362,73 @@ ConfigResult load_config_file(const std::string& path) {
   return parse_config(text.str(), path);
 }
 
+namespace {
+
+std::string toml_string(std::string_view v) {
+  std::string out = "\"";
+  for (char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') out += '\\', out += ch;
+    else if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\u%04x", c);
+      out += hex;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// A load option's value in `m` as TOML.
+std::string option_value(const LoadOption& o, const ModelLoadOptions& m) {
+  return std::visit(
+      [&](auto field) -> std::string {
+        const auto& v = m.*field;
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::string>) return toml_string(v);
+        else if constexpr (std::is_same_v<V, bool>) return v ? "true" : "false";
+        else if constexpr (std::is_same_v<V, double>) {
+          char text[32];
+          const auto end = std::to_chars(text, text + sizeof text, v).ptr;  // the shortest that reads back
+          return std::string(text, end);
+        } else return std::to_string(v);
+      },
+      o.field);
+}
+
+}  // namespace
+
+std::string config_toml(const Config& c, const std::vector<ModelLoadOptions>& models, const std::string& source) {
+  static const char* const levels[] = {"error", "warn", "info", "debug"};
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", c.admin_socket_mode);
+  std::string out = "# ftllmd's configuration in effect: " + source + ", with the command line's overrides\n\n[server]\n";
+  out += "listen = " + toml_string(c.listen.to_string()) + "\n";
+  out += c.api_key.empty() ? "# no api_key: the API is open\n" : "# api_key is set (not shown)\n";
+  for (auto [key, value] : {std::pair{"max_header_bytes", c.max_header_bytes}, {"max_body_bytes", c.max_body_bytes},
+                            {"max_connections", c.max_connections}, {"max_waiting", c.max_waiting},
+                            {"idle_timeout_seconds", c.idle_timeout_seconds}, {"request_timeout_seconds", c.request_timeout_seconds},
+                            {"shutdown_timeout_seconds", c.shutdown_timeout_seconds}})
+    out += std::string(key) + " = " + std::to_string(value) + "\n";
+  out += std::string("public_metrics = ") + (c.public_metrics ? "true" : "false") + "\n";
+  out += "\n[admin]\nsocket = " + toml_string(c.admin_socket) + "\nsocket_group = " + toml_string(c.admin_socket_group) +
+         "\nsocket_mode = " + toml_string(mode) + "\n";
+  out += std::string("\n[log]\nlevel = ") + toml_string(levels[int(c.log_level)]) + "\n";
+  const ModelLoadOptions defaults;
+  for (const ModelLoadOptions& m : models) {
+    out += "\n[[model]]\npath = " + toml_string(m.path) + "\n";
+    for (const LoadOption& o : load_options()) {
+      const std::string value = option_value(o, m);
+      const bool fixed = value != option_value(o, defaults);
+      if (!(o.surfaces & kConfigFile)) {
+        if (fixed) out += "# " + std::string(o.key) + " = " + value + " (command line only)\n";
+      } else {
+        out += (fixed ? "" : "# ") + std::string(o.key) + " = " + value + (fixed ? "\n" : " (default)\n");
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace ftllm::daemon

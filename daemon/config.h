@@ -63,6 +63,11 @@ struct ConfigResult {
 ConfigResult parse_config(std::string_view toml_text, std::string source_name);
 ConfigResult load_config_file(const std::string& path);
 
+// `ftllmd --print-config`: the configuration in effect as a config file that reads back to it (the API
+// key itself left out, saying whether one is set), with the preloaded models as [[model]] entries: the
+// values set, and as comments the defaults and what only the command line sets.
+std::string config_toml(const Config& config, const std::vector<ModelLoadOptions>& models, const std::string& source);
+
 // "HOST:PORT" or "[IPV6]:PORT"; nullopt with `why` set when malformed.
 std::optional<ListenAddress> parse_listen_address(std::string_view text, std::string& why);
 std::optional<LogLevel> parse_log_level(std::string_view text);

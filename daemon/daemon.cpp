@@ -75,13 +75,15 @@ struct Daemon {
   uint64_t drain_deadline = 0;
   bool stopping = false;
 
-  // Stops accepting, lets running requests finish (up to shutdown_timeout_seconds), then closes.
+  // Lets running requests finish (up to shutdown_timeout_seconds), then closes. Meanwhile the API still
+  // answers, /health and new generations with 503 (a readiness probe sees the drain before connections
+  // are refused); the admin socket takes no new connections.
   void stop(const char* why) {
     if (stopping) return;
     stopping = true;
     log_info(std::string("stopping (") + why + "): finishing " + std::to_string(api->generations.size()) + " running requests");
     sd_notify(0, "STOPPING=1\nSTATUS=stopping: finishing running requests");
-    public_server->stop_accepting();
+    api->draining = true;
     admin_server->stop_accepting();
     drain_deadline = uv_now(&loop) + config.shutdown_timeout_seconds * 1000;
     uv_timer_init(&loop, &drain);

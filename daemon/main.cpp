@@ -31,5 +31,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ftllmd: %s\n", error.c_str());
     return 1;
   }
+  if (options.print_config) {
+    std::vector<ftllm::ModelLoadOptions> models;
+    if (std::string why = model_load_options(options, config, models); !why.empty())
+      return std::fprintf(stderr, "ftllmd: %s\n", why.c_str()), 1;
+    std::fputs(config_toml(config, models, config.source.empty() ? "built-in defaults" : config.source).c_str(), stdout);
+    return 0;
+  }
   return run_daemon(options, config);
 }

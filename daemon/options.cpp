@@ -12,6 +12,7 @@ const std::string& usage() {
       "              [--config FILE] [--listen HOST:PORT] [--admin-socket PATH] [--api_key KEY]\n"
       "              [--log-level error|warn|info|debug] [--hide_input]\n"
       "       ftllmd --check-config FILE\n"
+      "       ftllmd [--config FILE] [options and MODELs as above] --print-config\n"
       "       ftllmd --help | --version\n"
       "\n"
       "Serves the OpenAI API on --listen (default 127.0.0.1:8080) and the admin API on the Unix socket\n"
@@ -47,6 +48,10 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
     }
     if (arg == "--hide_input") {
       o.hide_input = true;
+      continue;
+    }
+    if (arg == "--print-config") {
+      o.print_config = true;
       continue;
     }
     if (!arg.starts_with("-")) {

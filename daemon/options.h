@@ -23,6 +23,7 @@ struct Options {
   std::vector<std::string> models;
   std::vector<std::pair<const LoadOption*, std::string>> load;
   bool hide_input = false;                   // --hide_input: prompts never reach the log
+  bool print_config = false;                 // --print-config: show the configuration in effect and exit
   bool help = false;
   bool version = false;
 };

@@ -55,7 +55,9 @@ Response json_error(int status, std::string_view message, std::string_view type,
   w.key("code").string(code);
   w.end_object();
   w.end_object();
-  return Response{status, "application/json", {}, w.take()};
+  Response r{status, "application/json", {}, w.take()};
+  if (status == 503) r.headers.emplace_back("Retry-After", "1");  // connection limits pass in moments
+  return r;
 }
 
 }  // namespace ftllm::http

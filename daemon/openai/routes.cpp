@@ -430,6 +430,9 @@ void start_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex
 
 void handle_generation(ApiContext& api, const std::shared_ptr<http::Exchange>& ex, bool chat) {
   if (auto denied = check_key(api.config, ex->request())) return ex->respond(*denied);
+  if (api.draining)
+    return ex->respond(api_error({503, "this server is shutting down; send the request to another instance", "", "server_error",
+                                  "shutting_down"}));
   // Parsing the body and rendering and tokenizing its prompts take time in proportion to its size: a
   // worker does them, so the loop keeps answering everyone else (/health within milliseconds beside
   // bodies of megabytes); the loop then only queues the prompts.
@@ -535,6 +538,11 @@ http::AsyncHandler helper_route(ApiContext& api,
 void add_openai_routes(http::Router& router, ApiContext& api) {
   // Open without the API key, so load balancers and systemd checks work.
   router.add("GET", "/health", [&api](const http::Request&) {
+    if (api.draining) {
+      http::Response r{503, "application/json", {}, R"({"status":"draining"})"};
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
     std::lock_guard lock(api.loading.mu);
     if (api.loading.names.empty()) return http::Response{200, "application/json", {}, R"({"status":"ok"})"};
     JsonWriter w;

@@ -33,6 +33,9 @@ struct ApiContext {
   // references, so a generation (and the model it keeps alive after an unload) is always destroyed on
   // the loop thread, never on the worker it would have to join.
   std::set<std::shared_ptr<Generation>> generations;
+  // SIGTERM's drain: running generations finish; /health and new generations answer 503, so a load
+  // balancer's readiness probe takes this instance out while its connections are still answered.
+  bool draining = false;
 };
 
 void add_openai_routes(http::Router& router, ApiContext& api);

@@ -404,8 +404,17 @@ BOOST_AUTO_TEST_CASE(sigterm_drains_running_streams) {
   ::kill(d.pid(), SIGTERM);
   BOOST_TEST(d.next_notification().find("STOPPING=1") != std::string::npos);
   usleep(100000);
-  // No new connections while draining...
-  BOOST_TEST(run_command("curl -s -o /dev/null -w '%{http_code}' " + d.base_url() + "/health").out == "000");
+  // While draining, /health says so (a readiness probe takes the instance out) and new generations are
+  // turned away with 503 and a Retry-After...
+  const CommandResult health = run_command("curl -s -i " + d.base_url() + "/health");
+  BOOST_TEST(health.out.find("HTTP/1.1 503") == 0u, health.out);
+  BOOST_TEST(health.out.find("Retry-After: 1") != std::string::npos, health.out);
+  BOOST_TEST(health.out.find(R"({"status":"draining"})") != std::string::npos, health.out);
+  const CommandResult late = run_command("curl -s -i " + d.base_url() + "/v1/completions -H 'Content-Type: application/json' "
+                                         "-d '{\"model\":\"m\",\"prompt\":\"Hi\",\"max_tokens\":2}'");
+  BOOST_TEST(late.out.find("HTTP/1.1 503") == 0u, late.out);
+  BOOST_TEST(late.out.find("shutting down") != std::string::npos, late.out);
+  BOOST_TEST(late.out.find("Retry-After: 1") != std::string::npos, late.out);
   streaming.join();
   // ...but the running stream finishes whole, and the daemon exits 0 after it.
   BOOST_TEST(out.find(R"("completion_tokens":60)") != std::string::npos, out.substr(0, 300));

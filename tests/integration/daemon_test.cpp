@@ -355,6 +355,35 @@ BOOST_AUTO_TEST_CASE(check_config_reports_line_and_reason) {
   BOOST_TEST(why.starts_with("6:17: model.chat_template: "), why);
 }
 
+// --print-config: the file's values with the command line's on top, as a config file that checks back
+// to the same; the API key is not printed; what only the command line takes stays a comment.
+BOOST_AUTO_TEST_CASE(print_config_shows_what_is_in_effect_as_a_config_file) {
+  TempDir dir;
+  const std::string model = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/models/qwen3-f32";
+  const std::string conf = dir.file("in.conf");
+  std::ofstream(conf) << "[server]\nmax_waiting = 17\napi_key = \"sk-in-file\"\n\n[[model]]\npath = \"" << model
+                      << "\"\nname = \"filed\"\nkv_dtype = \"bf16\"\n";
+  CommandResult r = run_command(env_or_fail("FTLLMD") + " --config " + conf + " --listen 127.0.0.1:9123 --api_key sk-cli " + model +
+                                " --name cli --dtype int8 --kernels scalar --print-config");
+  BOOST_REQUIRE(r.exit_code == 0);
+  for (const char* line : {"listen = \"127.0.0.1:9123\"\n", "max_waiting = 17\n", "# api_key is set (not shown)\n",
+                           "name = \"filed\"\n", "kv_dtype = \"bf16\"\n", "name = \"cli\"\n", "dtype = \"int8\"\n",
+                           "# kernels = \"scalar\" (command line only)\n", "# max_sequences = 0 (default)\n"})
+    BOOST_TEST(r.out.find(line) != std::string::npos, line << " in\n" << r.out);
+  BOOST_TEST(r.out.find("sk-") == std::string::npos);
+  const std::string printed = dir.file("printed.conf");
+  std::ofstream(printed) << r.out;
+  const CommandResult checked = run_command(env_or_fail("FTLLMD") + " --check-config " + printed);
+  BOOST_TEST(checked.exit_code == 0, checked.err);
+  // Read back, it prints the same (the key aside, which it no longer has).
+  CommandResult again = run_command(env_or_fail("FTLLMD") + " --config " + printed + " --print-config");
+  BOOST_TEST(again.exit_code == 0);
+  std::string want = r.out;
+  want.replace(want.find("# api_key is set (not shown)"), std::string("# api_key is set (not shown)").size(), "# no api_key: the API is open");
+  want.erase(want.find("# kernels = \"scalar\" (command line only)\n"), std::string("# kernels = \"scalar\" (command line only)\n").size());
+  BOOST_TEST(again.out.substr(again.out.find('\n')) == want.substr(want.find('\n')));
+}
+
 BOOST_AUTO_TEST_CASE(started_from_the_default_config_file) {
   // The shipped config with only the addresses overridden: what `systemctl start ftllmd` runs.
   TempDir dir;
