@@ -32,7 +32,7 @@ void Metrics::inter_token(const std::string& model, double seconds) { itl_[model
 
 std::string Metrics::render(const Engine& engine) const {
   std::string out;
-  char buf[256];
+  char buf[1024];
   out += "# HELP ftllm_requests_total HTTP requests answered, by endpoint and status.\n# TYPE ftllm_requests_total counter\n";
   for (auto& [key, n] : requests_) {
     std::snprintf(buf, sizeof buf, "ftllm_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", key.first.c_str(), key.second,
@@ -73,10 +73,12 @@ std::string Metrics::render(const Engine& engine) const {
                        "# TYPE ftllm_kv_cache_cached_blocks gauge\n";
   std::string preempted = "# HELP ftllm_preemptions_total Running sequences sent back to the queue for want of KV blocks.\n"
                           "# TYPE ftllm_preemptions_total counter\n";
+  uint64_t all_running = 0, all_waiting = 0, blocks_used = 0, blocks_total = 0;
   for (const ModelInfo& m : engine.models()) {
     auto h = engine.model(m.name);
     if (!h) continue;
     ModelHandle::Load l = h->load();
+    all_running += l.running, all_waiting += l.waiting, blocks_used += l.kv_blocks_used, blocks_total += l.kv_blocks_total;
     out += "ftllm_requests_running{model=\"" + m.name + "\"} " + std::to_string(l.running) + "\n";
     waiting += "ftllm_requests_waiting{model=\"" + m.name + "\"} " + std::to_string(l.waiting) + "\n";
     std::snprintf(buf, sizeof buf, "ftllm_kv_cache_usage_ratio{model=\"%s\"} %.6f\n", m.name.c_str(),
@@ -88,7 +90,18 @@ std::string Metrics::render(const Engine& engine) const {
     cached += "ftllm_kv_cache_cached_blocks" + label + std::to_string(l.kv_blocks_cached) + "\n";
     preempted += "ftllm_preemptions_total" + label + std::to_string(l.preemptions) + "\n";
   }
-  return out + waiting + kv + queries + hits + cached + preempted;
+  // The whole server's, one series each: what a load-aware router (Kubernetes' Gateway API Inference
+  // Extension endpoint picker, README) reads per pod as its queue length and KV-cache utilisation.
+  std::snprintf(buf, sizeof buf,
+                "# HELP ftllm_server_requests_waiting Requests queued, all models.\n# TYPE ftllm_server_requests_waiting gauge\n"
+                "ftllm_server_requests_waiting %llu\n"
+                "# HELP ftllm_server_requests_running Sequences decoding now, all models.\n# TYPE ftllm_server_requests_running gauge\n"
+                "ftllm_server_requests_running %llu\n"
+                "# HELP ftllm_server_kv_cache_usage_ratio Share of the KV-cache blocks of all models in use.\n"
+                "# TYPE ftllm_server_kv_cache_usage_ratio gauge\nftllm_server_kv_cache_usage_ratio %.6f\n",
+                (unsigned long long)all_waiting, (unsigned long long)all_running,
+                blocks_total ? double(blocks_used) / double(blocks_total) : 0.0);
+  return out + waiting + kv + queries + hits + cached + preempted + buf;
 }
 
 }  // namespace ftllm::daemon

@@ -567,6 +567,17 @@ BOOST_AUTO_TEST_CASE(a_full_queue_answers_503_with_retry_after) {
                 chat_body("Wait", R"("max_tokens": 2, "stream": true)") + "' " + d.base_url() + "/v1/chat/completions > " + waiting_out);
   });
   wait_for("ftllm_requests_waiting{model=\"smollm2\"} 1\n");
+  // The server-wide gauges an endpoint picker reads say the same.
+  const std::string now = http("GET", d.base_url() + "/metrics").body;
+  BOOST_TEST(now.find("ftllm_server_requests_waiting 1\n") != std::string::npos, now);
+  BOOST_TEST(now.find("ftllm_server_requests_running 1\n") != std::string::npos, now);
+  auto value_after = [&](const std::string& name) {  // the sample's value, not the HELP line's
+    const size_t at = now.find("\n" + name);
+    return at == std::string::npos ? -1.0 : std::stod(now.substr(at + 1 + name.size()));
+  };
+  const double kv_used = value_after("ftllm_server_kv_cache_usage_ratio ");
+  BOOST_TEST(kv_used > 0.0, now);  // the running one's pages
+  BOOST_TEST(kv_used == value_after("ftllm_kv_cache_usage_ratio{model=\"smollm2\"} "), now);  // one model: the same
   usleep(300000);
   std::stringstream so_far;
   so_far << std::ifstream(waiting_out).rdbuf();
