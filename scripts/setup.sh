@@ -11,6 +11,7 @@ apt_packages=(
   libuv1-dev node-llhttp libsimdjson-dev libtomlplusplus-dev
   libsystemd-dev systemd libnuma-dev libboost-test-dev libboost-context-dev libpcre2-dev libutf8proc-dev
   clang libclang-rt-14-dev  # the libFuzzer targets (meson test fuzz)
+  haproxy                   # deploy/haproxy's config, run by the integration tests
 )
 
 missing=()

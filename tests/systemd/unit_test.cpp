@@ -62,6 +62,22 @@ BOOST_AUTO_TEST_CASE(socket_unit_passes_verify_with_its_service) {
   BOOST_TEST(r.output == "", "systemd-analyze said:\n" << r.output);
 }
 
+// The template for several instances on one host (deploy/haproxy): instance 1 reads ftllmd-1.conf and
+// keeps its admin socket's directory apart.
+BOOST_AUTO_TEST_CASE(instance_template_passes_verify) {
+  char tmpl[] = "/tmp/ftllm-units-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  const std::string unit = std::filesystem::path(env("FTLLMD_UNIT_FOR_TEST")).parent_path() / "ftllmd@-build-tree.service";
+  std::filesystem::copy_file(unit, dir + "/ftllmd@.service");
+  Run r = run("systemd-analyze verify " + dir + "/ftllmd@1.service");
+  std::filesystem::remove_all(dir);
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_TEST(r.output == "", "systemd-analyze said:\n" << r.output);
+  const std::string text = read_file(unit);
+  BOOST_TEST(text.find("/ftllmd/ftllmd-%i.conf\n") != std::string::npos, text);
+  BOOST_TEST(text.find("\nRuntimeDirectory=ftllmd-%i\n") != std::string::npos, text);
+}
+
 BOOST_AUTO_TEST_CASE(unit_exposure_is_low) {
   Run r = run("systemd-analyze security --offline=true " + env("FTLLMD_UNIT_FOR_TEST"));
   size_t at = r.output.find("Overall exposure level for");
@@ -88,10 +104,12 @@ BOOST_AUTO_TEST_CASE(meson_install_places_unit_binaries_and_config) {
   std::string dest = tmpl;
   Run r = run(env("MESON") + " install -C " + env("BUILD_ROOT") + " --no-rebuild --quiet --destdir " + dest);
   BOOST_TEST_REQUIRE(r.exit_code == 0, r.output);
-  bool unit = false, daemon = false, ctl = false, exporter = false, conf = false, sysusers = false, socket = false;
+  bool unit = false, instances = false, daemon = false, ctl = false, exporter = false, conf = false, sysusers = false,
+       socket = false;
   for (auto& e : std::filesystem::recursive_directory_iterator(dest)) {
     std::string p = e.path().string();
     unit |= p.ends_with("/systemd/system/ftllmd.service");
+    instances |= p.ends_with("/systemd/system/ftllmd@.service");
     daemon |= p.ends_with("/bin/ftllmd");
     ctl |= p.ends_with("/bin/ftllmctl");
     exporter |= p.ends_with("/bin/ftllm-export");  // beside ftllmctl, whose export runs it
@@ -101,6 +119,7 @@ BOOST_AUTO_TEST_CASE(meson_install_places_unit_binaries_and_config) {
   }
   std::filesystem::remove_all(dest);
   BOOST_TEST(unit);
+  BOOST_TEST(instances);
   BOOST_TEST(daemon);
   BOOST_TEST(ctl);
   BOOST_TEST(exporter);
