@@ -115,6 +115,17 @@ KeyHandler size_key(size_t Config::*field, int64_t min, int64_t max) {
   };
 }
 
+// An origin as browsers send it: scheme://host[:port], nothing after; or "*".
+std::string check_origin(std::string_view o) {
+  if (o == "*") return {};
+  const size_t scheme = o.find("://");
+  const std::string_view rest = scheme == std::string_view::npos ? std::string_view() : o.substr(scheme + 3);
+  if (scheme == std::string_view::npos || scheme == 0 || rest.empty() || rest.find('/') != std::string_view::npos ||
+      o.find_first_of(" \t,") != std::string_view::npos)
+    return "holds \"" + std::string(o) + "\"; an origin is scheme://host[:port] with no path, such as \"https://chat.example.com\", or \"*\"";
+  return {};
+}
+
 const std::map<std::string, Section, std::less<>>& schema() {
   static const std::map<std::string, Section, std::less<>> sections = {
       {"server",
@@ -137,6 +148,18 @@ const std::map<std::string, Section, std::less<>>& schema() {
            {"request_timeout_seconds", size_key(&Config::request_timeout_seconds, 1, 3600)},
            {"shutdown_timeout_seconds", size_key(&Config::shutdown_timeout_seconds, 0, 86400)},
            {"public_metrics", bool_key(&Config::public_metrics)},
+           {"cors_origins", [](const toml::node& node, Config& cfg) -> std::string {
+              const toml::array* list = node.as_array();
+              if (!list) return "must be an array of origins, such as [\"https://chat.example.com\"] or [\"*\"]";
+              cfg.cors_origins.clear();
+              for (const toml::node& item : *list) {
+                const std::optional<std::string_view> origin = item.value<std::string_view>();
+                if (!item.is_string() || !origin) return "must hold strings";
+                if (std::string why = check_origin(*origin); !why.empty()) return why;
+                cfg.cors_origins.emplace_back(*origin);
+              }
+              return {};
+            }},
        }},
       {"admin",
        {
@@ -412,6 +435,9 @@ std::string config_toml(const Config& c, const std::vector<ModelLoadOptions>& mo
                             {"shutdown_timeout_seconds", c.shutdown_timeout_seconds}})
     out += std::string(key) + " = " + std::to_string(value) + "\n";
   out += std::string("public_metrics = ") + (c.public_metrics ? "true" : "false") + "\n";
+  std::string origins;
+  for (const std::string& o : c.cors_origins) origins += (origins.empty() ? "" : ", ") + toml_string(o);
+  out += "cors_origins = [" + origins + "]\n";
   out += "\n[admin]\nsocket = " + toml_string(c.admin_socket) + "\nsocket_group = " + toml_string(c.admin_socket_group) +
          "\nsocket_mode = " + toml_string(mode) + "\n";
   out += std::string("\n[log]\nlevel = ") + toml_string(levels[int(c.log_level)]) + "\n";

@@ -211,8 +211,9 @@ int run_daemon(const Options& options, Config config) {
   limits.max_connections = d.config.max_connections;
   limits.idle_timeout_ms = d.config.idle_timeout_seconds * 1000;
   limits.request_timeout_ms = d.config.request_timeout_seconds * 1000;
+  http::ServerLimits admin_limits = limits;  // the admin socket serves no browser
+  limits.cors.origins = d.config.cors_origins;
   d.public_server = std::make_unique<http::Server>(&d.loop, d.public_router, limits);
-  http::ServerLimits admin_limits = limits;
   admin_limits.max_connections = 64;
   d.admin_server = std::make_unique<http::Server>(&d.loop, d.admin_router, admin_limits);
   d.public_server->on_response([&d](const http::Request& r, int status) { d.metrics.request(r.path(), status); });

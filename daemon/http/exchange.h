@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cors.h"
 #include "request.h"
 #include "response.h"
 
@@ -16,8 +17,9 @@ class Connection;
 
 class Exchange {
  public:
-  Exchange(Connection* c, Request r) : conn_(c), request_(std::move(r)) {}
+  Exchange(Connection* c, Request r, const CorsPolicy* cors = nullptr) : conn_(c), request_(std::move(r)), cors_(cors) {}
   const Request& request() const { return request_; }
+  const CorsPolicy* cors() const { return cors_; }
   // Moves the body out, for the worker that parses it (while it does, nothing else reads the body):
   // its memory is then freed off the loop thread.
   std::string take_body() { return std::move(request_.body); }
@@ -39,6 +41,7 @@ class Exchange {
 
   Connection* conn_;
   Request request_;
+  const CorsPolicy* cors_;  // the server's: every response and stream head gets its headers
   bool streaming_ = false, done_ = false;
   std::function<void()> on_close_;
 };

@@ -37,7 +37,7 @@ std::string Response::serialize(bool keep_alive, bool head) const {
   out += reason_phrase(status);
   out += "\r\nServer: ftllmd/" FTLLM_VERSION "\r\n";
   if (!content_type.empty()) out += "Content-Type: " + content_type + "\r\n";
-  out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  if (status != 204) out += "Content-Length: " + std::to_string(body.size()) + "\r\n";  // 204 has none (RFC 9110)
   for (auto& [k, v] : headers) out += k + ": " + v + "\r\n";
   if (!keep_alive) out += "Connection: close\r\n";
   out += "\r\n";

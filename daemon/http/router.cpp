@@ -59,6 +59,8 @@ Response Router::dispatch(const Request& request) const {
 void Router::dispatch(const std::shared_ptr<Exchange>& exchange) const {
   std::string allowed;
   const Route* route = match(exchange->request(), allowed);
+  if (!route && !allowed.empty() && exchange->cors())  // a browser's preflight of a path we serve
+    if (std::optional<Response> answer = exchange->cors()->preflight(exchange->request(), allowed)) return exchange->respond(*answer);
   if (!route || route->handler) return exchange->respond(dispatch(exchange->request()));
   try {
     route->async(exchange);

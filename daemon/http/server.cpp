@@ -160,7 +160,7 @@ class Connection {
         }
         return;
       }
-      auto exchange = std::make_shared<Exchange>(this, std::move(queued_.front()));
+      auto exchange = std::make_shared<Exchange>(this, std::move(queued_.front()), &server_.limits_.cors);
       queued_.pop_front();
       active_ = exchange;
       server_.router_.dispatch(exchange);
@@ -252,7 +252,13 @@ void Exchange::respond(const Response& r) {
   Connection* c = conn_;
   conn_ = nullptr;
   c->responded(request_, r.status);
-  c->write(r.serialize(keep, request_.method == "HEAD"));
+  if (cors_ && !cors_->origins.empty()) {
+    Response with = r;
+    cors_->add_headers(request_, with.headers);
+    c->write(with.serialize(keep, request_.method == "HEAD"));
+  } else {
+    c->write(r.serialize(keep, request_.method == "HEAD"));
+  }
   c->exchange_done(keep);
 }
 
@@ -264,6 +270,7 @@ void Exchange::begin_stream(int status, const std::string& content_type,
   std::string head = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason_phrase(status)) +
                      "\r\nServer: ftllmd/" FTLLM_VERSION "\r\nContent-Type: " + content_type +
                      "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
+  if (cors_) cors_->add_headers(request_, headers);
   for (auto& [k, v] : headers) head += k + ": " + v + "\r\n";
   if (!request_.keep_alive) head += "Connection: close\r\n";
   conn_->write(head + "\r\n");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "request_parser.h"
+#include "cors.h"
 #include "router.h"
 
 namespace ftllm::http {
@@ -21,6 +22,7 @@ struct ServerLimits {
   size_t max_connections = 1024;
   uint64_t idle_timeout_ms = 75'000;     // a keep-alive connection with nothing to do
   uint64_t request_timeout_ms = 30'000;  // from the first byte of a request to its last
+  CorsPolicy cors;                       // not a limit: which browser origins may read the responses
 };
 
 class Connection;

@@ -142,6 +142,21 @@ BOOST_AUTO_TEST_CASE(unknown_key_is_named_with_the_known_ones) {
   BOOST_TEST(e.reason.find("listen") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(cors_origins_are_origins) {
+  ConfigResult r = parse_config("[server]\ncors_origins = [\"https://chat.example.com\", \"http://localhost:3000\"]\n", "t.conf");
+  BOOST_REQUIRE(r.config);
+  BOOST_TEST(r.config->cors_origins == (std::vector<std::string>{"https://chat.example.com", "http://localhost:3000"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(parse_config("[server]\ncors_origins = [\"*\"]\n", "t.conf").config->cors_origins.size() == 1u);
+  BOOST_TEST(parse_config("", "t.conf").config->cors_origins.empty());  // none by default
+  ConfigError e = expect_error("[server]\ncors_origins = [\"https://chat.example.com/app\"]\n");
+  BOOST_TEST(e.reason.find("scheme://host[:port] with no path") != std::string::npos, e.reason);
+  e = expect_error("[server]\ncors_origins = \"*\"\n");
+  BOOST_TEST(e.reason.find("must be an array of origins") != std::string::npos, e.reason);
+  e = expect_error("[server]\ncors_origins = [\"chat.example.com\"]\n");
+  BOOST_TEST(e.line == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(wrong_type_names_the_key) {
   ConfigError e = expect_error("[server]\nmax_body_bytes = \"big\"\n");
   BOOST_TEST(e.line == 2u);

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "ftllm_version.h"
+#include "http/cors.h"
 #include "http/router.h"
 #include "core/json_writer.h"
 
@@ -66,6 +67,65 @@ BOOST_AUTO_TEST_CASE(json_writer_escapes_and_nests) {
   w.end_object();
   const std::string want = R"({"s":"q\"b\\n\n\t\u0001é","n":-5,"u":18446744073709551615,"d":0.5,"a":[true,null,{},[]]})";
   BOOST_TEST(w.str() == want);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(cors)
+
+Request from(std::string method, std::string origin, std::vector<std::pair<std::string, std::string>> more = {}) {
+  Request r = make(std::move(method), "/v1/chat/completions");
+  if (!origin.empty()) r.headers.emplace_back("origin", std::move(origin));
+  for (auto& h : more) r.headers.push_back(std::move(h));
+  return r;
+}
+
+std::string header(const Response& r, const std::string& name) {
+  for (auto& [k, v] : r.headers)
+    if (k == name) return v;
+  return "<none>";
+}
+
+// Fetch standard: an allowed origin is echoed (with Vary: Origin) or "*" when any is; never credentials;
+// nothing without an Origin or for one not listed.
+BOOST_AUTO_TEST_CASE(responses_name_the_allowed_origin) {
+  const CorsPolicy listed{{"https://chat.example.com", "http://localhost:3000"}}, any{{"*"}}, none{};
+  std::vector<std::pair<std::string, std::string>> h;
+  listed.add_headers(from("POST", "https://chat.example.com"), h);
+  BOOST_REQUIRE_EQUAL(h.size(), 3u);
+  BOOST_TEST(h[0].first == "Access-Control-Allow-Origin");
+  BOOST_TEST(h[0].second == "https://chat.example.com");
+  BOOST_TEST(h[1].first == "Vary");
+  h.clear();
+  listed.add_headers(from("POST", "https://evil.example.com"), h);
+  listed.add_headers(from("POST", "https://chat.example.com.evil.net"), h);
+  listed.add_headers(from("POST", ""), h);
+  none.add_headers(from("POST", "https://chat.example.com"), h);
+  BOOST_TEST(h.empty());
+  any.add_headers(from("GET", "null"), h);  // a sandboxed page's origin
+  BOOST_REQUIRE_EQUAL(h.size(), 2u);
+  BOOST_TEST(h[0].second == "*");
+  for (auto& [k, v] : h) BOOST_TEST(k != "Access-Control-Allow-Credentials");
+}
+
+BOOST_AUTO_TEST_CASE(preflights_are_answered_or_refused_with_the_fix) {
+  const CorsPolicy listed{{"https://chat.example.com"}};
+  const auto asked = std::vector<std::pair<std::string, std::string>>{{"access-control-request-method", "POST"},
+                                                                       {"access-control-request-headers", "authorization, content-type"}};
+  const std::optional<Response> ok = listed.preflight(from("OPTIONS", "https://chat.example.com", asked), "POST");
+  BOOST_REQUIRE(ok);
+  BOOST_TEST(ok->status == 204);
+  BOOST_TEST(header(*ok, "Access-Control-Allow-Origin") == "https://chat.example.com");
+  BOOST_TEST(header(*ok, "Access-Control-Allow-Methods") == "POST");
+  BOOST_TEST(header(*ok, "Access-Control-Allow-Headers") == "authorization, content-type");
+  BOOST_TEST(header(*ok, "Access-Control-Max-Age") == "600");
+  BOOST_TEST(ok->serialize(true, false).find("Content-Length") == std::string::npos);  // a 204 has none
+  const std::optional<Response> refused = listed.preflight(from("OPTIONS", "https://evil.example.com", asked), "POST");
+  BOOST_REQUIRE(refused);
+  BOOST_TEST(refused->status == 403);
+  BOOST_TEST(refused->body.find("[server] cors_origins") != std::string::npos);
+  BOOST_TEST(!listed.preflight(from("OPTIONS", "https://chat.example.com"), "POST"));  // no request method: not a preflight
+  BOOST_TEST(!listed.preflight(from("POST", "https://chat.example.com", asked), "POST"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

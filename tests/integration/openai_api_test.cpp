@@ -603,6 +603,40 @@ BOOST_AUTO_TEST_CASE(a_full_queue_answers_503_with_retry_after) {
   BOOST_TEST(answered.str().find("[DONE]") != std::string::npos);
 }
 
+// A browser page on another origin: its preflight is answered, its requests (plain and streamed) carry
+// the origin it may read them from, an origin the config does not list gets none and a 403 preflight.
+BOOST_AUTO_TEST_CASE(cors_lets_the_configured_origins_call_the_api) {
+  TempDir dir;
+  std::string conf = dir.file("ftllmd.conf");
+  std::ofstream(conf) << "[server]\ncors_origins = [\"https://chat.example.com\"]\n";
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--config", conf, "-t", "1", "--ctx", "512"});
+  const std::string preflight = "-X OPTIONS -H 'Access-Control-Request-Method: POST' "
+                                "-H 'Access-Control-Request-Headers: authorization, content-type' ";
+  CommandResult ok = run_command("curl -s -i " + preflight + "-H 'Origin: https://chat.example.com' " + d.base_url() + "/v1/chat/completions");
+  BOOST_TEST(ok.out.find("HTTP/1.1 204") == 0u, ok.out);
+  BOOST_TEST(ok.out.find("Access-Control-Allow-Origin: https://chat.example.com\r\n") != std::string::npos, ok.out);
+  BOOST_TEST(ok.out.find("Access-Control-Allow-Methods: POST\r\n") != std::string::npos, ok.out);
+  BOOST_TEST(ok.out.find("Access-Control-Allow-Headers: authorization, content-type\r\n") != std::string::npos, ok.out);
+  BOOST_TEST(ok.out.find("Credentials") == std::string::npos, ok.out);
+  CommandResult other = run_command("curl -s -i " + preflight + "-H 'Origin: https://evil.example.com' " + d.base_url() + "/v1/chat/completions");
+  BOOST_TEST(other.out.find("HTTP/1.1 403") == 0u, other.out);
+  BOOST_TEST(other.out.find("Access-Control-Allow-Origin") == std::string::npos, other.out);
+  // Without preflight headers OPTIONS is still a method the path does not take.
+  BOOST_TEST(run_command("curl -s -o /dev/null -w '%{http_code}' -X OPTIONS " + d.base_url() + "/v1/models").out == "405");
+
+  const Reply plain = http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", R"("max_tokens": 2)"),
+                           "-i -H 'Origin: https://chat.example.com'");
+  BOOST_TEST(plain.body.find("Access-Control-Allow-Origin: https://chat.example.com\r\n") != std::string::npos, plain.body);
+  BOOST_TEST(plain.body.find("Vary: Origin\r\n") != std::string::npos, plain.body);
+  const Reply streamed = http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", R"("max_tokens": 2, "stream": true)"),
+                              "-i -H 'Origin: https://chat.example.com'");
+  BOOST_TEST(streamed.body.find("Access-Control-Allow-Origin: https://chat.example.com\r\n") != std::string::npos, streamed.body);
+  BOOST_TEST(streamed.body.find("data: [DONE]") != std::string::npos);
+  const Reply foreign = http("GET", d.base_url() + "/v1/models", "", "-i -H 'Origin: https://evil.example.com'");
+  BOOST_TEST(foreign.status == 200);
+  BOOST_TEST(foreign.body.find("Access-Control-Allow-Origin") == std::string::npos, foreign.body);
+}
+
 // Clients that send a request and go away while it waits leave the queue at once: 20 of them against a
 // queue of 4 do not make a live client's request a 503.
 BOOST_AUTO_TEST_CASE(requests_of_clients_gone_leave_the_queue) {
