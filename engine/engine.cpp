@@ -1,5 +1,7 @@
 #include "engine.h"
 
+#include <mutex>
+
 #include "core/error.h"
 #include "cpu/numa_topology.h"
 #include "ftllm_version.h"
@@ -37,6 +39,52 @@ Status ModelHandle::detokenize(const std::vector<int32_t>& ids, bool skip_specia
 
 Status ModelHandle::apply_chat_template(const ChatInput& input, std::string& prompt) const {
   return text::render_chat(impl_->text(), name(), input, prompt);
+}
+
+bool ModelHandle::is_embedding_model() const { return impl_->pooling().has_value(); }
+int64_t ModelHandle::hidden_size() const { return impl_->config().hidden_size; }
+
+void ModelHandle::embed(std::vector<std::vector<int32_t>> inputs, std::function<void(Embeddings)> done) const {
+  if (!impl_->pooling()) {
+    const std::string why = impl_->pooling_problem().empty()
+                                ? "model " + name() + " is not an embedding model (it has no sentence-transformers Pooling module "
+                                  "in modules.json, nor a GGUF pooling_type); load an embedding model such as Qwen3-Embedding"
+                                : "model " + name() + " cannot give embeddings: " + impl_->pooling_problem();
+    return done({Status::error(why), {}, 0});
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].empty()) return done({Status::error("input " + std::to_string(i) + " is empty"), {}, 0});
+  if (inputs.empty()) return done({Status::error("no input to embed"), {}, 0});
+  // The inputs run as requests of their own (batched like any); the last to finish answers.
+  struct Gather {
+    std::mutex mu;
+    Embeddings out;
+    size_t left;
+    std::function<void(Embeddings)> done;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->out.vectors.resize(inputs.size());
+  gather->left = inputs.size();
+  gather->done = std::move(done);
+  for (const auto& in : inputs) gather->out.prompt_tokens += in.size();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = std::move(inputs[i]);
+    r.embed = impl_->pooling();
+    r.max_tokens = 1;
+    impl_->runner().submit(std::move(r), [gather, i](const GenerationEvent& e) {
+      if (!e.finished) return;
+      std::unique_lock lock(gather->mu);
+      if (e.result.finish == FinishReason::Error && gather->out.status.ok)
+        gather->out.status = Status::error("input " + std::to_string(i) + ": " + e.result.error);
+      else if (e.result.finish == FinishReason::Cancelled && gather->out.status.ok)
+        gather->out.status = Status::error("the model was unloaded");
+      gather->out.vectors[i] = e.result.embedding;
+      if (--gather->left > 0) return;
+      lock.unlock();
+      gather->done(std::move(gather->out));
+    });
+  }
 }
 
 void ModelHandle::cancel(uint64_t choice_id) const { impl_->runner().cancel(choice_id); }

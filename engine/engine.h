@@ -54,6 +54,18 @@ class ModelHandle {
   // The chat rendered with the model's template, as a generation's prompt would be.
   Status apply_chat_template(const ChatInput& input, std::string& prompt) const;
 
+  // Embeddings: each input's (token ids) pooled vector, read by the model's batches beside its other
+  // requests; `done` runs once, on the model's worker thread. A model that is no embedding model (it has no
+  // sentence-transformers Pooling module or GGUF pooling_type) gives an error saying so.
+  struct Embeddings {
+    Status status;
+    std::vector<std::vector<float>> vectors;
+    size_t prompt_tokens = 0;
+  };
+  void embed(std::vector<std::vector<int32_t>> inputs, std::function<void(Embeddings)> done) const;
+  bool is_embedding_model() const;
+  int64_t hidden_size() const;  // an embedding's values
+
   void cancel(uint64_t choice_id) const;  // ends a choice at the next step (its text event finishes it)
   void fail_all(const std::string& message) const;  // every running and queued request ends with it
   using Load = ServingLoad;

@@ -12,8 +12,6 @@
 
 namespace ftllm::daemon {
 
-namespace {
-
 using Clock = std::chrono::steady_clock;
 
 http::Response api_error(const ApiError& e) {
@@ -89,6 +87,8 @@ std::shared_ptr<ModelHandle> model_for(const ApiContext& api, simdjson::dom::ele
   if (!m) error = unknown_model(api, std::string(name));
   return m;
 }
+
+namespace {
 
 const char* finish_name(FinishReason r) {
   switch (r) {
@@ -536,6 +536,7 @@ http::AsyncHandler helper_route(ApiContext& api,
 }  // namespace
 
 void add_openai_routes(http::Router& router, ApiContext& api) {
+  add_embedding_routes(router, api);
   // Open without the API key, so load balancers and systemd checks work.
   router.add("GET", "/health", [&api](const http::Request&) {
     if (api.draining) {

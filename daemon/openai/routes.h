@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include <simdjson.h>
+
 #include "../../engine/engine.h"
 #include "../config.h"
 #include "../engine_bridge.h"
 #include "../http/router.h"
 #include "../metrics.h"
+#include "request.h"
 
 namespace ftllm::daemon {
 
@@ -39,5 +42,13 @@ struct ApiContext {
 };
 
 void add_openai_routes(http::Router& router, ApiContext& api);
+void add_embedding_routes(http::Router& router, ApiContext& api);  // embeddings.cpp
+
+// Shared by the route files: an error as OpenAI's JSON (503s with Retry-After), a 200 JSON body, the API
+// key check (a 401 when it fails), and the model a request names (or the only one loaded), else why not.
+http::Response api_error(const ApiError& e);
+http::Response json_ok(std::string body);
+std::optional<http::Response> check_key(const Config& config, const http::Request& req);
+std::shared_ptr<ModelHandle> model_for(const ApiContext& api, simdjson::dom::element body, ApiError& error);
 
 }  // namespace ftllm::daemon

@@ -48,6 +48,22 @@ Status export_model(const ModelLoadOptions& source, const std::string& out_dir, 
       if (auto t = g.get_string("tokenizer.chat_template")) write_file(dir / "chat_template.jinja", *t);
     }
     if (!source.chat_template.empty()) fs::copy_file(source.chat_template, dir / "chat_template.jinja", fs::copy_options::overwrite_existing);
+    if (m.pooling) {  // an embedding model stays one: its pooling as sentence-transformers' modules
+      const bool norm = m.pooling->normalize;
+      write_file(dir / "modules.json",
+                 std::string(R"([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},)") +
+                     R"( {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"})" +
+                     (norm ? R"(, {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})" : "") +
+                     "]\n");
+      fs::create_directories(dir / "1_Pooling");
+      const Pooling::Mode mode = m.pooling->mode;
+      write_file(dir / "1_Pooling" / "config.json",
+                 "{\"word_embedding_dimension\": " + std::to_string(m.model->config().hidden_size) +
+                     ", \"pooling_mode_cls_token\": " + (mode == Pooling::Mode::First ? "true" : "false") +
+                     ", \"pooling_mode_mean_tokens\": " + (mode == Pooling::Mode::Mean ? "true" : "false") +
+                     ", \"pooling_mode_lasttoken\": " + (mode == Pooling::Mode::Last ? "true" : "false") + "}\n");
+      if (norm) fs::create_directories(dir / "2_Normalize");
+    }
     result.load_seconds = std::chrono::duration<double>(t1 - t0).count();
     result.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     result.dtypes = m.model->dtypes();

@@ -151,7 +151,7 @@ void DecoderModel::dense_mlp(ops::Context& ctx, const LayerWeights& L, const Ten
 
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
                              const std::vector<kvcache::SequenceKv*>& sequences,
-                             const std::vector<ops::Context*>* layer_ctx, bool logits_on_host) const {
+                             const std::vector<ops::Context*>* layer_ctx, bool logits_on_host, Tensor* hidden) const {
   const ModelConfig& c = config_;
   const int64_t T = int64_t(b.tokens.size()), H = c.hidden_size;
 
@@ -213,6 +213,13 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
   // LM head's device; the logits come back to the host for the sampler unless asked not to.
   ops::Context head_ctx{main_ctx.pool, main_ctx.kernels, lm_head_.device};
   x = ops::to_device(x, head_ctx.device);
+  if (hidden && !b.hidden_rows.empty()) {
+    const int64_t n = int64_t(b.hidden_rows.size());
+    Tensor rows = ops::zeros(head_ctx, {n, H}), normed = ops::zeros(head_ctx, {n, H});
+    ops::gather_rows(head_ctx, x, b.hidden_rows, rows);
+    ops::rmsnorm(head_ctx, rows, final_norm_, float(c.rms_norm_eps), normed, c.norm_weight_offset);
+    *hidden = ops::to_device(normed, Device::cpu());
+  }
   const int64_t R = int64_t(b.logit_rows.size());
   Tensor last = ops::zeros(head_ctx, {R, H}), normed = ops::zeros(head_ctx, {R, H});
   ops::gather_rows(head_ctx, x, b.logit_rows, last);

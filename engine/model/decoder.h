@@ -63,6 +63,7 @@ struct Batch {
   std::vector<int64_t> positions;
   std::vector<int32_t> seq;          // index into the sequences passed to forward()
   std::vector<int64_t> logit_rows;   // which tokens' next-token logits are wanted
+  std::vector<int64_t> hidden_rows;  // which tokens' final-norm rows are wanted (embeddings)
 };
 
 class DecoderModel {
@@ -110,9 +111,11 @@ class DecoderModel {
   // `layer_ctx`, when given, holds one context per layer (layers placed on different thread pools);
   // `ctx` runs everything else.
   // With logits_on_host false they stay where the LM head ran (a GPU's memory, for sampling there).
+  // `hidden`, when given, receives batch.hidden_rows' rows after the final norm, float32 [rows, hidden] on the host.
   Tensor forward(ops::Context& ctx, const Batch& batch, kvcache::KvPool& pool,
                  const std::vector<kvcache::SequenceKv*>& sequences,
-                 const std::vector<ops::Context*>* layer_ctx = nullptr, bool logits_on_host = true) const;
+                 const std::vector<ops::Context*>* layer_ctx = nullptr, bool logits_on_host = true,
+                 Tensor* hidden = nullptr) const;
 
  private:
   friend class LayerStep;

@@ -57,6 +57,17 @@ WeightStore WeightStore::open_directory(const std::string& dir) {
     store.file_bytes_ += fs::file_size(p);
     for (auto& [name, t] : read_safetensors(p.string())) store.tensors_[name] = std::move(t);
   }
+  // A base model's checkpoint (transformers' AutoModel, as sentence-transformers saves Qwen3-Embedding):
+  // the decoder's tensors without the "model." prefix, and no LM head.
+  if (store.has("embed_tokens.weight") && !store.has("model.embed_tokens.weight")) {
+    std::map<std::string, StoredTensor> prefixed;
+    for (auto& [name, t] : store.tensors_) {
+      const std::string full = name.starts_with("lm_head.") ? name : "model." + name;
+      t.name = full;
+      prefixed[full] = std::move(t);
+    }
+    store.tensors_ = std::move(prefixed);
+  }
   return store;
 }
 

@@ -1,5 +1,7 @@
 #include "loader.h"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -238,6 +240,54 @@ void add_note(std::string& notes, const std::string& note) {
   if (!note.empty()) notes += (notes.empty() ? "" : "; ") + note;
 }
 
+// sentence-transformers' modules.json: a Pooling module (its config's pooling_mode_*) and whether a
+// Normalize module follows.
+void read_sentence_transformers_pooling(const fs::path& dir, LoadedModel& m) {
+  if (!fs::exists(dir / "modules.json")) return;
+  simdjson::dom::parser parser;
+  simdjson::dom::array modules;
+  if (parser.load((dir / "modules.json").string()).get(modules)) {
+    m.pooling_problem = (dir / "modules.json").string() + " is not a JSON array of modules";
+    return;
+  }
+  std::string pooling_dir;
+  bool normalize = false;
+  for (simdjson::dom::element module : modules) {
+    std::string_view type, path;
+    if (module["type"].get(type) || module["path"].get(path)) continue;
+    if (type.ends_with(".Pooling")) pooling_dir = std::string(path);
+    if (type.ends_with(".Normalize")) normalize = true;
+  }
+  if (pooling_dir.empty()) return;
+  const fs::path config = dir / pooling_dir / "config.json";
+  simdjson::dom::parser pooling_parser;
+  simdjson::dom::object modes;
+  if (pooling_parser.load(config.string()).get(modes)) {
+    m.pooling_problem = config.string() + " is missing or not a JSON object";
+    return;
+  }
+  auto on = [&](const char* key) {
+    bool v = false;
+    return !modes[key].get(v) && v;
+  };
+  for (const char* unsupported : {"pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens"})
+    if (on(unsupported)) {
+      m.pooling_problem = config.string() + " asks for " + unsupported + ", which this server does not compute (it pools the "
+                          "last token, the mean or the first token)";
+      return;
+    }
+  Pooling p;
+  p.normalize = normalize;
+  if (on("pooling_mode_lasttoken")) p.mode = Pooling::Mode::Last;
+  else if (on("pooling_mode_mean_tokens")) p.mode = Pooling::Mode::Mean;
+  else if (on("pooling_mode_cls_token")) p.mode = Pooling::Mode::First;
+  else {
+    m.pooling_problem = config.string() + " turns on no pooling mode";
+    return;
+  }
+  m.pooling = p;
+}
+
 // A .gguf file: weights, config, vocabulary and template all inside.
 void load_gguf(LoadedModel& m, const model::DTypeRules& rules, int threads) {
   const ModelLoadOptions& o = m.options;
@@ -266,6 +316,14 @@ void load_gguf(LoadedModel& m, const model::DTypeRules& rules, int threads) {
   add_note(m.notes, g.weights.conversion_notes());
   model::GgufFile file = model::GgufFile::open(o.path);
   read_gguf_tokenizer(file, m.text);
+  // llama.cpp's pooling_type (1 mean, 2 cls, 3 last; 0 none, 4 rank); its server normalises embeddings.
+  const std::string gguf_arch = file.get_string("general.architecture").value_or("");
+  if (const std::optional<int64_t> type = file.get_int(gguf_arch + ".pooling_type"); type && *type != 0) {
+    if (*type == 1 || *type == 2 || *type == 3)
+      m.pooling = Pooling{*type == 1 ? Pooling::Mode::Mean : *type == 2 ? Pooling::Mode::First : Pooling::Mode::Last, true};
+    else
+      m.pooling_problem = o.path + ": " + gguf_arch + ".pooling_type " + std::to_string(*type) + " (a reranker's) is not an embedding";
+  }
   parse_chat_template(o.chat_template.empty() ? file.get_string("tokenizer.chat_template").value_or("")
                                               : read_text_file(o.chat_template),
                       m.text);
@@ -311,6 +369,7 @@ void load_directory(LoadedModel& m, const model::DTypeRules& rules, int threads)
     read_gguf_tokenizer(model::GgufFile::open((dir / "tokenizer.gguf").string()), m.text);
   }
   parse_chat_template(o.chat_template.empty() ? tokenizer::find_chat_template(o.path) : read_text_file(o.chat_template), m.text);
+  read_sentence_transformers_pooling(dir, m);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "../kvcache/kv_cache.h"
 #include "../load_options.h"
 #include "../model/decoder.h"
+#include "../scheduler/request.h"
 #include "../text/model_text.h"
 
 namespace ftllm {
@@ -24,6 +25,10 @@ struct LoadedModel {
   size_t weight_file_bytes = 0;
   std::string notes;  // what the dtype options could not convert, and why
   ModelText text;
+  // An embedding model's pooling (sentence-transformers' Pooling and Normalize modules, a GGUF's
+  // pooling_type); unset for a model that is not one, with why when it has a pooling this engine lacks.
+  std::optional<Pooling> pooling;
+  std::string pooling_problem;
 };
 
 // Throws EngineError with a reason a person can act on.

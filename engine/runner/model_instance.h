@@ -34,6 +34,8 @@ class ModelInstance {
   std::vector<DeviceMemory> memory_by_device() const { return layout_.memory(); }
   const cpu::Kernels& kernels() const { return layout_.kernels(); }
   Placement placement() const { return runner_->placement(); }
+  const std::optional<Pooling>& pooling() const { return loaded_.pooling; }
+  const std::string& pooling_problem() const { return loaded_.pooling_problem; }
 
   Runner& runner() { return *runner_; }
   // The compiler of output grammars for this model's vocabulary, built on first use (thread-safe).

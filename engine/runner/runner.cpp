@@ -1,6 +1,7 @@
 #include "runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "../core/error.h"
@@ -196,6 +197,7 @@ void Runner::take_arrivals() {
     GenerationRequest request = std::move(*queued);
     queued.reset();
     lock.unlock();
+    if (request.embed) pooled_[id] = {*request.embed, int64_t(request.prompt.size()), {}, 0};
     scheduler_.add(std::move(request), model_.config().eos_token_ids, id);
     lock.lock();
   }
@@ -241,6 +243,15 @@ void Runner::release_pages(uint64_t id) {
 void Runner::report_finished() {
   for (scheduler::Finished& f : scheduler_.take_finished()) {
     release_pages(f.seq_id);
+    if (auto p = pooled_.find(f.seq_id); p != pooled_.end()) {
+      if (f.result.finish == FinishReason::Stop && p->second.rows > 0) {
+        double norm = 0;
+        for (double& v : p->second.sum) v /= double(p->second.rows), norm += v * v;
+        const double scale = p->second.pooling.normalize && norm > 0 ? 1.0 / std::sqrt(norm) : 1.0;
+        for (double v : p->second.sum) f.result.embedding.push_back(float(v * scale));
+      }
+      pooled_.erase(p);
+    }
     GenerationCallback cb;
     {
       std::lock_guard lock(mu_);
@@ -258,7 +269,8 @@ void Runner::report_finished() {
 
 scheduler::Admission Runner::admit(uint64_t id, std::span<const int32_t> context) {
   kvcache::SequenceKv& kv = caches_[id];  // empty: a sequence joining, or rejoining after preemption
-  const int64_t cached = kv.attach_prefix(kv_, context);
+  // An embedding reads every row of its prompt (Mean, First pool them): nothing comes from the cache.
+  const int64_t cached = pooled_.count(id) ? 0 : kv.attach_prefix(kv_, context);
   const int64_t bt = kv_.block_tokens();
   // The chain of the context's full blocks not found: a waiting sequence whose next block another one is
   // computing (the choices of n > 1, users of one system prompt) takes it from the cache next step.
@@ -299,6 +311,7 @@ std::vector<kvcache::SequenceKv*> Runner::reserve_pages(scheduler::StepPlan& pla
     plan.items.pop_back();
     release_pages(id);
     scheduler_.preempt(id);
+    if (auto p = pooled_.find(id); p != pooled_.end()) p->second.sum.clear(), p->second.rows = 0;  // read again from the start
     std::lock_guard lock(mu_);
     ++seen_.preemptions;
   }
@@ -324,21 +337,42 @@ void Runner::step() {
     return;
   }
   model::Batch batch;
+  std::vector<Pooled*> pooled_rows;  // per hidden row: the embedding request it is pooled into
   for (size_t s = 0; s < plan.items.size(); ++s) {
     const scheduler::StepItem& item = plan.items[s];
+    const int64_t first = int64_t(batch.tokens.size()), n = int64_t(item.tokens.size());
     for (size_t j = 0; j < item.tokens.size(); ++j) {
       batch.tokens.push_back(item.tokens[j]);
       batch.positions.push_back(item.start_pos + int64_t(j));
       batch.seq.push_back(int32_t(s));
     }
     batch.logit_rows.push_back(int64_t(batch.tokens.size()) - 1);
+    if (auto p = pooled_.find(item.seq_id); p != pooled_.end()) {  // the rows its pooling reads
+      using Mode = Pooling::Mode;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t pos = item.start_pos + j;
+        const Mode m = p->second.pooling.mode;
+        if (m == Mode::Mean || (m == Mode::First && pos == 0) || (m == Mode::Last && pos == p->second.prompt_size - 1)) {
+          batch.hidden_rows.push_back(first + j);
+          pooled_rows.push_back(&p->second);
+        }
+      }
+    }
   }
   if (batch.tokens.empty()) return;
 
   ops::Context ctx = layout_.context();
   std::vector<scheduler::Scheduler::Sampled> sampled;
   try {
-    Tensor logits = model_.forward(ctx, batch, kv_, seqs, layout_.layer_contexts(), false);
+    Tensor hidden;
+    Tensor logits = model_.forward(ctx, batch, kv_, seqs, layout_.layer_contexts(), false, pooled_rows.empty() ? nullptr : &hidden);
+    for (size_t r = 0; r < pooled_rows.size(); ++r) {  // in double: a mean over thousands of rows
+      Pooled& p = *pooled_rows[r];
+      const float* row = hidden.as<float>() + int64_t(r) * hidden.dim(1);
+      p.sum.resize(size_t(hidden.dim(1)));
+      for (int64_t i = 0; i < hidden.dim(1); ++i) p.sum[size_t(i)] += double(row[i]);
+      ++p.rows;
+    }
     // The rows are written: full blocks go into the prefix cache (before sampling, which may end them).
     for (size_t s = 0; s < plan.items.size(); ++s) {
       const size_t published = seqs[s]->chain.size();

@@ -89,6 +89,14 @@ class Runner {
   // Full blocks of admitted prompts not yet computed, by chain hash: the sequence computing each. A
   // waiting sequence whose prefix one of them computes waits a step for it rather than computing it too.
   std::map<uint64_t, uint64_t> computing_;  // worker thread only
+  // Embedding requests being read: their pooling and what the rows seen so far add up to.
+  struct Pooled {
+    Pooling pooling;
+    int64_t prompt_size = 0;
+    std::vector<double> sum;  // of the rows pooled (Mean), or the one row (Last, First)
+    int64_t rows = 0;
+  };
+  std::map<uint64_t, Pooled> pooled_;  // worker thread only
 
   mutable std::mutex mu_;  // everything below
   std::condition_variable wake_;

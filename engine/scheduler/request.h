@@ -59,8 +59,17 @@ class TokenGrammar {
   virtual std::unique_ptr<TokenMatcher> start() const = 0;
 };
 
+// How an embedding request's vector is made from the final norm's rows of its prompt: the last token's
+// (decoder embedding models such as Qwen3-Embedding), their mean, or the first's; then L2-normalised or not.
+struct Pooling {
+  enum class Mode { Last, Mean, First } mode = Mode::Last;
+  bool normalize = true;
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;
+  // Set: the prompt is only read, no token is sampled, and the result holds its pooled embedding.
+  std::optional<Pooling> embed;
   SamplingParams sampling;
   int32_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's eos ids
@@ -83,6 +92,7 @@ struct GenerationResult {
   FinishReason finish = FinishReason::Length;
   std::string error;  // set when finish == Error
   int64_t cached_tokens = 0;  // prompt tokens whose KV rows came from the prefix cache
+  std::vector<float> embedding;  // an embedding request's vector
 };
 
 // What a running generation reports, in order: new tokens as they are sampled, then once its end.

@@ -120,6 +120,10 @@ std::map<uint64_t, std::unique_ptr<Scheduler::Sequence>>::iterator Scheduler::fe
   Sequence& s = *it->second;
   s.fed = item.start_pos + int64_t(item.tokens.size());
   if (s.fed < int64_t(s.context.size())) return sequences_.end();  // prompt slice: no token to sample yet
+  if (s.request.embed) {  // read whole: it ends here (the runner pools its rows), sampling nothing
+    finish(it, FinishReason::Stop);
+    return sequences_.end();
+  }
   return it;
 }
 

@@ -87,6 +87,21 @@ BOOST_AUTO_TEST_CASE(exported_safetensors_model_keeps_its_config_and_tokenizer_f
   BOOST_TEST(test::prompt_logits(*exported, ids, {5})[0] == test::prompt_logits(*converted, ids, {5})[0]);
 }
 
+// An embedding model stays one: its pooling goes along as sentence-transformers' modules.
+BOOST_AUTO_TEST_CASE(exported_embedding_models_keep_their_pooling) {
+  for (const char* name : {"qwen3-last-normalized", "qwen3-mean"}) {
+    const std::string fixture = std::string(FTLLM_SOURCE_ROOT "/tests/data/embedding/") + name;
+    TempDir dir;
+    ExportResult r;
+    BOOST_REQUIRE(export_model(options(fixture, "int8"), dir.path.string(), r).ok);
+    auto converted = ModelInstance::load(options(fixture, "int8"));
+    auto exported = ModelInstance::load(options(dir.path.string(), "auto"));
+    BOOST_REQUIRE(exported->pooling());
+    BOOST_TEST(int(exported->pooling()->mode) == int(converted->pooling()->mode));
+    BOOST_TEST(exported->pooling()->normalize == converted->pooling()->normalize);
+  }
+}
+
 // The keys each architecture writes back (experts, groups, scaling, latent ranks, yarn; Mistral's window;
 // Gemma 3's layer types, second RoPE, score scale and activation) read as the source's: the exported
 // models compute the same bits.

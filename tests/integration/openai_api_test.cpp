@@ -637,6 +637,37 @@ BOOST_AUTO_TEST_CASE(cors_lets_the_configured_origins_call_the_api) {
   BOOST_TEST(foreign.body.find("Access-Control-Allow-Origin") == std::string::npos, foreign.body);
 }
 
+// /v1/embeddings on a decoder embedding model (tests/data/embedding: sentence-transformers' layout, its
+// vectors the oracle) through the OpenAI SDK; what is wrong with a request, and a chat model, get a 400
+// saying why.
+BOOST_AUTO_TEST_CASE(embeddings_match_sentence_transformers_through_the_sdk) {
+  TempDir dir;
+  const std::string fixture = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/embedding/qwen3-last-normalized";
+  DaemonProcess d(dir, {fixture, "--name", "emb", "-t", "1", "--ctx", "128", "--kv_dtype", "f32"});
+  CommandResult r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
+                                "/tests/integration/embeddings_check.py " + d.base_url() + " emb " + fixture + "/reference.json");
+  BOOST_TEST(r.exit_code == 0, r.out << r.err);
+  BOOST_TEST(r.out == "ok\n");
+  auto post = [&](const std::string& body) { return http("POST", d.base_url() + "/v1/embeddings", body); };
+  for (auto [body, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model": "emb", "input": [[1, 2], 3]})", "'input' must be"},
+           {R"({"model": "emb", "input": {"text": "x"}})", "'input' must be"},
+           {R"({"model": "emb", "input": []})", "'input' is empty"},
+           {R"({"model": "emb", "input": [[1, 99999]]})", "outside the vocabulary"},
+           {R"({"model": "emb", "input": [[]]})", "input 0 is empty"},
+           {R"({"model": "emb", "input": [[1, 2]], "encoding_format": "hex"})", "'encoding_format'"},
+           {R"({"model": "emb", "input": [[1, 2]], "dimensions": 0})", "'dimensions' must be a positive integer"},
+           {R"({"model": "emb", "input": [[1, 2]], "dimensions": 65})", "this model's embeddings have 64"},
+           {R"({"model": "emb", "input": "no tokenizer here"})", "tokenizer"}}) {
+    const Reply reply = post(body);
+    BOOST_TEST(reply.status == 400, body << " -> " << reply.status << " " << reply.body);
+    BOOST_TEST(reply.body.find(says) != std::string::npos, body << " -> " << reply.body);
+  }
+  const Reply chat = http("POST", daemon_with_model().base_url() + "/v1/embeddings", R"({"model": "smollm2", "input": "Hello"})");
+  BOOST_TEST(chat.status == 400);
+  BOOST_TEST(chat.body.find("is not an embedding model") != std::string::npos, chat.body);
+}
+
 // Clients that send a request and go away while it waits leave the queue at once: 20 of them against a
 // queue of 4 do not make a live client's request a 503.
 BOOST_AUTO_TEST_CASE(requests_of_clients_gone_leave_the_queue) {

@@ -371,6 +371,56 @@ def make_smollm2_fixture():
     print("smollm2:", repr(tok.decode(greedy)))
 
 
+def make_embedding_fixtures():
+    """Decoder embedding models as sentence-transformers holds them (tests/data/embedding/NAME/): Qwen3-Embedding's
+    layout (the base model's weights without the "model." prefix, architectures Qwen3ForCausalLM, no LM head;
+    modules.json with a Pooling module and, for last-token pooling, a Normalize one) over tiny random weights, and
+    sentence-transformers' embeddings of a few texts with the token ids its tokenizer (tests/data/tokenizers/bytes)
+    gave them. The directories hold no tokenizer: the tests feed those ids."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import Qwen3Model
+    texts = ["The capital of France is Paris.", "Embeddings map text to vectors.", "a", "Ünïcödé and 数字 123"]
+    for name, pooling, normalize in [("qwen3-last-normalized", "lasttoken", True), ("qwen3-mean", "mean_tokens", False)]:
+        config = Qwen3Config(**{**COMMON, "head_dim": 32, "tie_word_embeddings": True})
+        torch.manual_seed(7)
+        model = Qwen3Model(config).eval()
+        randomize(model, 7)
+        out = DATA / "embedding" / name
+        if out.exists():
+            shutil.rmtree(out)
+        model.save_pretrained(out, safe_serialization=True)
+        cfg = json.loads((out / "config.json").read_text())
+        cfg["architectures"] = ["Qwen3ForCausalLM"]  # as Qwen3-Embedding's config says
+        (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+            (out / "2_Normalize").mkdir()
+        (out / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+        (out / "1_Pooling").mkdir()
+        modes = ["cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken"]
+        (out / "1_Pooling" / "config.json").write_text(json.dumps(
+            {"word_embedding_dimension": config.hidden_size, **{f"pooling_mode_{m}": m == pooling for m in modes},
+             "include_prompt": True}, indent=2) + "\n")
+        # sentence-transformers reads the same directory with the byte tokenizer beside it.
+        work = CACHE / ("st-" + name)
+        if work.exists():
+            shutil.rmtree(work)
+        shutil.copytree(out, work)
+        shutil.copy(DATA / "tokenizers" / "bytes" / "tokenizer.json", work / "tokenizer.json")
+        (work / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                                 "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                                                                 "pad_token": "<unk>"}))
+        st = SentenceTransformer(str(work), device="cpu")
+        ids = [st.tokenize([t])["input_ids"][0].tolist() for t in texts]
+        emb = st.encode(texts, convert_to_numpy=True, batch_size=1)
+        (out / "reference.json").write_text(json.dumps(dict(
+            texts=texts, token_ids=ids, embeddings=emb.tolist(), pooling=pooling, normalize=normalize,
+            sentence_transformers=__import__("sentence_transformers").__version__, transformers=transformers.__version__)) + "\n")
+        print(f"embedding {name}: {len(texts)} texts, dims {emb.shape[1]}, first ids {ids[0][:5]}")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(2)
     which = sys.argv[1:] or ["models", "sampling", "smollm2"]
@@ -388,3 +438,5 @@ if __name__ == "__main__":
         make_rope_fixtures()
     if "smollm2" in which:
         make_smollm2_fixture()
+    if "embedding" in which:
+        make_embedding_fixtures()
