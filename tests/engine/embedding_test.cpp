@@ -89,6 +89,22 @@ BOOST_AUTO_TEST_CASE(pooled_vectors_match_sentence_transformers) {
     }
 }
 
+// The same model as a GGUF marked with llama.cpp's pooling_type (last token; llama-server normalises): the
+// same vectors as sentence-transformers gives the directory.
+BOOST_AUTO_TEST_CASE(a_gguf_pooling_type_makes_an_embedding_model) {
+  simdjson::dom::parser parser;
+  const simdjson::dom::element ref = parser.load((kData / "embedding" / "qwen3-last-normalized" / "reference.json").string());
+  std::vector<int32_t> ids;
+  std::vector<double> want;
+  for (int64_t id : ref["token_ids"].at(0).get_array()) ids.push_back(int32_t(id));
+  for (double v : ref["embeddings"].at(0).get_array()) want.push_back(v);
+  auto m = load(kData / "gguf" / "qwen3-embedding-last.gguf", "scalar");
+  BOOST_REQUIRE(m->is_embedding_model());
+  const ModelHandle::Embeddings got = embed(*m, {ids});
+  BOOST_REQUIRE_MESSAGE(got.status.ok, got.status.message);
+  BOOST_TEST(cosine(got.vectors[0], want) > 0.99999);
+}
+
 // Embeddings join the steps of running generations: the same vectors, to the bit, while one decodes.
 BOOST_AUTO_TEST_CASE(embeddings_batch_with_a_running_generation) {
   ModelLoadOptions o = test::exact_options();

@@ -47,10 +47,14 @@ def permute(w, heads):  # convert_hf_to_gguf.py's LlamaModel.permute
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def convert(fixture, arch, out_name, qtype=GGMLQuantizationType.F32):
-    src = DATA / "models" / fixture
+def convert(fixture, arch, out_name, qtype=GGMLQuantizationType.F32, pooling=None):
+    """pooling: an embedding model's (tests/data/embedding/FIXTURE, the base model's prefix-less weights) as
+    llama.cpp's converter marks it, a gguf.PoolingType."""
+    src = DATA / ("embedding" if pooling else "models") / fixture
     c = json.loads((src / "config.json").read_text())
     tensors = read_safetensors(src / "model.safetensors")
+    if "embed_tokens.weight" in tensors:
+        tensors = {k if k.startswith("lm_head.") else "model." + k: v for k, v in tensors.items()}
     heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
     head_dim = c.get("head_dim") or c["hidden_size"] // heads
     w = GGUFWriter(str(DATA / "gguf" / out_name), arch)
@@ -66,6 +70,8 @@ def convert(fixture, arch, out_name, qtype=GGMLQuantizationType.F32):
     w.add_rope_freq_base(rope["rope_theta"])
     w.add_context_length(c["max_position_embeddings"])
     w.add_vocab_size(c["vocab_size"])
+    if pooling is not None:
+        w.add_pooling_type(pooling)
     if rope.get("rope_type") == "linear":
         w.add_rope_scaling_type(RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope["factor"])
@@ -344,6 +350,7 @@ convert("llama-f32", "llama", "llama-q5_1.gguf", GGMLQuantizationType.Q5_1)
 convert("gemma2-f32", "gemma2", "gemma2-f32.gguf")
 convert("gemma3-pattern-f32", "gemma3", "gemma3-f32.gguf")
 convert("phi3-f32", "phi3", "phi3-f32.gguf")
+convert("qwen3-last-normalized", "qwen3", "qwen3-embedding-last.gguf", pooling=gguf.PoolingType.LAST)
 convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-f32.gguf")
 convert_moe(DATA / "models" / "qwen3-moe-f32", "qwen3moe", "qwen3moe-q8_0.gguf", GGMLQuantizationType.Q8_0)
 convert_moe(DATA / "models" / "qwen2-moe-f32", "qwen2moe", "qwen2moe-f32.gguf")
