@@ -8,7 +8,7 @@
 // bandwidth is measured here, a STREAM-like sum over 1 GiB on the same threads, and each decode row
 // reports the fraction of that roofline it reached.
 //   ftllm-bench --make-random DIR [--shape qwen2.5-0.5b|smollm2-135m|qwen3-0.6b|qwen3-8b|qwen3-30b-a3b|gemma-3-1b|
-//                                  phi-4-mini|gpt-oss-20b]
+//                                  phi-4-mini|gpt-oss-20b|qwen3-next-80b-a3b-16l]
 //               [--dtype bf16|f16|f32|int8|int4gN]
 //
 // --context N adds a row for decode at a long context: N tokens prefilled (in 2048-token slices, not
@@ -106,6 +106,10 @@ const std::map<std::string, Shape> kShapes = {
     {"gemma-3-1b", {"Gemma3ForCausalLM", 1152, 6912, 26, 4, 1, 256, 262144, true, false, true, 0, 0, 0, "gemma3"}},
     {"phi-4-mini", {"Phi3ForCausalLM", 3072, 8192, 32, 24, 8, 128, 200064, true, false, false, 0, 0, 0, "phi3"}},
     {"gpt-oss-20b", {"GptOssForCausalLM", 2880, 2880, 24, 64, 8, 64, 201088, false, true, false, 32, 4, 2880, "gpt-oss"}},
+    // Qwen3-Next-80B-A3B's layer shape over 16 of its 48 layers (all of them need 48 GB in int4g32): gated
+    // DeltaNet with 16 key / 32 value heads of 128, every fourth layer full attention, 512 experts (10 per
+    // token) and a shared one of 512.
+    {"qwen3-next-80b-a3b-16l", {"Qwen3NextForCausalLM", 2048, 5120, 16, 16, 2, 256, 151936, false, false, true, 512, 10, 512, "qwen3-next"}},
 };
 
 // A quick generator for bulk bytes (30 billion weights would take minutes through std::normal_distribution).
@@ -143,13 +147,25 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
   if (!s.tied) tensors.push_back({"lm_head.weight", {s.vocab, s.hidden}, dt});
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    for (auto& [n, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-             {"self_attn.q_proj.weight", {q, s.hidden}}, {"self_attn.k_proj.weight", {kv, s.hidden}},
-             {"self_attn.v_proj.weight", {kv, s.hidden}}, {"self_attn.o_proj.weight", {s.hidden, q}}})
-      tensors.push_back({p + n, shape, dt});
+    const bool next = s.family == "qwen3-next", linear = next && (l + 1) % 4 != 0;
+    if (linear) {  // the DeltaNet's projections (16 key heads, 32 value heads of 128; conv of 4)
+      const int64_t keys = 16 * 128, values = 32 * 128;
+      tensors.push_back({p + "linear_attn.in_proj_qkvz.weight", {2 * keys + 2 * values, s.hidden}, dt});
+      tensors.push_back({p + "linear_attn.in_proj_ba.weight", {64, s.hidden}, DType::F32});
+      tensors.push_back({p + "linear_attn.conv1d.weight", {2 * keys + values, 4}, DType::F32});  // as a GGUF squeezes it
+      tensors.push_back({p + "linear_attn.dt_bias", {32}, DType::F32});
+      tensors.push_back({p + "linear_attn.A_log", {32}, DType::F32});
+      tensors.push_back({p + "linear_attn.norm.weight", {128}, DType::F32});
+      tensors.push_back({p + "linear_attn.out_proj.weight", {s.hidden, values}, dt});
+    } else {
+      for (auto& [n, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+               {"self_attn.q_proj.weight", {next ? 2 * q : q, s.hidden}}, {"self_attn.k_proj.weight", {kv, s.hidden}},
+               {"self_attn.v_proj.weight", {kv, s.hidden}}, {"self_attn.o_proj.weight", {s.hidden, q}}})
+        tensors.push_back({p + n, shape, dt});
+    }
     tensors.push_back({p + "input_layernorm.weight", {s.hidden}, DType::F32});
     tensors.push_back({p + "post_attention_layernorm.weight", {s.hidden}, DType::F32});
-    if (s.qk_norm) {
+    if (s.qk_norm && !linear) {
       tensors.push_back({p + "self_attn.q_norm.weight", {d}, DType::F32});
       tensors.push_back({p + "self_attn.k_norm.weight", {d}, DType::F32});
     }
@@ -175,6 +191,12 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
       }
     } else if (s.experts) {
       tensors.push_back({p + "mlp.gate.weight", {s.experts, s.hidden}, DType::F32});
+      if (next) {
+        tensors.push_back({p + "mlp.shared_expert_gate.weight", {1, s.hidden}, DType::F32});
+        tensors.push_back({p + "mlp.shared_expert.gate_proj.weight", {s.expert_intermediate, s.hidden}, dt});
+        tensors.push_back({p + "mlp.shared_expert.up_proj.weight", {s.expert_intermediate, s.hidden}, dt});
+        tensors.push_back({p + "mlp.shared_expert.down_proj.weight", {s.hidden, s.expert_intermediate}, dt});
+      }
       for (int64_t e = 0; e < s.experts; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
         tensors.push_back({x + "gate_proj.weight", {s.expert_intermediate, s.hidden}, dt});
@@ -265,6 +287,10 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
   else if (s.experts)
     cfg << ",\"num_experts\":" << s.experts << ",\"num_experts_per_tok\":" << s.experts_per_token
         << ",\"moe_intermediate_size\":" << s.expert_intermediate << ",\"norm_topk_prob\":true";
+  if (s.family == "qwen3-next")
+    cfg << ",\"shared_expert_intermediate_size\":" << s.expert_intermediate << ",\"full_attention_interval\":4"
+        << ",\"linear_num_key_heads\":16,\"linear_num_value_heads\":32,\"linear_key_head_dim\":128"
+        << ",\"linear_value_head_dim\":128,\"linear_conv_kernel_dim\":4,\"partial_rotary_factor\":0.25";
   cfg << "}\n";
   std::printf("wrote %s: %s shape, %s, %.1f MB\n", dir.c_str(), shape_name.c_str(), std::string(dtype_name(dt)).c_str(),
               double(offset) / 1e6);
