@@ -44,14 +44,16 @@ Status ModelHandle::apply_chat_template(const ChatInput& input, std::string& pro
 bool ModelHandle::is_embedding_model() const { return impl_->pooling().has_value(); }
 int64_t ModelHandle::hidden_size() const { return impl_->config().hidden_size; }
 
+Status ModelHandle::embedding_support() const {
+  if (impl_->pooling()) return Status::success();
+  return Status::error(impl_->pooling_problem().empty()
+                           ? "model " + name() + " is not an embedding model (it has no sentence-transformers Pooling module "
+                             "in modules.json, nor a GGUF pooling_type); load an embedding model such as Qwen3-Embedding"
+                           : "model " + name() + " cannot give embeddings: " + impl_->pooling_problem());
+}
+
 void ModelHandle::embed(std::vector<std::vector<int32_t>> inputs, std::function<void(Embeddings)> done) const {
-  if (!impl_->pooling()) {
-    const std::string why = impl_->pooling_problem().empty()
-                                ? "model " + name() + " is not an embedding model (it has no sentence-transformers Pooling module "
-                                  "in modules.json, nor a GGUF pooling_type); load an embedding model such as Qwen3-Embedding"
-                                : "model " + name() + " cannot give embeddings: " + impl_->pooling_problem();
-    return done({Status::error(why), {}, 0});
-  }
+  if (Status s = embedding_support(); !s.ok) return done({s, {}, 0});
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].empty()) return done({Status::error("input " + std::to_string(i) + " is empty"), {}, 0});
   if (inputs.empty()) return done({Status::error("no input to embed"), {}, 0});

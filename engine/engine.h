@@ -64,6 +64,7 @@ class ModelHandle {
   };
   void embed(std::vector<std::vector<int32_t>> inputs, std::function<void(Embeddings)> done) const;
   bool is_embedding_model() const;
+  Status embedding_support() const;  // ok, or why this model gives no embeddings
   int64_t hidden_size() const;  // an embedding's values
 
   void cancel(uint64_t choice_id) const;  // ends a choice at the next step (its text event finishes it)

@@ -53,11 +53,8 @@ void parse(const ApiContext& api, const std::string& body_text, EmbeddingWork& w
   ApiError err;
   w.model = model_for(api, body, err);
   if (!w.model) return void(w.error = err);
-  if (!w.model->is_embedding_model()) {
-    ModelHandle::Embeddings why;
-    w.model->embed({}, [&](ModelHandle::Embeddings e) { why = std::move(e); });  // answers at once, saying why
-    return void(w.error = ApiError{400, why.status.message, "model", "invalid_request_error", "model_not_embedding"});
-  }
+  if (Status s = w.model->embedding_support(); !s.ok)
+    return void(w.error = ApiError{400, s.message, "model", "invalid_request_error", "model_not_embedding"});
   std::string_view format = "float";
   if (!body["encoding_format"].error() && body["encoding_format"].get(format))
     return void(w.error = ApiError{400, "'encoding_format' must be \"float\" or \"base64\"", "encoding_format"});

@@ -123,7 +123,16 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   ops::AttentionShape shape{heads, kv_heads, d, B, L.window, scale};
   shape.softcap = c.attention_softcap;
   if (L.sinks) shape.sinks = &*L.sinks;
-  ops::linear(ctx, h, L.q, opt(L.q_bias), q);
+  Tensor gate;
+  if (L.gated_output) {  // each head's query, then its gate
+    Tensor qg = ops::scratch(ctx, {T, 2 * q_dim});
+    gate = ops::scratch(ctx, {T, q_dim});
+    ops::linear(ctx, h, L.q, opt(L.q_bias), qg);
+    ops::copy_blocks(ctx, qg, {heads, 2 * d, 0}, q, {heads, d, 0}, d);
+    ops::copy_blocks(ctx, qg, {heads, 2 * d, d}, gate, {heads, d, 0}, d);
+  } else {
+    ops::linear(ctx, h, L.q, opt(L.q_bias), q);
+  }
   ops::linear(ctx, h, L.k, opt(L.k_bias), k);
   ops::linear(ctx, h, L.v, opt(L.v_bias), v);
   if (L.q_norm) {
@@ -135,6 +144,7 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   ops::rope_blocks(ctx, k, {kv_heads, d, 0}, cos, sin, false);
   ops::store_kv(ctx, ab, k, &v, kv, B, d);
   ops::paged_attention(ctx, q, ab, kv, shape, attn);
+  if (L.gated_output) ops::sigmoid_mul(ctx, attn, gate);
   ops::linear(ctx, attn, L.o, opt(L.o_bias), out);
 }
 

@@ -40,6 +40,9 @@ struct LayerWeights {
   std::optional<Tensor> q_bias, k_bias, v_bias, o_bias;
   std::optional<Tensor> q_norm, k_norm;
   std::optional<Tensor> sinks;  // gpt-oss: a logit per query head in each softmax's sum
+  // Qwen3-Next: q_proj gives each head's query and then its output gate (2 * head_dim rows per head); the
+  // attention's output is multiplied by sigmoid(gate) before o_proj.
+  bool gated_output = false;
   Tensor mlp_norm, gate, up, down;  // a dense layer's MLP (empty in a mixture-of-experts layer)
   std::optional<Tensor> gate_bias, up_bias, down_bias;
   // A mixture-of-experts layer: the router [E, H], the routed experts, and shared experts every token

@@ -188,6 +188,7 @@ class Qwen3Next final : public Architecture {
       L.o_bias = b.vector_if(bias, "self_attn.o_proj.bias", H);
       L.q_norm = b.vector("self_attn.q_norm.weight", d);
       L.k_norm = b.vector("self_attn.k_norm.weight", d);
+      L.gated_output = true;
     }
     if (c.moe.is_moe_layer(b.layer)) bind_experts(b, L, "mlp.shared_expert.", true);
     else bind_dense_mlp(b, L);
@@ -195,7 +196,7 @@ class Qwen3Next final : public Architecture {
 
   void attention(LayerStep& s, const Tensor& h, Tensor& out) const override {
     if (s.config.linear.is_linear(s.layer)) delta_net(s, h, out);
-    else gated_attention(s, h, out);
+    else s.gqa_attention(h, out);  // with the output gate (LayerWeights::gated_output)
   }
 
  private:
@@ -213,33 +214,6 @@ class Qwen3Next final : public Architecture {
                             a.k_heads, a.v_heads, a.k_dim, a.v_dim, a.conv_kernel, float(s.config.rms_norm_eps)};
     ops::gated_delta_net(s.ctx, qkv, z, ba, net, s.ab, s.pool.states(s.layer), heads);
     ops::linear(s.ctx, heads, L.own_tensor(kOut), nullptr, out);
-  }
-
-  static void gated_attention(LayerStep& s, const Tensor& h, Tensor& out) {
-    const ModelConfig& c = s.config;
-    const LayerWeights& L = s.w;
-    const int64_t T = h.dim(0), d = c.head_dim, heads = c.num_heads, kv_heads = c.num_kv_heads, B = s.pool.block_tokens();
-    const float eps = float(c.rms_norm_eps);
-    auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
-    Tensor qg = ops::scratch(s.ctx, {T, 2 * heads * d});
-    Tensor q = ops::zeros(s.ctx, {T, heads * d}), gate = ops::zeros(s.ctx, {T, heads * d});
-    Tensor k = ops::scratch(s.ctx, {T, kv_heads * d}), v = ops::scratch(s.ctx, {T, kv_heads * d});
-    ops::linear(s.ctx, h, L.q, opt(L.q_bias), qg);
-    ops::copy_blocks(s.ctx, qg, {heads, 2 * d, 0}, q, {heads, d, 0}, d);
-    ops::copy_blocks(s.ctx, qg, {heads, 2 * d, d}, gate, {heads, d, 0}, d);
-    ops::linear(s.ctx, h, L.k, opt(L.k_bias), k);
-    ops::linear(s.ctx, h, L.v, opt(L.v_bias), v);
-    ops::rmsnorm(s.ctx, q, *L.q_norm, eps, q, c.norm_weight_offset);
-    ops::rmsnorm(s.ctx, k, *L.k_norm, eps, k, c.norm_weight_offset);
-    ops::rope_blocks(s.ctx, q, {heads, d, 0}, s.cos, s.sin, false);
-    ops::rope_blocks(s.ctx, k, {kv_heads, d, 0}, s.cos, s.sin, false);
-    const ops::KvLayer kv{s.pool.key(s.layer, 0, 0), s.pool.value(s.layer, 0, 0), s.pool.block_bytes(), s.pool.row_bytes(),
-                          s.pool.dtype(), s.pool.layer_storage(s.layer).device};
-    ops::store_kv(s.ctx, s.ab, k, &v, kv, B, d);
-    Tensor attn = ops::scratch(s.ctx, {T, heads * d});
-    ops::paged_attention(s.ctx, q, s.ab, kv, {heads, kv_heads, d, B, 0, 1.0f / std::sqrt(float(d))}, attn);
-    ops::sigmoid_mul(s.ctx, attn, gate);
-    ops::linear(s.ctx, attn, L.o, opt(L.o_bias), out);
   }
 };
 
