@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "model/lora.h"
 #include "cpu/numa_topology.h"
 #include "ftllm_version.h"
 #include "runner/model_instance.h"
@@ -15,7 +16,11 @@
 
 namespace ftllm {
 
-const std::string& ModelHandle::name() const { return impl_->options().name; }
+const std::string& ModelHandle::name() const { return adapter_ ? adapter_->name() : impl_->options().name; }
+const std::string& ModelHandle::parent() const {
+  static const std::string none;
+  return adapter_ ? impl_->options().name : none;
+}
 const std::string& ModelHandle::source() const { return impl_->options().path; }
 const std::string& ModelHandle::architecture() const { return impl_->config().architecture; }
 int64_t ModelHandle::context_length() const { return impl_->context_length(); }
@@ -74,6 +79,7 @@ void ModelHandle::embed(std::vector<std::vector<int32_t>> inputs, std::function<
     r.prompt = std::move(inputs[i]);
     r.embed = impl_->pooling();
     r.max_tokens = 1;
+    r.adapter = adapter_;
     impl_->runner().submit(std::move(r), [gather, i](const GenerationEvent& e) {
       if (!e.finished) return;
       std::unique_lock lock(gather->mu);
@@ -95,7 +101,12 @@ void ModelHandle::set_threads(int threads) const { impl_->runner().set_threads(t
 
 Status ModelHandle::set_placement(const std::string& device, std::string* note) const {
   try {
-    impl_->runner().set_placement(Placement::parse(device, impl_->config().num_layers, note));
+    Placement placement = Placement::parse(device, impl_->config().num_layers, note);
+    for (const LayerRange& r : placement.ranges())
+      if (r.device.kind == PlacedDevice::Kind::TensorParallel && !impl_->adapters().empty())
+        return Status::error("LoRA adapters are loaded onto " + impl_->options().name +
+                             " and need whole layers: unload them before splitting layers over devices");
+    impl_->runner().set_placement(std::move(placement));
   } catch (const std::exception& e) {
     return Status::error(e.what());
   }
@@ -103,6 +114,12 @@ Status ModelHandle::set_placement(const std::string& device, std::string* note) 
 }
 
 std::string ModelHandle::placement() const { return impl_->placement().to_string(); }
+
+std::vector<ModelHandle::Adapter> ModelHandle::adapters() const {
+  std::vector<Adapter> out;
+  for (const auto& a : impl_->adapters()) out.push_back({a->name(), a->path(), a->targets(), a->rank(), a->bytes()});
+  return out;
+}
 
 ModelHandle::Load ModelHandle::load() const { return impl_->runner().load(); }
 
@@ -124,6 +141,7 @@ Status Engine::load(const ModelLoadOptions& o, std::string* loaded_name) {
   std::lock_guard lock(mu_);
   const std::string& name = instance->options().name;
   if (models_.count(name)) return Status::error("a model named " + name + " is already loaded; unload it or pick another name");
+  if (find(name).second) return Status::error("a LoRA adapter is named " + name + "; unload it or pick another name");
   if (loaded_name) *loaded_name = name;
   models_[name] = std::move(instance);
   return Status::success();
@@ -139,24 +157,67 @@ Status Engine::unload(const std::string& name) {
   return Status::success();
 }
 
+std::pair<std::shared_ptr<ModelInstance>, std::shared_ptr<const model::LoraAdapter>> Engine::find(const std::string& name) const {
+  if (auto it = models_.find(name); it != models_.end()) return {it->second, nullptr};
+  for (auto& [base, m] : models_)
+    if (auto a = m->adapter(name)) return {m, a};
+  return {};
+}
+
 std::shared_ptr<ModelHandle> Engine::model(const std::string& name) const {
   std::lock_guard lock(mu_);
-  auto it = models_.find(name);
-  return it == models_.end() ? nullptr : std::make_shared<ModelHandle>(it->second);
+  auto [instance, adapter] = find(name);
+  return instance ? std::make_shared<ModelHandle>(instance, adapter) : nullptr;
 }
 
 std::vector<ModelInfo> Engine::models() const {
   std::lock_guard lock(mu_);
   std::vector<ModelInfo> out;
-  for (auto& [name, m] : models_) out.push_back({name, m->options().path, m->config().architecture, model::describe_layers(m->config())});
+  for (auto& [name, m] : models_) {
+    out.push_back({name, m->options().path, m->config().architecture, model::describe_layers(m->config()), ""});
+    for (const auto& a : m->adapters()) out.push_back({a->name(), a->path(), m->config().architecture, "LoRA r" + std::to_string(a->rank()) + " (" + a->targets() + ")", name});
+  }
   return out;
+}
+
+Status Engine::load_adapter(const std::string& base, const std::string& path, const std::string& name) {
+  if (name.empty()) return Status::error("an adapter needs a name (--name)");
+  std::shared_ptr<ModelInstance> instance;
+  {
+    std::lock_guard lock(mu_);
+    auto [serving, adapter] = find(base);
+    if (!serving) return Status::error("no model named " + base + " is loaded; load the base model first");
+    if (adapter) return Status::error(base + " is itself a LoRA adapter; load adapters onto its base model");
+    if (find(name).first || adapters_loading_.count(name))
+      return Status::error("the name " + name + " is taken by a loaded model or adapter; unload it or pick another name");
+    instance = serving;
+    adapters_loading_.insert(name);  // the name stays ours while the files are read, outside the lock
+  }
+  Status status = Status::success();
+  try {
+    instance->load_adapter(path, name);
+  } catch (const std::exception& e) {
+    status = Status::error("cannot load adapter " + path + " onto " + base + ": " + e.what());
+  }
+  std::lock_guard lock(mu_);
+  adapters_loading_.erase(name);
+  return status;
+}
+
+Status Engine::unload_adapter(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto [instance, adapter] = find(name);
+  if (!adapter) return Status::error(instance ? name + " is a model, not an adapter; unload it with unload"
+                                              : "no LoRA adapter named " + name + " is loaded");
+  instance->unload_adapter(name);
+  return Status::success();
 }
 
 PreparedText Engine::prepare(const TextRequest& request) const {
   PreparedText prepared;
   {
     std::lock_guard lock(mu_);
-    if (auto it = models_.find(request.model); it != models_.end()) prepared.model = it->second;
+    prepared.model = find(request.model).first;
   }
   if (prepared.model) prepared.prompts = std::make_shared<const BuiltPrompts>(build_prompts(*prepared.model, request));
   return prepared;
@@ -169,9 +230,10 @@ TextSubmission Engine::submit(const TextRequest& request, TextCallback callback)
 TextSubmission Engine::submit(const TextRequest& request, const PreparedText& prepared, TextCallback callback) {
   TextSubmission out;
   std::shared_ptr<ModelInstance> instance;
+  std::shared_ptr<const model::LoraAdapter> adapter;
   {
     std::lock_guard lock(mu_);
-    if (auto it = models_.find(request.model); it != models_.end()) instance = it->second;
+    std::tie(instance, adapter) = find(request.model);
   }
   if (!instance) {
     out.refusal = Refusal::ModelNotFound;
@@ -188,13 +250,13 @@ TextSubmission Engine::submit(const TextRequest& request, const PreparedText& pr
   // the model now resident (rare, and only in that moment, so here rather than back on a worker).
   std::shared_ptr<const BuiltPrompts> prompts = prepared.prompts;
   if (instance != prepared.model) prompts = std::make_shared<const BuiltPrompts>(build_prompts(*instance, request));
-  StartedText started = start_text_generation(*instance, request, *prompts, std::move(callback));
+  StartedText started = start_text_generation(*instance, request, *prompts, std::move(callback), adapter);
   out.refusal = started.refusal;
   out.error = std::move(started.error);
   out.param = std::move(started.param);
   out.choice_ids = std::move(started.choice_ids);
   out.prompt_tokens = started.prompt_tokens;
-  out.model = std::make_shared<ModelHandle>(std::move(instance));
+  out.model = std::make_shared<ModelHandle>(std::move(instance), std::move(adapter));
   return out;
 }
 

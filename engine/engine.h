@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,12 @@ struct ModelInfo {
   std::string source;
   std::string architecture;
   std::string layers;  // their kinds (model::describe_layers)
+  std::string parent;  // a LoRA adapter's base model (source is then the adapter's directory); empty for a model
 };
+
+namespace model {
+class LoraAdapter;
+}
 
 class ModelInstance;
 struct BuiltPrompts;  // runner/text_generation.h
@@ -42,8 +48,11 @@ Status export_model(const ModelLoadOptions& source, const std::string& out_dir, 
 // A resident model as callers use it. Holding the handle keeps the model alive through an unload.
 class ModelHandle {
  public:
-  explicit ModelHandle(std::shared_ptr<ModelInstance> impl) : impl_(std::move(impl)) {}
+  // With `adapter`, the handle serves the base model through that LoRA adapter, under the adapter's name.
+  explicit ModelHandle(std::shared_ptr<ModelInstance> impl, std::shared_ptr<const model::LoraAdapter> adapter = nullptr)
+      : impl_(std::move(impl)), adapter_(std::move(adapter)) {}
   const std::string& name() const;
+  const std::string& parent() const;  // a LoRA adapter's base model; empty for a model itself
   const std::string& source() const;
   const std::string& architecture() const;
   int64_t context_length() const;
@@ -87,8 +96,17 @@ class ModelHandle {
   Status set_placement(const std::string& device, std::string* note = nullptr) const;
   std::string placement() const;  // "cpu:0-29", "cpu:0-14 numa:0:15-29"
 
+  // The LoRA adapters loaded onto the model (ftllmctl load-adapter), for status.
+  struct Adapter {
+    std::string name, path, targets;  // targets: "q_proj, v_proj"
+    int rank = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<Adapter> adapters() const;
+
  private:
   std::shared_ptr<ModelInstance> impl_;
+  std::shared_ptr<const model::LoraAdapter> adapter_;
 };
 
 // A request the engine took, or refused before it started.
@@ -116,7 +134,15 @@ class Engine {
   // from its path or repo id).
   Status load(const ModelLoadOptions& options, std::string* loaded_name = nullptr);
   Status unload(const std::string& name);
+  // Every model, each followed by its LoRA adapters.
   std::vector<ModelInfo> models() const;
+
+  // A PEFT LoRA adapter (a directory with adapter_config.json and adapter_model.safetensors) loaded onto the
+  // resident model `base` without a restart, served under `name` (requests name it as their model) beside
+  // the base and its other adapters, rows of each in the same batches. An adapter that does not fit the base
+  // is refused with the reason. Unloading lets requests already running with it finish.
+  Status load_adapter(const std::string& base, const std::string& path, const std::string& name);
+  Status unload_adapter(const std::string& name);
 
   // The named resident model, or null.
   std::shared_ptr<ModelHandle> model(const std::string& name) const;
@@ -133,8 +159,11 @@ class Engine {
   bool cuda_built() const;
 
  private:
+  // The model serving `name` and, when the name is an adapter's, the adapter; call with mu_ held.
+  std::pair<std::shared_ptr<ModelInstance>, std::shared_ptr<const model::LoraAdapter>> find(const std::string& name) const;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<ModelInstance>> models_;
+  std::set<std::string> adapters_loading_;  // names of adapters being read
 };
 
 const char* engine_version();

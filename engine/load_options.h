@@ -30,6 +30,9 @@ struct ModelLoadOptions {
   // (Runner's rule).
   int32_t max_sequences = 0;
   int32_t kv_sequences() const { return max_sequences ? max_sequences : kDefaultKvSequences; }
+  // LoRA adapters (ftllmctl load-adapter): how many different ones may run in one batch; requests for
+  // another wait until a running one's requests end.
+  int32_t max_loras = 8;
   std::string prefix_cache = "on";  // "off": no KV pages are kept for reuse between requests
   // How the KV cache stores keys and values: f16 (the default: half of f32's memory, and f16's 10-bit
   // mantissa keeps attention within 1e-3 of f32, where bf16 gives 1e-2), bf16, f32 (exact: the fixture
@@ -158,6 +161,7 @@ inline const std::vector<LoadOption>& load_options() {
       {"threads", "--threads", "-t", "N", "a positive number", 1, LoadOption::kUnbounded, kServing | kExport, &O::threads},
       {"context_length", "--ctx", "", "TOKENS", "a positive number of tokens", 1, LoadOption::kUnbounded, kServing, &O::context_length},
       {"max_sequences", "--max_sequences", "", "N", "a number from 0 (sized from the KV cache) to 1024", 0, 1024, kServing, &O::max_sequences},
+      {"max_loras", "--max_loras", "", "N", "a number of adapters from 1 to 256", 1, 256, kServing, &O::max_loras},
       {"prefix_cache", "--prefix_cache", "", "on|off", "on or off", 0, 0, kServing, &O::prefix_cache},
       {"kv_dtype", "--kv_dtype", "", "f16|bf16|f32|q8_0|fp8", "a KV cache dtype", 0, 0, kServing, &O::kv_dtype},
       {"chat_template", "--chat_template", "", "FILE", "a file", 0, 0, kServing | kExport, &O::chat_template},

@@ -124,7 +124,7 @@ int32_t KvPool::publish(int32_t block, uint64_t hash, uint64_t parent, std::span
 int64_t SequenceKv::attach_prefix(KvPool& pool, std::span<const int32_t> context) {
   const int64_t bt = pool.block_tokens();
   const int64_t most = (int64_t(context.size()) - 1) / bt;  // whole blocks before the last token
-  uint64_t parent = chain.empty() ? 0 : chain.back();
+  uint64_t parent = chain.empty() ? root : chain.back();
   for (int64_t i = int64_t(blocks.size()); i < most; ++i) {
     std::span<const int32_t> block_tokens = context.subspan(size_t(i * bt), size_t(bt));
     const uint64_t hash = KvPool::chain_hash(parent, block_tokens);
@@ -145,7 +145,7 @@ void SequenceKv::written(KvPool& pool, std::span<const int32_t> fed) {
   const int64_t bt = pool.block_tokens();
   for (int64_t i = int64_t(chain.size()); i < int64_t(tokens.size()) / bt; ++i) {
     std::span<const int32_t> block_tokens(tokens.data() + i * bt, size_t(bt));
-    const uint64_t parent = chain.empty() ? 0 : chain.back();
+    const uint64_t parent = chain.empty() ? root : chain.back();
     const uint64_t hash = KvPool::chain_hash(parent, block_tokens);
     const int32_t published = pool.publish(blocks[size_t(i)], hash, parent, block_tokens);
     if (published != blocks[size_t(i)]) {

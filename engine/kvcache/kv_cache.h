@@ -137,6 +137,7 @@ struct SequenceKv {
   std::vector<int32_t> blocks;
   std::vector<int32_t> tokens;   // written rows' tokens, in position order (appended by written())
   std::vector<uint64_t> chain;   // hash chain of the full blocks published or found so far
+  uint64_t root = 0;             // the chain's start: 0 for the base model, a LoRA adapter's cache_key for its rows
   int32_t state_slot = -1;       // its recurrent state's slot in a pool with linear-attention layers
 
   // Takes a state slot when the pool has recurrent layers and this sequence holds none; false when every

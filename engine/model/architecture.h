@@ -48,6 +48,9 @@ class Architecture {
   // The attention block, from the normalised rows h: by default grouped-query attention with RoPE over
   // the paged cache (LayerStep::gqa_attention).
   virtual void attention(LayerStep& s, const Tensor& h, Tensor& out) const;
+  // Whether layer `layer`'s attention is that default block over its q/k/v/o weights, which LoRA adapters
+  // may then change (lora.h); false where the architecture computes it another way.
+  virtual bool standard_attention(const ModelConfig&, int64_t /*layer*/) const { return true; }
   // A mixture-of-experts layer's routing from the router's logits [T, E] (host float32): by default as
   // config.moe says: sigmoid scores plus the correction bias over expert groups (sigmoid_grouped), else
   // a softmax (over the best groups); the top experts_per_token, renormalised when norm_topk_prob.

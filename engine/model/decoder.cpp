@@ -112,7 +112,7 @@ void DecoderModel::moe_mlp(ops::Context& ctx, const LayerWeights& L, const Tenso
 
 void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64_t heads, int64_t kv_heads, const Tensor& h,
                                  const Tensor& cos, const Tensor& sin, const ops::KvLayer& kv, int64_t B,
-                                 const ops::AttentionBatch& ab, Tensor& out) const {
+                                 const ops::AttentionBatch& ab, Tensor& out, const LayerLora& lora) const {
   const ModelConfig& c = config_;
   const int64_t T = h.dim(0), d = c.head_dim, q_dim = heads * d, kv_dim = kv_heads * d;
   const float eps = float(c.rms_norm_eps);
@@ -128,13 +128,17 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
     Tensor qg = ops::scratch(ctx, {T, 2 * q_dim});
     gate = ops::scratch(ctx, {T, q_dim});
     ops::linear(ctx, h, L.q, opt(L.q_bias), qg);
+    lora.apply(ctx, LoraTarget::Q, h, qg);
     ops::copy_blocks(ctx, qg, {heads, 2 * d, 0}, q, {heads, d, 0}, d);
     ops::copy_blocks(ctx, qg, {heads, 2 * d, d}, gate, {heads, d, 0}, d);
   } else {
     ops::linear(ctx, h, L.q, opt(L.q_bias), q);
+    lora.apply(ctx, LoraTarget::Q, h, q);
   }
   ops::linear(ctx, h, L.k, opt(L.k_bias), k);
+  lora.apply(ctx, LoraTarget::K, h, k);
   ops::linear(ctx, h, L.v, opt(L.v_bias), v);
+  lora.apply(ctx, LoraTarget::V, h, v);
   if (L.q_norm) {
     ops::rmsnorm(ctx, q, *L.q_norm, eps, q, c.norm_weight_offset);
     ops::rmsnorm(ctx, k, *L.k_norm, eps, k, c.norm_weight_offset);
@@ -146,17 +150,21 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   ops::paged_attention(ctx, q, ab, kv, shape, attn);
   if (L.gated_output) ops::sigmoid_mul(ctx, attn, gate);
   ops::linear(ctx, attn, L.o, opt(L.o_bias), out);
+  lora.apply(ctx, LoraTarget::O, attn, out);
 }
 
-void DecoderModel::dense_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const {
+void DecoderModel::dense_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out, const LayerLora& lora) const {
   auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
   const int64_t T = h.dim(0), I = L.gate.dim(0);
   Tensor gate = ops::scratch(ctx, {T, I}), up = ops::scratch(ctx, {T, I});
   ops::linear(ctx, h, L.gate, opt(L.gate_bias), gate);
+  lora.apply(ctx, LoraTarget::Gate, h, gate);
   ops::linear(ctx, h, L.up, opt(L.up_bias), up);
+  lora.apply(ctx, LoraTarget::Up, h, up);
   if (config_.activation == Activation::GeluTanh) ops::gelu_tanh_mul(ctx, gate, up, gate);
   else ops::silu_mul(ctx, gate, up, gate);
   ops::linear(ctx, gate, L.down, opt(L.down_bias), out);
+  lora.apply(ctx, LoraTarget::Down, gate, out);
 }
 
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,
@@ -204,6 +212,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
     ab.block_table.insert(ab.block_table.end(), s->blocks.begin(), s->blocks.end());
   }
 
+  const LoraRows lora = LoraRows::of_batch(b.seq, b.adapters);
   Tensor h, proj;
   for (int64_t l = 0; l < int64_t(layers_.size()); ++l) {
     ops::Context& ctx = layer_ctx ? *(*layer_ctx)[size_t(l)] : main_ctx;
@@ -216,6 +225,7 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
     const LayerWeights& L = layers_[size_t(l)];
     const auto [cos, sin] = rope_on(ctx.device, L.rope_table);
     LayerStep step(*this, ctx, l, L, is_split(l) ? shards_[size_t(l)][0].w : L, pool, ab, rope_on, cos, sin, h, proj);
+    step.lora = {&lora, l};
     arch_.run_layer(step, x);
   }
 
@@ -243,6 +253,8 @@ Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::Kv
 const ModelConfig& LayerStep::model_config(const DecoderModel& m) { return m.config_; }
 
 void LayerStep::attention(const Tensor& in, Tensor& out) {
+  if (model_.is_split(layer) && lora.rows && !lora.rows->empty())  // load-adapter and set_placement refuse this
+    throw EngineError("layer " + std::to_string(layer) + " is split over devices: LoRA adapters need whole layers");
   if (model_.is_split(layer)) model_.split_sublayer(ctx, layer, false, in, pool, ab, rope_on_, out);
   else model_.arch_.attention(*this, in, out);
 }
@@ -250,13 +262,13 @@ void LayerStep::attention(const Tensor& in, Tensor& out) {
 void LayerStep::mlp(const Tensor& in, Tensor& out) {
   if (!w.experts.empty()) model_.moe_mlp(ctx, w, in, out);
   else if (model_.is_split(layer)) model_.split_sublayer(ctx, layer, true, in, pool, ab, rope_on_, out);
-  else model_.dense_mlp(ctx, w, in, out);
+  else model_.dense_mlp(ctx, w, in, out, lora);
 }
 
 void LayerStep::gqa_attention(const Tensor& in, Tensor& out) {
   const ops::KvLayer kv{pool.key(layer, 0, 0), pool.value(layer, 0, 0), pool.block_bytes(),
                         pool.row_bytes(),      pool.dtype(),            pool.layer_storage(layer).device};
-  model_.gqa_attention(ctx, w, config.num_heads, config.num_kv_heads, in, cos, sin, kv, pool.block_tokens(), ab, out);
+  model_.gqa_attention(ctx, w, config.num_heads, config.num_kv_heads, in, cos, sin, kv, pool.block_tokens(), ab, out, lora);
 }
 
 // The shared decoder's layer and blocks, which architectures take or replace.

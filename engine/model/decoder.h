@@ -13,6 +13,7 @@
 #include "../ops/ops.h"
 #include "architecture.h"
 #include "layer.h"
+#include "lora.h"
 #include "model_config.h"
 #include "weights.h"
 
@@ -39,6 +40,7 @@ class LayerStep {
   const ops::AttentionBatch& ab;
   const Tensor &cos, &sin;  // RoPE tables for the batch's positions, on ctx's device
   Tensor &h, &proj;         // [T, hidden] scratch on ctx's device
+  LayerLora lora;           // the adapters of the step's rows, for this layer
 
   void rmsnorm(const Tensor& x, const Tensor& weight, Tensor& out) {
     ops::rmsnorm(ctx, x, weight, float(config.rms_norm_eps), out, config.norm_weight_offset);
@@ -64,6 +66,7 @@ struct Batch {
   std::vector<int32_t> seq;          // index into the sequences passed to forward()
   std::vector<int64_t> logit_rows;   // which tokens' next-token logits are wanted
   std::vector<int64_t> hidden_rows;  // which tokens' final-norm rows are wanted (embeddings)
+  std::vector<const LoraAdapter*> adapters;  // per sequence: the LoRA adapter its rows use, or null (the base)
 };
 
 class DecoderModel {
@@ -73,6 +76,7 @@ class DecoderModel {
 
   const ModelConfig& config() const { return config_; }
   const Architecture& architecture() const { return arch_; }
+  const LayerWeights& layer(int64_t l) const { return layers_[size_t(l)]; }
   // Parameters and the bytes their tensors take, and the dtypes they are stored in ("bf16", "f32").
   uint64_t parameter_count() const { return parameters_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
@@ -123,12 +127,12 @@ class DecoderModel {
   // Grouped-query attention with heads and kv_heads of the layer (a shard's share when split), after o_proj.
   void gqa_attention(ops::Context& ctx, const LayerWeights& L, int64_t heads, int64_t kv_heads, const Tensor& h,
                      const Tensor& cos, const Tensor& sin, const ops::KvLayer& kv, int64_t block_tokens,
-                     const ops::AttentionBatch& ab, Tensor& out) const;
+                     const ops::AttentionBatch& ab, Tensor& out, const LayerLora& lora = {}) const;
   // A split layer's attention (or dense MLP, `mlp`): each shard on its device, summed into out.
   void split_sublayer(ops::Context& ctx, int64_t l, bool mlp, const Tensor& h, kvcache::KvPool& pool,
                       const ops::AttentionBatch& ab, const LayerStep::RopeTables& rope_on,
                       Tensor& out) const;
-  void dense_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out) const;
+  void dense_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out, const LayerLora& lora = {}) const;
   struct Shard {
     LayerWeights w;
     ShardSpan span;

@@ -98,6 +98,7 @@ class DeepSeek final : public Architecture {
   }
 
   void attention(LayerStep& s, const Tensor& h, Tensor& out) const override;
+  bool standard_attention(const ModelConfig&, int64_t) const override { return false; }  // latent attention
 
  private:
   static void bind_latent_attention(const LayerBinder& b, LayerWeights& L);

@@ -194,6 +194,7 @@ class Qwen3Next final : public Architecture {
     else bind_dense_mlp(b, L);
   }
 
+  bool standard_attention(const ModelConfig& c, int64_t layer) const override { return !c.linear.is_linear(layer); }
   void attention(LayerStep& s, const Tensor& h, Tensor& out) const override {
     if (s.config.linear.is_linear(s.layer)) delta_net(s, h, out);
     else s.gqa_attention(h, out);  // with the output gate (LayerWeights::gated_output)

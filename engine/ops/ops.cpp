@@ -107,6 +107,46 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
   });
 }
 
+void lora(Context& ctx, const Tensor& x, std::span<const LoraSegment> segments, Tensor& y) {
+  const int64_t K = x.dim(1), N = y.dim(1);
+  for (const LoraSegment& s : segments) {
+    same_device("lora", x, *s.a);
+    same_device("lora", x, *s.bt);
+    if (s.a->dim(1) != K || s.bt->dim(1) != N || s.a->dim(0) != s.bt->dim(0))
+      throw EngineError("lora: A " + shape_string(s.a->shape) + " and Bᵀ " + shape_string(s.bt->shape) + " do not fit x " +
+                        shape_string(x.shape) + " and y " + shape_string(y.shape));
+  }
+  std::vector<std::pair<const LoraSegment*, int64_t>> rows;
+  for (const LoraSegment& s : segments)
+    for (int64_t r : s.rows) rows.emplace_back(&s, r);
+  if (rows.empty()) return;
+#if defined(FTLLM_WITH_CUDA)
+  if (x.device.is_cuda()) {
+    std::vector<cuda::LoraRow> dev_rows;
+    int max_rank = 0;
+    for (auto [s, row] : rows) {
+      dev_rows.push_back({s->a->as<float>(), s->bt->as<float>(), s->scale, int(s->a->dim(0)), row});
+      max_rank = std::max(max_rank, int(s->a->dim(0)));
+    }
+    cuda::lora(x, dev_rows, max_rank, y);
+    return;
+  }
+#endif
+  // A row per task: its r dot products with A, then r scaled rows of Bᵀ added to its output.
+  ctx.pool.parallel_for(int64_t(rows.size()), 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> t;
+    for (int64_t i = i0; i < i1; ++i) {
+      const auto [s, row] = rows[size_t(i)];
+      const int64_t r = s->a->dim(0);
+      const float* xr = x.as<float>() + row * K;
+      t.resize(size_t(r));
+      for (int64_t j = 0; j < r; ++j) t[size_t(j)] = s->scale * ctx.kernels.dot(xr, s->a->as<float>() + j * K, K);
+      float* yr = y.as<float>() + row * N;
+      for (int64_t j = 0; j < r; ++j) ctx.kernels.axpy(t[size_t(j)], s->bt->as<float>() + j * N, yr, N);
+    }
+  });
+}
+
 void rmsnorm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& out, float w_offset) {
   same_device("rmsnorm", x, w);
   FTLLM_ON_CUDA(x, cuda::rmsnorm(x, w, eps, out, w_offset))

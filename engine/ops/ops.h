@@ -51,6 +51,17 @@ std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x,
 // y[T, N] = x[T, K] · w[N, K]ᵀ (+ bias[N], float32). y must be float32 [T, N].
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
 
+// Low-rank adapters' updates of a linear layer's output: y[row] += scale · (x[row] · Aᵀ) · Bᵀ for every row
+// of every segment (a row in one segment at most). a [r, K] and bt = Bᵀ [r, N] are float32 on x's device.
+// A row's bits depend only on the row and its segment, not on which other rows share the call.
+struct LoraSegment {
+  const Tensor* a;
+  const Tensor* bt;
+  float scale;
+  std::span<const int64_t> rows;
+};
+void lora(Context& ctx, const Tensor& x, std::span<const LoraSegment> segments, Tensor& y);
+
 // out[r] = rmsnorm(x[r]) * (w_offset + w) for each row r of length w.numel() (x may be [T, heads * d] with
 // w of d). Gemma's norms scale by 1 + w: its checkpoints store w.
 void rmsnorm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& out, float w_offset = 0);

@@ -15,10 +15,38 @@ ModelInstance::ModelInstance(LoadedModel loaded)
   layout_.apply(Placement::parse(options().device, config().num_layers, &note), 0);
   notes_.add(note);
   notes_.add(loaded_.notes);
-  runner_ = std::make_unique<Runner>(*loaded_.model, kv_, layout_, notes_, context_, options().max_sequences);
+  runner_ = std::make_unique<Runner>(*loaded_.model, kv_, layout_, notes_, context_, options().max_sequences,
+                                     options().max_loras);
 }
 
 ModelInstance::~ModelInstance() { runner_.reset(); }
+
+std::shared_ptr<const model::LoraAdapter> ModelInstance::load_adapter(const std::string& path, const std::string& name) {
+  std::shared_ptr<const model::LoraAdapter> adapter;
+  // Between two steps: the layers it is checked against (split or whole) stay as they are meanwhile.
+  runner().exclusive([&](const ForwardPass&) { adapter = model::LoraAdapter::load(path, name, model()); });
+  std::lock_guard lock(adapters_mu_);
+  adapters_[name] = adapter;
+  return adapter;
+}
+
+bool ModelInstance::unload_adapter(const std::string& name) {
+  std::lock_guard lock(adapters_mu_);
+  return adapters_.erase(name) > 0;  // requests running with it hold it until they end
+}
+
+std::shared_ptr<const model::LoraAdapter> ModelInstance::adapter(const std::string& name) const {
+  std::lock_guard lock(adapters_mu_);
+  auto it = adapters_.find(name);
+  return it == adapters_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<const model::LoraAdapter>> ModelInstance::adapters() const {
+  std::lock_guard lock(adapters_mu_);
+  std::vector<std::shared_ptr<const model::LoraAdapter>> out;
+  for (auto& [name, a] : adapters_) out.push_back(a);
+  return out;
+}
 
 const grammar::GrammarCompiler& ModelInstance::grammars() const {
   // Built on first use: reading a 151k vocabulary into the grammar engine takes a moment that models

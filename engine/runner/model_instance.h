@@ -4,6 +4,7 @@
 // another serves.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +39,13 @@ class ModelInstance {
   const std::string& pooling_problem() const { return loaded_.pooling_problem; }
 
   Runner& runner() { return *runner_; }
+
+  // LoRA adapters loaded onto this model, by name. load_adapter throws EngineError saying why an adapter
+  // does not fit; the model and its other adapters serve on either way.
+  std::shared_ptr<const model::LoraAdapter> load_adapter(const std::string& path, const std::string& name);
+  bool unload_adapter(const std::string& name);  // false when none has that name
+  std::shared_ptr<const model::LoraAdapter> adapter(const std::string& name) const;
+  std::vector<std::shared_ptr<const model::LoraAdapter>> adapters() const;
   // The compiler of output grammars for this model's vocabulary, built on first use (thread-safe).
   const grammar::GrammarCompiler& grammars() const;
 
@@ -49,6 +57,8 @@ class ModelInstance {
   LoadNotes notes_;
   kvcache::KvPool kv_;
   DeviceLayout layout_;
+  mutable std::mutex adapters_mu_;
+  std::map<std::string, std::shared_ptr<const model::LoraAdapter>> adapters_;
   mutable std::once_flag grammars_once_;
   mutable std::unique_ptr<grammar::GrammarCompiler> grammars_;
   std::unique_ptr<Runner> runner_;  // last: its worker uses everything above

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <utility>
 
 #include "../core/error.h"
@@ -14,7 +15,7 @@ Tensor ForwardPass::forward(const model::Batch& batch, const std::vector<kvcache
 }
 
 Runner::Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayout& layout, LoadNotes& notes, int64_t context,
-               int32_t max_running)
+               int32_t max_running, int32_t max_loras)
     : model_(model),
       kv_(kv),
       layout_(layout),
@@ -24,6 +25,7 @@ Runner::Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayo
           .max_running = kv.has_state() ? int32_t(kv.state_slots())  // linear attention: a state slot each
                          : max_running  ? max_running
                                         : int32_t(std::clamp<int64_t>(kv.num_blocks() * kv.block_tokens() / kTokensPerRunning, 1, kMaxRunning))}),
+      max_loras_(std::max(1, max_loras)),
       placement_(layout.placement()),
       worker_([this] { worker_loop(); }) {
   std::lock_guard lock(mu_);
@@ -129,6 +131,15 @@ void Runner::note_load() {
   seen_.kv_blocks_cached = kv_.cached_blocks();
   seen_.prefix_cache = kv_.prefix_cache();
   seen_.threads = layout_.pool().size();
+  seen_.max_loras = max_loras_;
+  std::set<std::string> running, waiting;
+  for (auto& [id, a] : adapters_running_) running.insert(a->name());
+  for (auto& [id, a] : adapters_)
+    if (!adapters_running_.count(id)) waiting.insert(a->name());
+  for (uint64_t id : arrivals_)
+    if (const auto& q = requests_.at(id).queued; q && q->adapter) waiting.insert(q->adapter->name());
+  seen_.running_adapters.assign(running.begin(), running.end());
+  seen_.waiting_adapters.assign(waiting.begin(), waiting.end());
 }
 
 ServingLoad Runner::load() const {
@@ -198,6 +209,7 @@ void Runner::take_arrivals() {
     queued.reset();
     lock.unlock();
     if (request.embed) pooled_[id] = {*request.embed, int64_t(request.prompt.size()), {}, 0};
+    if (request.adapter) adapters_[id] = request.adapter;
     scheduler_.add(std::move(request), model_.config().eos_token_ids, id);
     lock.lock();
   }
@@ -237,12 +249,20 @@ void Runner::release_pages(uint64_t id) {
     caches_.erase(it);
   }
   std::erase_if(computing_, [&](const auto& entry) { return entry.second == id; });
+  adapters_running_.erase(id);
+}
+
+bool Runner::adapter_has_room(const model::LoraAdapter* adapter) const {
+  std::set<const model::LoraAdapter*> running;
+  for (auto& [id, a] : adapters_running_) running.insert(a);
+  return running.count(adapter) || int32_t(running.size()) < max_loras_;
 }
 
 // Reports finished sequences (cancelled ones included) and frees their pages.
 void Runner::report_finished() {
   for (scheduler::Finished& f : scheduler_.take_finished()) {
     release_pages(f.seq_id);
+    adapters_.erase(f.seq_id);
     if (auto p = pooled_.find(f.seq_id); p != pooled_.end()) {
       if (f.result.finish == FinishReason::Stop && p->second.rows > 0) {
         double norm = 0;
@@ -268,14 +288,19 @@ void Runner::report_finished() {
 }
 
 scheduler::Admission Runner::admit(uint64_t id, std::span<const int32_t> context) {
+  const auto adapter = adapters_.find(id);
+  const model::LoraAdapter* lora = adapter == adapters_.end() ? nullptr : adapter->second.get();
+  // Another adapter while max_loras run: later sequences (of the base, or of a running adapter) may join.
+  if (lora && !adapter_has_room(lora)) return {scheduler::Admission::Skip, 0};
   kvcache::SequenceKv& kv = caches_[id];  // empty: a sequence joining, or rejoining after preemption
+  kv.root = lora ? lora->cache_key() : 0;  // rows computed with an adapter serve only that adapter
   // An embedding reads every row of its prompt (Mean, First pool them): nothing comes from the cache.
   const int64_t cached = pooled_.count(id) ? 0 : kv.attach_prefix(kv_, context);
   const int64_t bt = kv_.block_tokens();
   // The chain of the context's full blocks not found: a waiting sequence whose next block another one is
   // computing (the choices of n > 1, users of one system prompt) takes it from the cache next step.
   std::vector<uint64_t> pending;
-  for (uint64_t parent = kv.chain.empty() ? 0 : kv.chain.back(); int64_t(kv.chain.size() + pending.size() + 1) * bt <= int64_t(context.size());) {
+  for (uint64_t parent = kv.chain.empty() ? kv.root : kv.chain.back(); int64_t(kv.chain.size() + pending.size() + 1) * bt <= int64_t(context.size());) {
     const size_t i = kv.chain.size() + pending.size();
     parent = kvcache::KvPool::chain_hash(parent, context.subspan(i * size_t(bt), size_t(bt)));
     pending.push_back(parent);
@@ -292,6 +317,7 @@ scheduler::Admission Runner::admit(uint64_t id, std::span<const int32_t> context
   if (!kv.take_state_slot(kv_)) return leave(scheduler::Admission::Wait);  // linear attention's state: a slot each
   if (kv_.prefix_cache())
     for (uint64_t hash : pending) computing_.try_emplace(hash, id);
+  if (lora) adapters_running_[id] = lora;
   std::lock_guard lock(mu_);
   seen_.prefix_cache_queries += context.size();
   seen_.prefix_cache_hits += uint64_t(cached);
@@ -347,6 +373,8 @@ void Runner::step() {
       batch.seq.push_back(int32_t(s));
     }
     batch.logit_rows.push_back(int64_t(batch.tokens.size()) - 1);
+    const auto adapter = adapters_.find(item.seq_id);
+    batch.adapters.push_back(adapter == adapters_.end() ? nullptr : adapter->second.get());
     if (auto p = pooled_.find(item.seq_id); p != pooled_.end()) {  // the rows its pooling reads
       using Mode = Pooling::Mode;
       for (int64_t j = 0; j < n; ++j) {

@@ -40,8 +40,9 @@ class Runner {
   // (and a block for each running sequence to grow into). When running sequences outgrow the pool, the
   // newest goes back to the queue and computes its context again later (mostly from the prefix cache).
   // A model with linear attention runs as many as the pool has recurrent-state slots (--max_sequences).
+  // Sequences of at most `max_loras` different LoRA adapters run at once; one for another adapter waits.
   Runner(const model::DecoderModel& model, kvcache::KvPool& kv, DeviceLayout& layout, LoadNotes& notes, int64_t context,
-         int32_t max_running);
+         int32_t max_running, int32_t max_loras = 8);
   static constexpr int64_t kTokensPerRunning = 64;
   static constexpr int32_t kMaxRunning = 256;
   ~Runner();  // cancels what is running (each gets its Cancelled event) and stops the worker
@@ -97,6 +98,13 @@ class Runner {
     int64_t rows = 0;
   };
   std::map<uint64_t, Pooled> pooled_;  // worker thread only
+  // The LoRA adapter of each request handed to the scheduler that uses one, and those of them admitted
+  // (running); worker thread only.
+  std::map<uint64_t, std::shared_ptr<const model::LoraAdapter>> adapters_;
+  std::map<uint64_t, const model::LoraAdapter*> adapters_running_;
+  const int32_t max_loras_;
+  // Whether a sequence using `adapter` may join: its adapter already runs, or fewer than max_loras do.
+  bool adapter_has_room(const model::LoraAdapter* adapter) const;
 
   mutable std::mutex mu_;  // everything below
   std::condition_variable wake_;

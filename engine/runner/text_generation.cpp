@@ -93,7 +93,7 @@ BuiltPrompts build_prompts(const ModelInstance& m, const TextRequest& request) {
 }
 
 StartedText start_text_generation(ModelInstance& m, const TextRequest& request, const BuiltPrompts& built,
-                                  TextCallback callback) {
+                                  TextCallback callback, std::shared_ptr<const model::LoraAdapter> adapter) {
   StartedText started;
   if (built.refusal != Refusal::None) {
     started.refusal = built.refusal;
@@ -112,6 +112,7 @@ StartedText start_text_generation(ModelInstance& m, const TextRequest& request, 
       if (g.max_tokens <= 0) g.max_tokens = int32_t(m.context_length() - int64_t(prompts[p].ids.size()));
       g.prompt = prompts[p].ids;
       g.grammar = built.grammar;
+      g.adapter = adapter;
       // Each choice samples on its own: seed + index keeps a seeded request reproducible.
       if (g.sampling.seed) *g.sampling.seed += uint64_t(index);
       auto choice = std::make_shared<Choice>(text::ChoiceText(m.text().tokenizer.get(), index, prompts[p].format, request.stop,

@@ -31,7 +31,8 @@ struct BuiltPrompts {
 BuiltPrompts build_prompts(const ModelInstance& model, const TextRequest& request);
 
 // Queues one sequence per choice of the built prompts (a request is refused whole or runs whole).
+// `adapter`, when given, is the LoRA adapter every choice runs with.
 StartedText start_text_generation(ModelInstance& model, const TextRequest& request, const BuiltPrompts& built,
-                                  TextCallback callback);
+                                  TextCallback callback, std::shared_ptr<const model::LoraAdapter> adapter = nullptr);
 
 }  // namespace ftllm

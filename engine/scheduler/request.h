@@ -12,6 +12,10 @@
 
 namespace ftllm {
 
+namespace model {
+class LoraAdapter;
+}
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy (argmax after penalties)
   int32_t top_k = 0;         // 0: off
@@ -76,6 +80,7 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int32_t logprobs = -1;  // -1: none; n >= 0: each token's log-probability and the n most likely
   std::shared_ptr<const TokenGrammar> grammar;  // null: any token may come
+  std::shared_ptr<const model::LoraAdapter> adapter;  // null: the base model; kept alive until the request ends
 };
 
 // A sampled token's log-probability under the model (log-softmax of its raw logits), and the most
@@ -112,6 +117,10 @@ struct ServingLoad {
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   uint64_t preemptions = 0;  // running sequences sent back to the queue for want of KV pages
   bool prefix_cache = true;
+  // LoRA adapters: how many may run in one batch (--max_loras), and the names of those with running and
+  // with waiting requests (the model-server protocol's lora_requests_info).
+  int32_t max_loras = 0;
+  std::vector<std::string> running_adapters, waiting_adapters;
   int threads = 0;
   double tokens_per_second = 0;  // generated over the last 10 seconds
 };

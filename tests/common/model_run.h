@@ -13,9 +13,11 @@
 
 namespace ftllm::test {
 
-// Next-token logits after each prefix of `tokens` that `positions_wanted` lists (0-based positions).
+// Next-token logits after each prefix of `tokens` that `positions_wanted` lists (0-based positions), with
+// `adapter`'s LoRA when given.
 inline std::vector<std::vector<float>> prompt_logits(ModelInstance& m, const std::vector<int32_t>& tokens,
-                                                     const std::vector<int64_t>& positions_wanted) {
+                                                     const std::vector<int64_t>& positions_wanted,
+                                                     const model::LoraAdapter* adapter = nullptr) {
   const int64_t vocab = m.config().vocab_size;
   for (int32_t t : tokens)
     if (t < 0 || t >= vocab) throw EngineError("token id " + std::to_string(t) + " is outside the vocabulary");
@@ -30,6 +32,7 @@ inline std::vector<std::vector<float>> prompt_logits(ModelInstance& m, const std
       batch.seq.push_back(0);
     }
     batch.logit_rows = positions_wanted;
+    batch.adapters = {adapter};
     const Tensor logits = pass.forward(batch, {&kv});
     kv.release(pass.kv);
     for (size_t r = 0; r < positions_wanted.size(); ++r) {
@@ -42,7 +45,8 @@ inline std::vector<std::vector<float>> prompt_logits(ModelInstance& m, const std
 
 // Next-token logits after all of `tokens`, reached by prefilling the first `prefill` tokens in one pass
 // and then decoding the rest one step at a time.
-inline std::vector<float> decode_logits(ModelInstance& m, const std::vector<int32_t>& tokens, size_t prefill) {
+inline std::vector<float> decode_logits(ModelInstance& m, const std::vector<int32_t>& tokens, size_t prefill,
+                                        const model::LoraAdapter* adapter = nullptr) {
   std::vector<float> out;
   m.runner().exclusive([&](const ForwardPass& pass) {
     kvcache::SequenceKv kv;
@@ -58,6 +62,7 @@ inline std::vector<float> decode_logits(ModelInstance& m, const std::vector<int3
         batch.seq.push_back(0);
       }
       batch.logit_rows = {int64_t(n) - 1};
+      batch.adapters = {adapter};
       logits = pass.forward(batch, {&kv});
       done += n;
     }

@@ -306,4 +306,40 @@ BOOST_AUTO_TEST_CASE(deepseek_with_its_experts_apart_equals_all_cpu) {
   }
 }
 
+// LoRA adapters on GPU layers (and on a model split between the GPU and the host): PEFT's logits and tokens,
+// and a batch mixing the base and two adapters equals each alone bit for bit on the device too.
+BOOST_AUTO_TEST_CASE(lora_adapters_run_on_the_gpu) {
+  const fs::path lora = kModels.parent_path() / "lora";
+  for (const char* device : {"cuda", "{'cuda:0':2,'cpu':1}"}) {
+    BOOST_TEST_CONTEXT(device) {
+      auto m = load("llama-f32", device);
+      auto a = m->load_adapter((lora / "llama-all-r8").string(), "a");
+      auto b = m->load_adapter((lora / "llama-qv-r4-rslora").string(), "b");
+      const test::Reference ref = test::read_reference(lora / "llama-all-r8");
+      const int64_t last = int64_t(ref.prompt.size()) - 1;
+      BOOST_TEST(test::relative_error(test::prompt_logits(*m, ref.prompt, {last}, a.get())[0], ref.last_logits) < 1e-4);
+      GenerationRequest r = test::greedy_request(ref.prompt, int32_t(ref.greedy.size()));
+      r.adapter = a;
+      BOOST_TEST(test::generate(*m, {r})[0].tokens == ref.greedy, boost::test_tools::per_element());
+      std::vector<GenerationRequest> mixed(3, r);
+      mixed[0].adapter = nullptr;
+      mixed[2].adapter = b;
+      const auto together = test::generate(*m, mixed);
+      for (size_t i = 0; i < mixed.size(); ++i) BOOST_TEST(together[i].tokens == test::generate(*m, {mixed[i]})[0].tokens);
+      BOOST_TEST(together[0].tokens != together[1].tokens);
+    }
+  }
+  // Splitting layers over devices would leave adapters without whole layers: refused while they are loaded.
+  Engine engine;
+  ModelLoadOptions o = test::exact_options();
+  o.path = (kModels / "llama-f32").string();
+  o.name = "base";
+  o.device = "cuda";
+  BOOST_REQUIRE(engine.load(o).ok);
+  BOOST_REQUIRE(engine.load_adapter("base", (lora / "llama-all-r8").string(), "a").ok);
+  BOOST_TEST(engine.model("base")->set_placement("multicuda:0,0").message.find("unload them") != std::string::npos);
+  BOOST_REQUIRE(engine.unload_adapter("a").ok);
+  BOOST_TEST(engine.model("base")->set_placement("multicuda:0,0").ok);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

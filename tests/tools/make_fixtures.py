@@ -421,6 +421,80 @@ def make_embedding_fixtures():
         print(f"embedding {name}: {len(texts)} texts, dims {emb.shape[1]}, first ids {ids[0][:5]}")
 
 
+LORA_FIXTURES = {
+    # name: (base fixture, model class, LoraConfig arguments, bf16 base)
+    "llama-all-r8": ("llama", LlamaForCausalLM,
+                     dict(r=8, lora_alpha=16, alpha_pattern={"down_proj": 4},
+                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+                     False),
+    "llama-qv-r4-rslora": ("llama", LlamaForCausalLM,
+                           dict(r=4, lora_alpha=8, use_rslora=True, target_modules=["q_proj", "v_proj"],
+                                layers_to_transform=[0, 2]), False),
+    "qwen3-bf16-r8": ("qwen3", Qwen3ForCausalLM,
+                      dict(r=8, lora_alpha=32, rank_pattern={"o_proj": 2},
+                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"]), True),
+}
+
+
+def randomize_lora(model, seed):
+    """peft starts B at zero (the adapter does nothing); random A and B make the adapter change the logits."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+
+
+def tidy_adapter(directory, base):
+    """No README, and the base named as the fixture it is rather than by this machine's path."""
+    (directory / "README.md").unlink(missing_ok=True)
+    config = json.loads((directory / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = base
+    (directory / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def make_lora_fixtures():
+    """PEFT LoRA adapters over the architecture fixtures (tests/data/lora/NAME/): adapter_config.json and
+    adapter_model.safetensors as peft saves them, and the reference (same fields as a model fixture's) of the
+    base with the adapter applied unmerged, plus the base fixture's name. A bf16 base's oracle is transformers
+    loading it in float32 (as for the model fixtures), with the float32 adapter. Also adapters a base must
+    refuse: one for a 4-layer model (a layer the 3-layer base lacks) and one adapting the embedding."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    for name, (base, model_cls, lora_args, bf16) in LORA_FIXTURES.items():
+        base_dir = DATA / "models" / f"{base}-{'bf16' if bf16 else 'f32'}"
+        model = model_cls.from_pretrained(base_dir, dtype=torch.float32, attn_implementation="eager").eval()
+        prompt = torch.tensor([json.loads((base_dir / "reference.json").read_text())["prompt"]])
+        for seed in range(200, 220):
+            peft_model = get_peft_model(copy.deepcopy(model), LoraConfig(lora_dropout=0.0, **lora_args)).eval()
+            randomize_lora(peft_model, seed)
+            ref = reference(peft_model, prompt)
+            if ref["min_greedy_gap"] > 1e-2:
+                break
+        out = DATA / "lora" / name
+        if out.exists():
+            shutil.rmtree(out)
+        peft_model.save_pretrained(out, safe_serialization=True)
+        # The saved adapter, read back unmerged, must give the same logits (what a user's adapter is).
+        again = PeftModel.from_pretrained(copy.deepcopy(model), out).eval()
+        with torch.no_grad():
+            assert torch.equal(again(prompt).logits[0, -1].float(), torch.tensor(ref["last_logits"]))
+        base_logits = json.loads((base_dir / "reference.json").read_text())["last_logits"]
+        moved = float((torch.tensor(ref["last_logits"]) - torch.tensor(base_logits)).abs().max())
+        (out / "reference.json").write_text(json.dumps(dict(
+            ref, base=base_dir.name, seed=seed, adapter_moves_logits_by=moved, peft=__import__("peft").__version__,
+            transformers=transformers.__version__, torch=torch.__version__)) + "\n")
+        tidy_adapter(out, base_dir.name)
+        print(f"lora {name}: seed {seed}, greedy gap {ref['min_greedy_gap']:.4f}, moves base logits by {moved:.3f}")
+    for name, layers, targets in [("bad-extra-layer", 4, ["o_proj"]), ("bad-embedding", 3, ["embed_tokens", "q_proj"])]:
+        config = LlamaConfig(**{**COMMON, "num_hidden_layers": layers, "rope_theta": 10000.0})
+        peft_model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=2, lora_alpha=2, target_modules=targets))
+        out = DATA / "lora" / name
+        if out.exists():
+            shutil.rmtree(out)
+        peft_model.save_pretrained(out, safe_serialization=True)
+        tidy_adapter(out, "llama-f32")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(2)
     which = sys.argv[1:] or ["models", "sampling", "smollm2"]
@@ -440,3 +514,5 @@ if __name__ == "__main__":
         make_smollm2_fixture()
     if "embedding" in which:
         make_embedding_fixtures()
+    if "lora" in which:
+        make_lora_fixtures()

@@ -1,0 +1,56 @@
+// LoRA's per-row update on the device (ops::lora): one block per (row, rank index) takes the row's dot
+// with that row of A, then a thread per output column adds scale · t · Bᵀ. Each row names its own
+// adapter's matrices, so rows of different adapters run in the same two launches.
+#include <vector>
+
+#include "cuda_ops.h"
+#include "device_state.h"
+#include "reduce.cuh"
+
+namespace ftllm::cuda {
+
+namespace {
+
+__global__ void lora_down_kernel(const float* __restrict__ x, const LoraRow* __restrict__ rows, int64_t K, int max_rank,
+                                 float* __restrict__ t) {
+  __shared__ float scratch[32];
+  const LoraRow r = rows[blockIdx.x];
+  const int j = blockIdx.y;
+  if (j >= r.rank) return;  // the whole block leaves: no barrier is left waiting
+  const float* xr = x + r.row * K;
+  const float* a = r.a + int64_t(j) * K;
+  float sum = 0;
+  for (int64_t k = threadIdx.x; k < K; k += blockDim.x) sum += xr[k] * a[k];
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) t[int64_t(blockIdx.x) * max_rank + j] = r.scale * sum;
+}
+
+__global__ void lora_up_kernel(const float* __restrict__ t, const LoraRow* __restrict__ rows, int64_t N, int max_rank,
+                               float* __restrict__ y) {
+  const LoraRow r = rows[blockIdx.y];
+  const float* tr = t + int64_t(blockIdx.y) * max_rank;
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < N; n += int64_t(gridDim.x) * blockDim.x) {
+    float sum = 0;
+    for (int j = 0; j < r.rank; ++j) sum += tr[j] * r.bt[int64_t(j) * N + n];
+    y[r.row * N + n] += sum;
+  }
+}
+
+}  // namespace
+
+void lora(const Tensor& x, std::span<const LoraRow> rows, int max_rank, Tensor& y) {
+  if (rows.empty()) return;
+  DeviceState& s = state(x.device);
+  const int64_t K = x.dim(1), N = y.dim(1);
+  DeviceArray<LoraRow> dev_rows = upload(x.device, rows);
+  std::shared_ptr<void> t = device_bytes(s, rows.size() * size_t(max_rank) * sizeof(float));
+  float* tp = static_cast<float*>(t.get());
+  lora_down_kernel<<<dim3(unsigned(rows.size()), unsigned(max_rank)), 128, 0, s.stream>>>(x.as<float>(), dev_rows.ptr, K,
+                                                                                           max_rank, tp);
+  check_launch("lora_down", s.index);
+  lora_up_kernel<<<dim3(blocks_for(size_t(N), 128, 1024), unsigned(rows.size())), 128, 0, s.stream>>>(tp, dev_rows.ptr, N,
+                                                                                                       max_rank, y.as<float>());
+  check_launch("lora_up", s.index);
+}
+
+}  // namespace ftllm::cuda
