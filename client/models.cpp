@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 
@@ -241,10 +242,65 @@ int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
     t.add({std::string(name), std::string(arch), placement,
            std::to_string(field<int64_t>(m, admin::key::threads)), std::to_string(running), std::to_string(waiting),
            total ? std::to_string(used * 100 / total) + "%" : "-", std::string(source)});
+    simdjson::dom::array adapters;
+    if (!m[admin::key::adapters].get(adapters))
+      for (auto a : adapters)
+        t.add({"  " + std::string(field<std::string_view>(a, admin::key::name)), "LoRA of " + std::string(name), "", "", "", "", "",
+               std::string(field<std::string_view>(a, admin::key::path))});
   }
   std::fputs(t.render().c_str(), stdout);
   return 0;
 }
+
+// ftllmctl load-adapter BASE PATH [--name NAME]: a PEFT LoRA adapter onto a resident model.
+int cmd_load_adapter(const CommandContext& ctx, const std::vector<std::string>& args) {
+  std::vector<std::string> positional;
+  std::string name;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--name" && i + 1 < args.size()) name = args[++i];
+    else if (args[i].starts_with("-")) return std::fprintf(stderr, "ftllmctl: load-adapter: unknown option %s\n", args[i].c_str()), 2;
+    else positional.push_back(args[i]);
+  }
+  if (positional.size() != 2) return std::fprintf(stderr, "usage: ftllmctl load-adapter BASE PATH [--name NAME]\n"), 2;
+  // The daemon reads the path: make it absolute here, where it was typed.
+  std::error_code ec;
+  const std::string path = std::filesystem::absolute(positional[1], ec).lexically_normal().string();
+  if (name.empty()) name = std::filesystem::path(path).filename().string();
+  const std::string body = "{" + json_quote(admin::key::model) + ": " + json_quote(positional[0]) + ", " + json_quote(admin::key::path) +
+                           ": " + json_quote(path) + ", " + json_quote(admin::key::name) + ": " + json_quote(name) + "}";
+  AdminReply reply;
+  if (int rc = call(ctx, "POST", admin::kAdaptersPath, body, reply)) return rc;
+  if (reply.status != 200) return std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str()), 1;
+  if (ctx.json) return std::printf("%s\n", reply.body.c_str()), 0;
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(reply.body);
+  simdjson::dom::element doc;
+  if (parser.parse(padded).get(doc)) return std::printf("loaded adapter %s onto %s\n", name.c_str(), positional[0].c_str()), 0;
+  const auto targets = field<std::string_view>(doc, admin::key::targets);
+  std::printf("loaded adapter %s onto %s (rank %lld: %.*s) in %.0f ms; request it as \"model\": \"%s\"\n", name.c_str(),
+              positional[0].c_str(), (long long)field<int64_t>(doc, admin::key::rank), int(targets.size()), targets.data(),
+              field<double>(doc, admin::key::load_ms), name.c_str());
+  return 0;
+}
+
+int cmd_unload_adapter(const CommandContext& ctx, const std::vector<std::string>& args) {
+  if (args.size() != 1 || args[0].starts_with("-")) return std::fprintf(stderr, "usage: ftllmctl unload-adapter NAME\n"), 2;
+  AdminReply reply;
+  if (int rc = call(ctx, "DELETE", std::string(admin::kAdapterPrefix) + args[0], "", reply)) return rc;
+  if (reply.status != 200) return std::fprintf(stderr, "ftllmctl: %s\n", error_message(reply).c_str()), 1;
+  if (ctx.json) return std::printf("%s\n", reply.body.c_str()), 0;
+  std::printf("unloaded adapter %s (its running requests finish first)\n", args[0].c_str());
+  return 0;
+}
+
+const RegisteredCommand load_adapter_command({60, "load-adapter", [] {
+  return std::string("  load-adapter BASE PATH [--name NAME]\n"
+                     "                                serve a PEFT LoRA adapter over a resident model, as model NAME\n");
+}, &cmd_load_adapter});
+
+const RegisteredCommand unload_adapter_command({70, "unload-adapter", [] {
+  return std::string("  unload-adapter NAME           stop serving an adapter (running requests finish)\n");
+}, &cmd_unload_adapter});
 
 const RegisteredCommand list_command({20, "list", [] {
   return std::string("  list                          resident models with their load\n");

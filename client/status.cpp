@@ -148,6 +148,22 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
                        tps, std::string(source)});
   }
   std::fputs(model_table.render().c_str(), stdout);
+  Table adapter_table({"ADAPTER", "BASE", "RANK", "TARGETS", "SIZE", "RUNNING", "SOURCE"});
+  for (auto m : models) {
+    auto base = field<std::string_view>(m, admin::key::name);
+    simdjson::dom::array adapters, running;
+    if (m[admin::key::adapters].get(adapters) || (!args.empty() && base != args[0])) continue;
+    for (auto a : adapters) {
+      auto name = field<std::string_view>(a, admin::key::name);
+      bool is_running = false;
+      if (!m[admin::key::running_adapters].get(running))
+        for (auto r : running) is_running |= r.get_string().value_unsafe() == name;
+      adapter_table.add({std::string(name), std::string(base), std::to_string(field<int64_t>(a, admin::key::rank)),
+                         std::string(field<std::string_view>(a, admin::key::targets)), format_bytes(double(field<uint64_t>(a, admin::key::bytes))),
+                         is_running ? "yes" : "no", std::string(field<std::string_view>(a, admin::key::path))});
+    }
+  }
+  if (adapter_table.rows() > 0) std::printf("\n%s", adapter_table.render().c_str());
   return 0;
 }
 

@@ -11,6 +11,7 @@ class Table {
  public:
   explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
   void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  size_t rows() const { return rows_.size() - 1; }  // below the header
 
   std::string render() const {
     std::vector<size_t> width;

@@ -48,6 +48,19 @@ void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
     for (const auto& m : f.memory)
       w.key(m.device).begin_object().key(admin::key::weight_bytes).number(m.weight_bytes).key(admin::key::kv_bytes).number(m.kv_bytes).end_object();
     w.end_object();
+    w.key(admin::key::adapters).begin_array();
+    for (const ModelHandle::Adapter& a : handle->adapters()) {
+      w.begin_object().key(admin::key::name).string(a.name).key(admin::key::path).string(a.path);
+      w.key(admin::key::rank).number(int64_t(a.rank)).key(admin::key::targets).string(a.targets).key(admin::key::bytes).number(a.bytes);
+      w.end_object();
+    }
+    w.end_array();
+    w.key(admin::key::max_loras).number(int64_t(load.max_loras));
+    for (auto [key, names] : {std::pair{admin::key::running_adapters, &load.running_adapters}, {admin::key::waiting_adapters, &load.waiting_adapters}}) {
+      w.key(key).begin_array();
+      for (const std::string& n : *names) w.string(n);
+      w.end_array();
+    }
   }
   w.end_object();
 }
@@ -147,6 +160,46 @@ void load_model(const std::shared_ptr<http::Exchange>& ex, Engine& engine, Engin
                            });
 }
 
+// POST /admin/v1/adapters {"model": BASE, "path": DIR, "name": NAME}: reads the adapter on a background
+// thread (the base serves on meanwhile), then answers once: 200 with what was loaded, or the reason.
+void load_adapter(const std::shared_ptr<http::Exchange>& ex, Engine& engine, EngineBridge& bridge) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string text(ex->request().body);
+  simdjson::dom::object body;
+  std::string_view base, path, name;
+  if (parser.parse(text).get(body) || body[admin::key::model].get(base) || body[admin::key::path].get(path))
+    return ex->respond(admin_error(400, "the body must be a JSON object with \"model\": BASE, \"path\": DIR and \"name\": NAME",
+                                   "invalid_json"));
+  if (body[admin::key::name].get(name) || name.empty())
+    return ex->respond(admin_error(400, "\"name\" (the adapter's name, which requests give as their model) is required", "missing_name"));
+  if (!engine.model(std::string(base)))
+    return ex->respond(admin_error(404, "no model named " + std::string(base) + " is loaded; load the base model first", "model_not_found"));
+  if (engine.model(std::string(name)))
+    return ex->respond(admin_error(409, std::string(name) + " is already a loaded model or adapter; unload it first or pick another name", "name_taken"));
+  auto status = std::make_shared<Status>();
+  auto started = std::chrono::steady_clock::now();
+  bridge.run_in_background(
+      [&engine, status, base = std::string(base), path = std::string(path), name = std::string(name)] {
+        *status = engine.load_adapter(base, path, name);
+      },
+      [&engine, ex, status, started, base = std::string(base), name = std::string(name)] {
+        if (!status->ok) {
+          log_warn(status->message);
+          return ex->respond(admin_error(400, status->message, "invalid_adapter"));
+        }
+        const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - started;
+        JsonWriter w;
+        w.begin_object().key(admin::key::loaded_adapter).string(name).key(admin::key::model).string(base);
+        w.key(admin::key::load_ms).number(ms.count());
+        if (auto handle = engine.model(name))
+          for (const ModelHandle::Adapter& a : handle->adapters())
+            if (a.name == name) w.key(admin::key::rank).number(int64_t(a.rank)).key(admin::key::targets).string(a.targets);
+        w.end_object();
+        log_info("loaded adapter " + name + " onto " + base);
+        ex->respond(http::Response{200, "application/json", {}, w.take()});
+      });
+}
+
 http::Response status(const Engine& engine, const DaemonInfo& info) {
   double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - info.started).count();
   DeviceReport devices = engine.devices();
@@ -170,7 +223,8 @@ http::Response status(const Engine& engine, const DaemonInfo& info) {
   for (const std::string& n : devices.notes) w.string(n);
   w.end_array();
   w.key(admin::key::models).begin_array();
-  for (const ModelInfo& m : engine.models()) model_json(w, engine, m);
+  for (const ModelInfo& m : engine.models())
+    if (m.parent.empty()) model_json(w, engine, m);  // adapters are listed in their base's "adapters"
   w.end_array();
   w.end_object();
   return http::Response{200, "application/json", {}, w.take()};
@@ -183,11 +237,22 @@ void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& in
   router.add("GET", admin::kModelsPath, [&engine](const http::Request&) {
     JsonWriter w;
     w.begin_object().key(admin::key::models).begin_array();
-    for (const ModelInfo& m : engine.models()) model_json(w, engine, m);
+    for (const ModelInfo& m : engine.models())
+    if (m.parent.empty()) model_json(w, engine, m);  // adapters are listed in their base's "adapters"
     w.end_array().end_object();
     return http::Response{200, "application/json", {}, w.take()};
   });
   router.add_async("POST", admin::kModelsPath, [&engine, &bridge](const auto& ex) { load_model(ex, engine, bridge); });
+  router.add_async("POST", admin::kAdaptersPath, [&engine, &bridge](const auto& ex) { load_adapter(ex, engine, bridge); });
+  // DELETE /admin/v1/adapters/NAME: new requests for it get 404; running ones finish with it.
+  router.add_prefix("DELETE", admin::kAdapterPrefix, [&engine](const http::Request& req) {
+    const std::string name(req.path().substr(std::string_view(admin::kAdapterPrefix).size()));
+    if (Status s = engine.unload_adapter(name); !s.ok) return admin_error(404, s.message, "adapter_not_found");
+    log_info("unloaded adapter " + name);
+    JsonWriter w;
+    w.begin_object().key(admin::key::unloaded).string(name).end_object();
+    return http::Response{200, "application/json", {}, w.take()};
+  });
   // POST /admin/v1/models/NAME/rebalance {"threads": N, "device": "cpu"}: placement changed live.
   router.add_prefix("POST", admin::kModelPrefix, [&engine](const http::Request& req) {
     std::string_view rest = req.path().substr(std::string_view(admin::kModelPrefix).size());
@@ -195,6 +260,8 @@ void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& in
     std::string name(rest.substr(0, rest.size() - std::string_view(admin::kRebalanceSuffix).size()));
     auto handle = engine.model(name);
     if (!handle) return admin_error(404, "no model named " + name + " is loaded", "model_not_found");
+    if (!handle->parent().empty())
+      return admin_error(400, name + " is a LoRA adapter of " + handle->parent() + "; rebalance " + handle->parent(), "is_adapter");
     simdjson::dom::parser parser;
     simdjson::padded_string text(req.body);
     simdjson::dom::element body;
@@ -228,6 +295,9 @@ void add_admin_routes(http::Router& router, Engine& engine, const DaemonInfo& in
       for (const ModelInfo& m : engine.models()) loaded += (loaded.empty() ? "" : ", ") + m.name;
       return admin_error(404, "no model named " + name + " is loaded (loaded: " + (loaded.empty() ? "none" : loaded) + ")", "model_not_found");
     }
+    if (!handle->parent().empty())
+      return admin_error(400, name + " is a LoRA adapter of " + handle->parent() + "; unload it with ftllmctl unload-adapter " + name,
+                         "is_adapter");
     ModelHandle::Load load = handle->load();
     if (force) handle->fail_all("model " + name + " was unloaded (ftllmctl unload --force)");
     Status s = engine.unload(name);

@@ -11,6 +11,10 @@ inline constexpr const char* kStatusPath = "/admin/v1/status";
 inline constexpr const char* kModelsPath = "/admin/v1/models";
 inline constexpr const char* kModelPrefix = "/admin/v1/models/";
 inline constexpr const char* kRebalanceSuffix = "/rebalance";
+// LoRA adapters: POST /adapters {"model": BASE, "path": DIR, "name": NAME} loads one onto a resident model;
+// DELETE /adapters/NAME unloads it. Each model in status and list carries its "adapters".
+inline constexpr const char* kAdaptersPath = "/admin/v1/adapters";
+inline constexpr const char* kAdapterPrefix = "/admin/v1/adapters/";
 
 namespace key {
 // status
@@ -52,6 +56,14 @@ inline constexpr const char* layers = "layers";
 inline constexpr const char* memory = "memory";  // {"cpu": {"weight_bytes": ..., "kv_bytes": ...}}
 inline constexpr const char* weight_bytes = "weight_bytes";
 inline constexpr const char* kv_bytes = "kv_bytes";
+inline constexpr const char* adapters = "adapters";  // [{"name", "path", "rank", "targets", "bytes"}]
+inline constexpr const char* path = "path";
+inline constexpr const char* rank = "rank";
+inline constexpr const char* targets = "targets";  // "q_proj, v_proj"
+inline constexpr const char* bytes = "bytes";
+inline constexpr const char* max_loras = "max_loras";
+inline constexpr const char* running_adapters = "running_adapters";  // names with running requests
+inline constexpr const char* waiting_adapters = "waiting_adapters";
 // a load: the body's model path, then events {"event": loading|progress|loaded|error, ...}
 inline constexpr const char* model = "model";
 inline constexpr const char* event = "event";
@@ -63,6 +75,7 @@ inline constexpr const char* message = "message";
 // rebalance and unload answers
 inline constexpr const char* rebalanced = "rebalanced";
 inline constexpr const char* unloaded = "unloaded";
+inline constexpr const char* loaded_adapter = "loaded_adapter";  // a load-adapter's answer, with model
 inline constexpr const char* forced = "forced";
 }  // namespace key
 

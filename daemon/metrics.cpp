@@ -1,6 +1,8 @@
 #include "metrics.h"
 
+#include <chrono>
 #include <cstdio>
+#include <set>
 
 namespace ftllm::daemon {
 
@@ -74,9 +76,12 @@ std::string Metrics::render(const Engine& engine) const {
   std::string preempted = "# HELP ftllm_preemptions_total Running sequences sent back to the queue for want of KV blocks.\n"
                           "# TYPE ftllm_preemptions_total counter\n";
   uint64_t all_running = 0, all_waiting = 0, blocks_used = 0, blocks_total = 0;
+  int64_t max_loras = 0;
+  std::set<std::string> running_adapters, waiting_adapters;
   for (const ModelInfo& m : engine.models()) {
     auto h = engine.model(m.name);
-    if (!h) continue;
+    if (!h || !m.parent.empty()) continue;  // an adapter's requests are its base model's
+
     ModelHandle::Load l = h->load();
     all_running += l.running, all_waiting += l.waiting, blocks_used += l.kv_blocks_used, blocks_total += l.kv_blocks_total;
     out += "ftllm_requests_running{model=\"" + m.name + "\"} " + std::to_string(l.running) + "\n";
@@ -89,7 +94,24 @@ std::string Metrics::render(const Engine& engine) const {
     hits += "ftllm_prefix_cache_hits_total" + label + std::to_string(l.prefix_cache_hits) + "\n";
     cached += "ftllm_kv_cache_cached_blocks" + label + std::to_string(l.kv_blocks_cached) + "\n";
     preempted += "ftllm_preemptions_total" + label + std::to_string(l.preemptions) + "\n";
+    max_loras += l.max_loras;
+    running_adapters.insert(l.running_adapters.begin(), l.running_adapters.end());
+    waiting_adapters.insert(l.waiting_adapters.begin(), l.waiting_adapters.end());
   }
+  // The model-server protocol's LoRA gauge (vLLM's lora_requests_info): its labels carry the adapters
+  // with running and with waiting requests, and how many may run at once; its value is when it was
+  // sampled, as vLLM's is (an endpoint picker takes the newest series).
+  auto joined = [](const std::set<std::string>& names) {
+    std::string s;
+    for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+    return s;
+  };
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::snprintf(buf, sizeof buf, "%.3f\n", now);
+  const std::string lora = "# HELP ftllm_lora_requests_info LoRA adapters with running and waiting requests; the value is the "
+                           "sampling time (Unix seconds).\n# TYPE ftllm_lora_requests_info gauge\n"
+                           "ftllm_lora_requests_info{max_lora=\"" + std::to_string(max_loras) + "\",running_lora_adapters=\"" +
+                           joined(running_adapters) + "\",waiting_lora_adapters=\"" + joined(waiting_adapters) + "\"} " + buf;
   // The whole server's, one series each: what a load-aware router (Kubernetes' Gateway API Inference
   // Extension endpoint picker, README) reads per pod as its queue length and KV-cache utilisation.
   std::snprintf(buf, sizeof buf,
@@ -101,7 +123,7 @@ std::string Metrics::render(const Engine& engine) const {
                 "# TYPE ftllm_server_kv_cache_usage_ratio gauge\nftllm_server_kv_cache_usage_ratio %.6f\n",
                 (unsigned long long)all_waiting, (unsigned long long)all_running,
                 blocks_total ? double(blocks_used) / double(blocks_total) : 0.0);
-  return out + waiting + kv + queries + hits + cached + preempted + buf;
+  return out + waiting + kv + queries + hits + cached + preempted + buf + lora;
 }
 
 }  // namespace ftllm::daemon

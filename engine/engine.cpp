@@ -151,7 +151,8 @@ Status Engine::unload(const std::string& name) {
   std::shared_ptr<ModelInstance> gone;  // freed outside the lock
   std::lock_guard lock(mu_);
   auto it = models_.find(name);
-  if (it == models_.end()) return Status::error("no model named " + name + " is loaded");
+  if (it == models_.end())
+    return Status::error(find(name).second ? name + " is a LoRA adapter; unload it with unload-adapter" : "no model named " + name + " is loaded");
   gone = std::move(it->second);
   models_.erase(it);
   return Status::success();

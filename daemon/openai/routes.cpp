@@ -79,7 +79,7 @@ std::shared_ptr<ModelHandle> model_for(const ApiContext& api, simdjson::dom::ele
   std::string_view name;
   if (body["model"].get(name)) {
     auto models = engine.models();
-    if (models.size() == 1) return engine.model(models[0].name);
+    if (models.size() == 1) return engine.model(models[0].name);  // (with an adapter there are two names)
     error = {400, "'model' is required when " + std::to_string(models.size()) + " models are loaded", "model"};
     return nullptr;
   }
@@ -564,8 +564,11 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
     if (auto denied = check_key(api.config, req)) return *denied;
     JsonWriter w;
     w.begin_object().key("object").string("list").key("data").begin_array();
-    for (const ModelInfo& m : api.engine.models())
-      w.begin_object().key("id").string(m.name).key("object").string("model").key("created").number(0).key("owned_by").string("ftllm").end_object();
+    for (const ModelInfo& m : api.engine.models()) {
+      w.begin_object().key("id").string(m.name).key("object").string("model").key("created").number(0).key("owned_by").string("ftllm");
+      if (!m.parent.empty()) w.key("parent").string(m.parent);  // a LoRA adapter's base model, as vLLM lists it
+      w.end_object();
+    }
     w.end_array().end_object();
     return json_ok(w.take());
   });
@@ -575,7 +578,9 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
     auto m = api.engine.model(name);
     if (!m) return api_error(unknown_model(api, name));
     JsonWriter w;
-    w.begin_object().key("id").string(m->name()).key("object").string("model").key("created").number(0).key("owned_by").string("ftllm").end_object();
+    w.begin_object().key("id").string(m->name()).key("object").string("model").key("created").number(0).key("owned_by").string("ftllm");
+    if (!m->parent().empty()) w.key("parent").string(m->parent());
+    w.end_object();
     return json_ok(w.take());
   });
   router.add_async("POST", "/v1/chat/completions", [&api](const auto& ex) { handle_generation(api, ex, true); });

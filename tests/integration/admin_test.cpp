@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <map>
 #include <chrono>
 #include <cstdlib>
@@ -436,6 +438,110 @@ BOOST_AUTO_TEST_CASE(sigterm_cuts_streams_off_at_the_shutdown_timeout) {
   BOOST_TEST(took > 0.9, "took " << took << " s");
   streaming.join();
   BOOST_TEST(d.log().find("cut off") != std::string::npos);
+}
+
+// LoRA adapters loaded with ftllmctl: the first token's log-probability through the API is PEFT's, with
+// the adapter and without; /v1/models names each adapter's parent; adapters that do not fit are refused
+// with the reason while everything else serves on.
+BOOST_AUTO_TEST_CASE(lora_adapters_load_with_ftllmctl_and_serve_peft_logits) {
+  TempDir dir;
+  const std::string data = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/";
+  DaemonProcess d(dir, {data + "models/llama-f32", "--name", "base", "-t", "1", "--ctx", "256", "--kv_dtype", "f32"});
+  CommandResult a = run_command(ctl(d, "load-adapter base " + data + "lora/llama-all-r8 --name a"));
+  BOOST_TEST(a.exit_code == 0, a.err);
+  BOOST_TEST(a.out.find("loaded adapter a onto base (rank 8: q_proj, k_proj") != std::string::npos, a.out);
+  for (auto [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"base " + data + "lora/bad-extra-layer --name bad", "the base model has 3 layers"},
+           {"base " + data + "lora/qwen3-bf16-r8 --name bad", "do not fit the base's"},
+           {"nope " + data + "lora/llama-all-r8 --name bad", "no model named nope"},
+           {"base " + data + "lora/llama-all-r8 --name a", "already a loaded model or adapter"},
+           {"base " + data + "lora/llama-all-r8", "already a loaded model or adapter"}}) {  // named after its directory: free
+    CommandResult bad = run_command(ctl(d, "load-adapter " + args));
+    if (args.find("--name") == std::string::npos) {
+      BOOST_TEST(bad.exit_code == 0, bad.err);
+      BOOST_TEST(run_command(ctl(d, "unload-adapter llama-all-r8")).exit_code == 0);
+      continue;
+    }
+    BOOST_TEST(bad.exit_code == 1, args);
+    BOOST_TEST(bad.err.find(says) != std::string::npos, args << ": " << bad.err);
+  }
+  BOOST_TEST(run_command(ctl(d, "unload a")).err.find("is a LoRA adapter of base; unload it with ftllmctl unload-adapter a") !=
+             std::string::npos);
+  BOOST_TEST(run_command(ctl(d, "status")).out.find("\na         base   8      q_proj, k_proj") != std::string::npos);
+  const std::string models = run_command("curl -s " + d.base_url() + "/v1/models").out;
+  BOOST_TEST(models.find(R"({"id":"a","object":"model","created":0,"owned_by":"ftllm","parent":"base"})") != std::string::npos, models);
+
+  // The first generated token's log-probability, against log-softmax of the fixture's logits.
+  simdjson::dom::parser parser;
+  auto first_logprob = [&](const std::string& model, const std::string& reference, double& want) {
+    simdjson::dom::element ref = parser.load(data + reference + "/reference.json");
+    std::string prompt;
+    for (int64_t t : ref["prompt"].get_array()) prompt += (prompt.empty() ? "" : ",") + std::to_string(t);
+    std::vector<double> logits;
+    for (double v : ref["last_logits"].get_array()) logits.push_back(v);
+    const double top = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (double v : logits) sum += std::exp(v - top);
+    want = logits[size_t(int64_t(ref["greedy"].at(0)))] - top - std::log(sum);
+    const std::string body = R"({"model": ")" + model + R"(", "prompt": [)" + prompt + R"(], "max_tokens": 1, "temperature": 0, "logprobs": 1})";
+    const std::string out = run_command("curl -s -d '" + body + "' " + d.base_url() + "/v1/completions").out;
+    simdjson::dom::parser p2;
+    double got = 99;
+    if (p2.parse(out)["choices"].at(0)["logprobs"]["token_logprobs"].at(0).get(got)) BOOST_TEST_MESSAGE(out);
+    return got;
+  };
+  double want = 0;
+  BOOST_TEST(first_logprob("a", "lora/llama-all-r8", want) == want, boost::test_tools::tolerance(1e-3));
+  BOOST_TEST(first_logprob("base", "models/llama-f32", want) == want, boost::test_tools::tolerance(1e-3));
+
+  BOOST_TEST(run_command(ctl(d, "unload-adapter a")).exit_code == 0);
+  BOOST_TEST(run_command(ctl(d, "unload-adapter a")).err.find("no LoRA adapter named a") != std::string::npos);
+}
+
+// Streams on SmolLM2 and on an adapter of it (long enough to act under); meanwhile another adapter is
+// loaded and the streaming one unloaded: both streams run to their length, new requests for the unloaded
+// one get 404, and /metrics' lora_requests_info shows the adapter running, then none.
+BOOST_AUTO_TEST_CASE(lora_adapters_load_and_unload_under_live_streams_of_smollm2) {
+  TempDir dir;
+  const std::string data = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/";
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "1", "--ctx", "512", "--max_loras", "2"});
+  CommandResult a = run_command(ctl(d, "load-adapter smollm2 " + data + "lora/smollm2-qv-r4 --name a"));
+  BOOST_TEST(a.exit_code == 0, a.err);
+  auto stream_tokens = [&](const std::string& model) {
+    const std::string body = R"({"model": ")" + model + R"(", "prompt": "Once upon a time", "max_tokens": 150, "ignore_eos": true, )"
+                             R"("stream": true, "stream_options": {"include_usage": true}})";
+    return run_command("curl -s -N --max-time 300 -d '" + body + "' " + d.base_url() + "/v1/completions").out;
+  };
+  std::string on_base, on_a;
+  std::jthread base_stream([&] { on_base = stream_tokens("smollm2"); });
+  std::jthread a_stream([&] { on_a = stream_tokens("a"); });
+  bool a_running = false;
+  for (int i = 0; i < 500 * kSanitizerSlowdown && !a_running; ++i) {
+    a_running = run_command("curl -s " + d.base_url() + "/metrics").out.find(R"(ftllm_lora_requests_info{max_lora="2",running_lora_adapters="a",waiting_lora_adapters=""})") != std::string::npos;
+    if (!a_running) usleep(10000);
+  }
+  BOOST_TEST(a_running);
+  CommandResult b = run_command(ctl(d, "load-adapter smollm2 " + data + "lora/smollm2-qv-r4 --name b"));
+  BOOST_TEST(b.exit_code == 0, b.err);
+  CommandResult gone = run_command(ctl(d, "unload-adapter a"));
+  BOOST_TEST(gone.exit_code == 0, gone.err);
+  BOOST_TEST(run_command("curl -s -o /dev/null -w '%{http_code}' -d '{\"model\": \"a\", \"prompt\": \"Hi\", \"max_tokens\": 1}' " +
+                         d.base_url() + "/v1/completions").out == "404");
+  const std::string from_b = run_command("curl -s -d '{\"model\": \"b\", \"prompt\": \"Hi\", \"max_tokens\": 3, \"ignore_eos\": true}' " +
+                                         d.base_url() + "/v1/completions").out;
+  BOOST_TEST(from_b.find(R"("completion_tokens":3)") != std::string::npos, from_b);
+  base_stream.join();
+  a_stream.join();
+  for (const std::string* s : {&on_base, &on_a}) {
+    BOOST_TEST(s->find(R"("finish_reason":"length")") != std::string::npos, *s);
+    BOOST_TEST(s->find(R"("completion_tokens":150)") != std::string::npos, *s);
+    BOOST_TEST(s->find("data: [DONE]") != std::string::npos);
+  }
+  BOOST_TEST(on_base.find(R"("model":"smollm2")") != std::string::npos);
+  BOOST_TEST(on_a.find(R"("model":"a")") != std::string::npos);
+  BOOST_TEST(run_command("curl -s " + d.base_url() + "/metrics").out.find(R"(ftllm_lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""})") != std::string::npos);
+  const std::string list = run_command(ctl(d, "list")).out;
+  BOOST_TEST(list.find("\n  b       LoRA of smollm2") != std::string::npos, list);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

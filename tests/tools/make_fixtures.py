@@ -485,6 +485,19 @@ def make_lora_fixtures():
             transformers=transformers.__version__, torch=torch.__version__)) + "\n")
         tidy_adapter(out, base_dir.name)
         print(f"lora {name}: seed {seed}, greedy gap {ref['min_greedy_gap']:.4f}, moves base logits by {moved:.3f}")
+    # For SmolLM2-135M (the packaged GGUF the daemon tests serve): random, no reference; its streams are long
+    # enough to load and unload adapters under.
+    smol = LlamaConfig(vocab_size=32, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                       num_key_value_heads=3, tie_word_embeddings=True)
+    torch.manual_seed(5)
+    peft_model = get_peft_model(LlamaForCausalLM(smol), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                                   layers_to_transform=[0, 1, 2, 3]))
+    randomize_lora(peft_model, 5)
+    out = DATA / "lora" / "smollm2-qv-r4"
+    if out.exists():
+        shutil.rmtree(out)
+    peft_model.save_pretrained(out, safe_serialization=True)
+    tidy_adapter(out, "HuggingFaceTB/SmolLM2-135M-Instruct")
     for name, layers, targets in [("bad-extra-layer", 4, ["o_proj"]), ("bad-embedding", 3, ["embed_tokens", "q_proj"])]:
         config = LlamaConfig(**{**COMMON, "num_hidden_layers": layers, "rope_theta": 10000.0})
         peft_model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=2, lora_alpha=2, target_modules=targets))
