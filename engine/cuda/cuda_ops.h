@@ -50,12 +50,13 @@ void copy_blocks(const Tensor& src, Blocks sb, Tensor& dst, Blocks db, int64_t n
 void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& out);
 void scatter_add_rows(const Tensor& y, std::span<const int64_t> rows, std::span<const float> weights, Tensor& out);
 // ops::lora: for each row, y[row] += scale · (x[row] · Aᵀ) · Bᵀ with A [rank, K] and bt = Bᵀ [rank, N] in
-// device memory (float32); max_rank is the largest rank of the rows.
+// device memory (float32, or bfloat16 / float16: `dtype` 0, 1, 2); max_rank is the largest rank of the rows.
 struct LoraRow {
-  const float* a;
-  const float* bt;
+  const void* a;
+  const void* bt;
   float scale;
   int rank;
+  int dtype;
   int64_t row;
 };
 void lora(const Tensor& x, std::span<const LoraRow> rows, int max_rank, Tensor& y);

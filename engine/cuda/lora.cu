@@ -3,6 +3,7 @@
 // adapter's matrices, so rows of different adapters run in the same two launches.
 #include <vector>
 
+#include "../quant/block_decode.h"
 #include "cuda_ops.h"
 #include "device_state.h"
 #include "reduce.cuh"
@@ -11,6 +12,12 @@ namespace ftllm::cuda {
 
 namespace {
 
+__device__ __forceinline__ float element(const void* p, int64_t i, int dtype) {
+  if (dtype == 0) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  return dtype == 1 ? quant::decode::bits_to_float(uint32_t(h) << 16) : quant::decode::half(h);
+}
+
 __global__ void lora_down_kernel(const float* __restrict__ x, const LoraRow* __restrict__ rows, int64_t K, int max_rank,
                                  float* __restrict__ t) {
   __shared__ float scratch[32];
@@ -18,9 +25,8 @@ __global__ void lora_down_kernel(const float* __restrict__ x, const LoraRow* __r
   const int j = blockIdx.y;
   if (j >= r.rank) return;  // the whole block leaves: no barrier is left waiting
   const float* xr = x + r.row * K;
-  const float* a = r.a + int64_t(j) * K;
   float sum = 0;
-  for (int64_t k = threadIdx.x; k < K; k += blockDim.x) sum += xr[k] * a[k];
+  for (int64_t k = threadIdx.x; k < K; k += blockDim.x) sum += xr[k] * element(r.a, int64_t(j) * K + k, r.dtype);
   sum = block_sum(sum, scratch);
   if (threadIdx.x == 0) t[int64_t(blockIdx.x) * max_rank + j] = r.scale * sum;
 }
@@ -31,7 +37,7 @@ __global__ void lora_up_kernel(const float* __restrict__ t, const LoraRow* __res
   const float* tr = t + int64_t(blockIdx.y) * max_rank;
   for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < N; n += int64_t(gridDim.x) * blockDim.x) {
     float sum = 0;
-    for (int j = 0; j < r.rank; ++j) sum += tr[j] * r.bt[int64_t(j) * N + n];
+    for (int j = 0; j < r.rank; ++j) sum += tr[j] * element(r.bt, int64_t(j) * N + n, r.dtype);
     y[r.row * N + n] += sum;
   }
 }

@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <atomic>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -148,11 +149,21 @@ TensorName parse_name(const std::string& full) {
   return {m[1], std::stoll(m[2]), m[3], m[4] == "A"};
 }
 
-Tensor transposed(const Tensor& b) {  // [out, r] -> [r, out]
+// A stored matrix in the dtype it is kept in: 16-bit floats as they are, anything else as float32.
+Tensor kept(const WeightStore& store, const std::string& name, const std::vector<int64_t>& shape) {
+  const StoredTensor& s = store.tensors().at(name);
+  if (s.dtype == DType::BF16 || s.dtype == DType::F16) return Tensor::copy_of(*s.dtype, shape, s.data);
+  return store.floats(name, shape);
+}
+
+Tensor transposed(const Tensor& b) {  // [out, r] -> [r, out], elements moved as they are
   const int64_t out = b.dim(0), r = b.dim(1);
-  Tensor t = Tensor::zeros_f32({r, out});
+  const size_t size = b.dtype == DType::F32 ? 4 : 2;
+  Tensor t = Tensor::zeros(b.dtype, {r, out});
+  const auto* from = static_cast<const char*>(b.data);
+  auto* to = static_cast<char*>(t.data);
   for (int64_t i = 0; i < out; ++i)
-    for (int64_t j = 0; j < r; ++j) t.as<float>()[j * out + i] = b.as<float>()[i * r + j];
+    for (int64_t j = 0; j < r; ++j) std::memcpy(to + size_t(j * out + i) * size, from + size_t(i * r + j) * size, size);
   return t;
 }
 
@@ -217,10 +228,10 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& dir, con
                         n.leaf + " of " + std::to_string(out) + " outputs and " + std::to_string(in) +
                         " inputs; this adapter was made for another model");
     LoraPair p;
-    p.a = store.floats(names.first, sa.shape);
-    p.bt = transposed(store.floats(names.second, sb.shape));
+    p.a = kept(store, names.first, sa.shape);
+    p.bt = transposed(kept(store, names.second, sb.shape));
     p.scale = config.scale_of(module);
-    adapter->bytes_ += uint64_t(p.a.numel() + p.bt.numel()) * 4;
+    adapter->bytes_ += uint64_t(p.a.bytes() + p.bt.bytes());
     adapter->rank_ = std::max(adapter->rank_, int(rank));
     adapter->host_[size_t(n.layer)][int(*target)] = std::move(p);
     targets.insert(n.leaf);

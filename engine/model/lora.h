@@ -23,9 +23,11 @@ enum class LoraTarget { Q, K, V, O, Gate, Up, Down };
 inline constexpr int kLoraTargets = 7;
 const char* lora_target_name(LoraTarget t);  // "q_proj", ...
 
+// Stored as the adapter file has them (float32, or bfloat16 / float16 as adapters trained in those are
+// saved): a step reads each adapter of its rows once, so their bytes are what adapters cost.
 struct LoraPair {
-  Tensor a;   // [r, in] float32
-  Tensor bt;  // [r, out] float32: B transposed, so a row's update is r scaled rows of it added up
+  Tensor a;   // [r, in]
+  Tensor bt;  // [r, out]: B transposed, so a row's update is r scaled rows of it added up
   float scale = 1;  // lora_alpha / r, or lora_alpha / sqrt(r) with rslora
 };
 

@@ -112,6 +112,8 @@ void lora(Context& ctx, const Tensor& x, std::span<const LoraSegment> segments, 
   for (const LoraSegment& s : segments) {
     same_device("lora", x, *s.a);
     same_device("lora", x, *s.bt);
+    if (s.a->dtype != s.bt->dtype || (s.a->dtype != DType::F32 && s.a->dtype != DType::BF16 && s.a->dtype != DType::F16))
+      throw EngineError("lora: A and Bᵀ must be float32, bfloat16 or float16 alike");
     if (s.a->dim(1) != K || s.bt->dim(1) != N || s.a->dim(0) != s.bt->dim(0))
       throw EngineError("lora: A " + shape_string(s.a->shape) + " and Bᵀ " + shape_string(s.bt->shape) + " do not fit x " +
                         shape_string(x.shape) + " and y " + shape_string(y.shape));
@@ -125,24 +127,34 @@ void lora(Context& ctx, const Tensor& x, std::span<const LoraSegment> segments, 
     std::vector<cuda::LoraRow> dev_rows;
     int max_rank = 0;
     for (auto [s, row] : rows) {
-      dev_rows.push_back({s->a->as<float>(), s->bt->as<float>(), s->scale, int(s->a->dim(0)), row});
+      const int dtype = s->a->dtype == DType::F32 ? 0 : s->a->dtype == DType::BF16 ? 1 : 2;
+      dev_rows.push_back({s->a->data, s->bt->data, s->scale, int(s->a->dim(0)), dtype, row});
       max_rank = std::max(max_rank, int(s->a->dim(0)));
     }
     cuda::lora(x, dev_rows, max_rank, y);
     return;
   }
 #endif
-  // A row per task: its r dot products with A, then r scaled rows of Bᵀ added to its output.
+  // A row per task: its r dot products with A (the matmul kernel of A's dtype), then r scaled rows of Bᵀ
+  // added to its output (16-bit rows widened first).
   ctx.pool.parallel_for(int64_t(rows.size()), 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> t;
+    std::vector<float> t, widened;
     for (int64_t i = i0; i < i1; ++i) {
       const auto [s, row] = rows[size_t(i)];
       const int64_t r = s->a->dim(0);
-      const float* xr = x.as<float>() + row * K;
       t.resize(size_t(r));
-      for (int64_t j = 0; j < r; ++j) t[size_t(j)] = s->scale * ctx.kernels.dot(xr, s->a->as<float>() + j * K, K);
+      ctx.kernels.matmul(s->a->dtype, x.as<float>() + row * K, nullptr, 1, K, s->a->data, 0, r, t.data(), r);
       float* yr = y.as<float>() + row * N;
-      for (int64_t j = 0; j < r; ++j) ctx.kernels.axpy(t[size_t(j)], s->bt->as<float>() + j * N, yr, N);
+      const size_t bt_row = row_bytes(s->bt->dtype, N);
+      for (int64_t j = 0; j < r; ++j) {
+        const void* b = static_cast<const char*>(s->bt->data) + size_t(j) * bt_row;
+        if (s->bt->dtype != DType::F32) {
+          widened.resize(size_t(N));
+          ctx.kernels.to_f32(s->bt->dtype, b, widened.data(), N);
+          b = widened.data();
+        }
+        ctx.kernels.axpy(s->scale * t[size_t(j)], static_cast<const float*>(b), yr, N);
+      }
     }
   });
 }

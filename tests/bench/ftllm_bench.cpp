@@ -3,6 +3,7 @@
 //   ftllm-bench MODEL [-t THREADS] [--prompt N] [--decode N] [--repeat R] [--batch B] [--dtype D] [--kernels K]
 //               [--device cpu|cuda|{'cuda:0':3,'cpu':1}] [--moe_device cpu|cuda] [--bandwidth GBPS]
 //               [--kv_dtype f16|bf16|f32|q8_0|fp8] [--context N]
+//               [--adapters N [--lora_rank R] [--lora_targets q_proj,v_proj|all] [--lora_dtype bf16|f32]]
 //
 // Decode moves every weight byte once per step, so its ceiling is (read bandwidth) / (weight bytes): the
 // bandwidth is measured here, a STREAM-like sum over 1 GiB on the same threads, and each decode row
@@ -15,9 +16,14 @@
 // timed), then --decode single-token steps timed one by one through the forward pass (attention then
 // reads N keys a step; compare with --context 512 for what a long context costs).
 //
+// --adapters N writes N random LoRA adapters of rank R (PEFT's layout, in a temporary directory), loads
+// them, and adds a decode row where row i of the batch uses adapter i % N, measured alternately with the
+// plain batch (base-model rows) in each repeat.
+//
 // MODEL is a Hugging Face directory or a .gguf file. --make-random writes a random-weight model of a real
 // shape, so speed can be measured without downloading weights.
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +37,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/lora.h"
+#include "model/safetensors.h"
 #include "runner/model_instance.h"
 #include "../common/model_run.h"
 
@@ -299,6 +307,51 @@ int make_random(const std::string& dir, const std::string& shape_name, const std
 
 // Tokens per second of `steps` single-token forward passes after `context` tokens of one sequence;
 // the median over `repeat` runs, each after its own (untimed) prefill.
+// N random rank-`rank` PEFT adapters for m's linear layers named in `targets`, written under dir and loaded.
+std::vector<std::shared_ptr<const model::LoraAdapter>> random_adapters(ModelInstance& m, int n, int rank, std::string targets,
+                                                                       bool bf16, const fs::path& dir) {
+  if (targets == "all") targets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<std::shared_ptr<const model::LoraAdapter>> out;
+  for (int a = 0; a < n; ++a) {
+    const fs::path d = dir / ("adapter" + std::to_string(a));
+    fs::create_directories(d);
+    std::ofstream(d / "adapter_config.json") << "{\"peft_type\": \"LORA\", \"r\": " << rank << ", \"lora_alpha\": " << 2 * rank << "}\n";
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (int64_t l = 0; l < m.config().num_layers; ++l) {
+      const model::LayerWeights& L = m.model().layer(l);
+      const std::pair<const char*, const Tensor*> modules[] = {{"self_attn.q_proj", &L.q}, {"self_attn.k_proj", &L.k}, {"self_attn.v_proj", &L.v},
+                                                               {"self_attn.o_proj", &L.o}, {"mlp.gate_proj", &L.gate}, {"mlp.up_proj", &L.up},
+                                                               {"mlp.down_proj", &L.down}};
+      for (auto [name, w] : modules) {
+        const std::string leaf = std::string(name).substr(std::string(name).find('.') + 1);
+        if (w->empty() || ("," + targets + ",").find("," + leaf + ",") == std::string::npos) continue;
+        const std::string prefix = "base_model.model.model.layers." + std::to_string(l) + "." + name;
+        Tensor A = Tensor::zeros_f32({rank, w->dim(1)}), B = Tensor::zeros_f32({w->dim(0), rank});
+        for (Tensor* t : {&A, &B}) {
+          for (int64_t i = 0; i < t->numel(); ++i) t->as<float>()[i] = normal(rng);
+          if (!bf16) continue;
+          Tensor h = Tensor::zeros(DType::BF16, t->shape);  // rounded to nearest even, as torch does
+          for (int64_t i = 0; i < t->numel(); ++i) {
+            uint32_t bits;
+            std::memcpy(&bits, t->as<float>() + i, 4);
+            h.as<uint16_t>()[i] = uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+          }
+          *t = std::move(h);
+        }
+        tensors.emplace_back(prefix + ".lora_A.weight", std::move(A));
+        tensors.emplace_back(prefix + ".lora_B.weight", std::move(B));
+      }
+    }
+    std::vector<std::pair<std::string, const Tensor*>> named;
+    for (auto& [name, t] : tensors) named.emplace_back(name, &t);
+    model::write_safetensors((d / "adapter_model.safetensors").string(), named);
+    out.push_back(m.load_adapter(d.string(), "adapter" + std::to_string(a)));
+  }
+  return out;
+}
+
 double decode_at_context(ModelInstance& m, int64_t context, int64_t steps, int repeat) {
   std::vector<double> rates;
   std::mt19937 rng(5);
@@ -332,7 +385,8 @@ int main(int argc, char** argv) {
   std::string model, make_dir, shape = "qwen2.5-0.5b", dtype = "bf16", compute_dtype = "auto", kernels = "auto";
   std::string device = "cpu", moe_device = "cpu", kv_dtype = ModelLoadOptions().kv_dtype;
   double bandwidth_given = 0;  // GB/s for the roofline instead of measuring the host's
-  int threads = 0, repeat = 3, batch = 1;
+  int threads = 0, repeat = 3, batch = 1, adapters = 0, lora_rank = 16;
+  std::string lora_targets = "q_proj,v_proj", lora_dtype = "bf16";
   int64_t prompt = 128, decode = 64, context = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -351,6 +405,10 @@ int main(int argc, char** argv) {
     else if (a == "--bandwidth") bandwidth_given = std::stod(value());
     else if (a == "--kv_dtype") kv_dtype = value();
     else if (a == "--context") context = std::stoll(value());
+    else if (a == "--adapters") adapters = std::stoi(value());
+    else if (a == "--lora_rank") lora_rank = std::stoi(value());
+    else if (a == "--lora_targets") lora_targets = value();
+    else if (a == "--lora_dtype") lora_dtype = value();
     else if (a.starts_with("-")) return std::fprintf(stderr, "unknown option %s\n", a.c_str()), 2;
     else model = a;
   }
@@ -369,6 +427,7 @@ int main(int argc, char** argv) {
   o.device = device;
   o.moe_device = moe_device;
   o.kv_dtype = kv_dtype;
+  o.max_loras = std::max(adapters, 1);
   std::unique_ptr<ModelInstance> m;
   try {
     m = ModelInstance::load(o);
@@ -382,8 +441,19 @@ int main(int argc, char** argv) {
   for (auto& t : tokens) t = int32_t(rng() % uint32_t(m->config().vocab_size));
   test::prompt_logits(*m, tokens, {prompt - 1});
   size_t rss = rss_bytes() - rss_before;
+  std::vector<std::shared_ptr<const model::LoraAdapter>> loras;
+  const fs::path lora_dir = fs::temp_directory_path() / ("ftllm-bench-adapters-" + std::to_string(getpid()));
+  if (adapters > 0) {
+    try {
+      loras = random_adapters(*m, adapters, lora_rank, lora_targets, lora_dtype == "bf16", lora_dir);
+    } catch (const std::exception& e) {
+      fs::remove_all(lora_dir);
+      return std::fprintf(stderr, "ftllm-bench: adapters: %s\n", e.what()), 1;
+    }
+    fs::remove_all(lora_dir);
+  }
 
-  std::vector<double> prefill, decode_rates;
+  std::vector<double> prefill, decode_rates, lora_rates;
   for (int r = 0; r < repeat; ++r) {
     double a = now();
     test::prompt_logits(*m, tokens, {prompt - 1});
@@ -399,6 +469,11 @@ int main(int argc, char** argv) {
     a = now();
     test::generate(*m, reqs);
     decode_rates.push_back(double(decode * batch) / (now() - a));
+    if (loras.empty()) continue;
+    for (size_t i = 0; i < reqs.size(); ++i) reqs[i].adapter = loras[i % loras.size()];
+    a = now();
+    test::generate(*m, reqs);
+    lora_rates.push_back(double(decode * batch) / (now() - a));
   }
   const auto& c = m->config();
   const int nthreads = threads ? threads : int(std::thread::hardware_concurrency());
@@ -425,6 +500,15 @@ int main(int argc, char** argv) {
   // Sequences decoded together share each weight read: the roofline is in steps per second.
   std::printf("decode %-4lld x%-5d %12.1f %10.2f %9.0f%%\n", (long long)decode, batch, d, 1000.0 * batch / d,
               100.0 * (d / batch) * step_bytes / (bandwidth * 1e9));
+  if (!loras.empty()) {
+    const double l = median(lora_rates);
+    std::printf("decode %-4lld x%-5d %12.1f %10.2f %9.0f%%  each row one of %d adapters (rank %d, %s, %s, %.1f MB each): %.3f x plain\n",
+                (long long)decode, batch, l, 1000.0 * batch / l, 100.0 * (l / batch) * step_bytes / (bandwidth * 1e9), adapters,
+                lora_rank, loras[0]->targets().c_str(), lora_dtype.c_str(), double(loras[0]->bytes()) / 1e6, l / d);
+    std::printf("spread: plain %.1f-%.1f, adapters %.1f-%.1f tokens/s over %d alternating repeats\n",
+                *std::min_element(decode_rates.begin(), decode_rates.end()), *std::max_element(decode_rates.begin(), decode_rates.end()),
+                *std::min_element(lora_rates.begin(), lora_rates.end()), *std::max_element(lora_rates.begin(), lora_rates.end()), repeat);
+  }
   if (context > 0) {
     const double rate = decode_at_context(*m, context, decode, repeat);
     std::printf("decode %-4lld at %-6lld %7.1f %10.2f %9.0f%%\n", (long long)decode, (long long)context, rate, 1000.0 / rate,

@@ -318,6 +318,8 @@ BOOST_AUTO_TEST_CASE(lora_adapters_run_on_the_gpu) {
       const test::Reference ref = test::read_reference(lora / "llama-all-r8");
       const int64_t last = int64_t(ref.prompt.size()) - 1;
       BOOST_TEST(test::relative_error(test::prompt_logits(*m, ref.prompt, {last}, a.get())[0], ref.last_logits) < 1e-4);
+      const test::Reference ref_b = test::read_reference(lora / "llama-qv-r4-rslora");  // a float16 adapter
+      BOOST_TEST(test::relative_error(test::prompt_logits(*m, ref_b.prompt, {last}, b.get())[0], ref_b.last_logits) < 1e-4);
       GenerationRequest r = test::greedy_request(ref.prompt, int32_t(ref.greedy.size()));
       r.adapter = a;
       BOOST_TEST(test::generate(*m, {r})[0].tokens == ref.greedy, boost::test_tools::per_element());

@@ -127,7 +127,8 @@ def main(ftllmd, metrics_file):
     assert epp_args["grpc-port"] == str(pool["spec"]["endpointPickerRef"]["port"]["number"])
     samples = {line.split(" ")[0].split("{")[0] for line in pathlib.Path(metrics_file).read_text().splitlines()
                if line and not line.startswith("#")}
-    for flag in ("total-queued-requests-metric", "total-running-requests-metric", "kv-cache-usage-percentage-metric"):
+    for flag in ("total-queued-requests-metric", "total-running-requests-metric", "kv-cache-usage-percentage-metric",
+                 "lora-info-metric"):
         assert epp_args[flag] in samples, (flag, epp_args[flag])
     print("ok")
 

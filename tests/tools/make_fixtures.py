@@ -422,27 +422,28 @@ def make_embedding_fixtures():
 
 
 LORA_FIXTURES = {
-    # name: (base fixture, model class, LoraConfig arguments, bf16 base)
+    # name: (base fixture, model class, LoraConfig arguments, bf16 base, the adapter file's dtype)
     "llama-all-r8": ("llama", LlamaForCausalLM,
                      dict(r=8, lora_alpha=16, alpha_pattern={"down_proj": 4},
                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
-                     False),
+                     False, torch.float32),
     "llama-qv-r4-rslora": ("llama", LlamaForCausalLM,
                            dict(r=4, lora_alpha=8, use_rslora=True, target_modules=["q_proj", "v_proj"],
-                                layers_to_transform=[0, 2]), False),
+                                layers_to_transform=[0, 2]), False, torch.float16),
     "qwen3-bf16-r8": ("qwen3", Qwen3ForCausalLM,
                       dict(r=8, lora_alpha=32, rank_pattern={"o_proj": 2},
-                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"]), True),
+                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"]), True, torch.bfloat16),
 }
 
 
-def randomize_lora(model, seed):
-    """peft starts B at zero (the adapter does nothing); random A and B make the adapter change the logits."""
+def randomize_lora(model, seed, dtype=torch.float32):
+    """peft starts B at zero (the adapter does nothing); random A and B make the adapter change the logits.
+    Values are those of `dtype` (the adapter is saved in it; the oracle computes with them in float32)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_" in name:
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+                p.copy_((0.3 * torch.randn(p.shape, generator=g)).to(dtype).float())
 
 
 def tidy_adapter(directory, base):
@@ -460,13 +461,14 @@ def make_lora_fixtures():
     loading it in float32 (as for the model fixtures), with the float32 adapter. Also adapters a base must
     refuse: one for a 4-layer model (a layer the 3-layer base lacks) and one adapting the embedding."""
     from peft import LoraConfig, PeftModel, get_peft_model
-    for name, (base, model_cls, lora_args, bf16) in LORA_FIXTURES.items():
+    from safetensors.torch import load_file, save_file
+    for name, (base, model_cls, lora_args, bf16, adapter_dtype) in LORA_FIXTURES.items():
         base_dir = DATA / "models" / f"{base}-{'bf16' if bf16 else 'f32'}"
         model = model_cls.from_pretrained(base_dir, dtype=torch.float32, attn_implementation="eager").eval()
         prompt = torch.tensor([json.loads((base_dir / "reference.json").read_text())["prompt"]])
         for seed in range(200, 220):
             peft_model = get_peft_model(copy.deepcopy(model), LoraConfig(lora_dropout=0.0, **lora_args)).eval()
-            randomize_lora(peft_model, seed)
+            randomize_lora(peft_model, seed, adapter_dtype)
             ref = reference(peft_model, prompt)
             if ref["min_greedy_gap"] > 1e-2:
                 break
@@ -474,6 +476,8 @@ def make_lora_fixtures():
         if out.exists():
             shutil.rmtree(out)
         peft_model.save_pretrained(out, safe_serialization=True)
+        weights = out / "adapter_model.safetensors"  # as an adapter trained in that dtype is saved
+        save_file({k: v.to(adapter_dtype) for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
         # The saved adapter, read back unmerged, must give the same logits (what a user's adapter is).
         again = PeftModel.from_pretrained(copy.deepcopy(model), out).eval()
         with torch.no_grad():
