@@ -49,17 +49,20 @@ void copy_blocks(const Tensor& src, Blocks sb, Tensor& dst, Blocks db, int64_t n
 // out[i] = x[rows[i]]; and x_out[rows[i]] += weight[i] * y[i] (rows may repeat: added in order).
 void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& out);
 void scatter_add_rows(const Tensor& y, std::span<const int64_t> rows, std::span<const float> weights, Tensor& out);
-// ops::lora: for each row, y[row] += scale · (x[row] · Aᵀ) · Bᵀ with A [rank, K] and bt = Bᵀ [rank, N] in
-// device memory (float32, or bfloat16 / float16: `dtype` 0, 1, 2); max_rank is the largest rank of the rows.
+// ops::lora: for each row, y[row] += scale · (x[row] · Aᵀ) · Bᵀ with A [rank, K] and bt = Bᵀ [rank, n] in
+// device memory (float32, or bfloat16 / float16: `dtype` 0, 1, 2), y [T, n] each row's own output; max_rank
+// and max_n are the largest of the rows'.
 struct LoraRow {
   const void* a;
   const void* bt;
+  float* y;
   float scale;
   int rank;
   int dtype;
+  int64_t n;
   int64_t row;
 };
-void lora(const Tensor& x, std::span<const LoraRow> rows, int max_rank, Tensor& y);
+void lora(const Tensor& x, std::span<const LoraRow> rows, int max_rank, int64_t max_n);
 void scale_rows(Tensor& x, const Tensor& scale, bool sigmoid);  // row t *= (sigmoid of) scale[t]
 void sigmoid_mul(Tensor& x, const Tensor& gate);  // x *= sigmoid(gate)
 // ops::gated_delta_net (its contract there): token t belongs to sequence seq[t] at position pos[t], whose

@@ -31,31 +31,30 @@ __global__ void lora_down_kernel(const float* __restrict__ x, const LoraRow* __r
   if (threadIdx.x == 0) t[int64_t(blockIdx.x) * max_rank + j] = r.scale * sum;
 }
 
-__global__ void lora_up_kernel(const float* __restrict__ t, const LoraRow* __restrict__ rows, int64_t N, int max_rank,
-                               float* __restrict__ y) {
+__global__ void lora_up_kernel(const float* __restrict__ t, const LoraRow* __restrict__ rows, int max_rank) {
   const LoraRow r = rows[blockIdx.y];
   const float* tr = t + int64_t(blockIdx.y) * max_rank;
-  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < N; n += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < r.n; n += int64_t(gridDim.x) * blockDim.x) {
     float sum = 0;
-    for (int j = 0; j < r.rank; ++j) sum += tr[j] * element(r.bt, int64_t(j) * N + n, r.dtype);
-    y[r.row * N + n] += sum;
+    for (int j = 0; j < r.rank; ++j) sum += tr[j] * element(r.bt, int64_t(j) * r.n + n, r.dtype);
+    r.y[r.row * r.n + n] += sum;
   }
 }
 
 }  // namespace
 
-void lora(const Tensor& x, std::span<const LoraRow> rows, int max_rank, Tensor& y) {
+void lora(const Tensor& x, std::span<const LoraRow> rows, int max_rank, int64_t max_n) {
   if (rows.empty()) return;
   DeviceState& s = state(x.device);
-  const int64_t K = x.dim(1), N = y.dim(1);
+  const int64_t K = x.dim(1);
   DeviceArray<LoraRow> dev_rows = upload(x.device, rows);
   std::shared_ptr<void> t = device_bytes(s, rows.size() * size_t(max_rank) * sizeof(float));
   float* tp = static_cast<float*>(t.get());
   lora_down_kernel<<<dim3(unsigned(rows.size()), unsigned(max_rank)), 128, 0, s.stream>>>(x.as<float>(), dev_rows.ptr, K,
                                                                                            max_rank, tp);
   check_launch("lora_down", s.index);
-  lora_up_kernel<<<dim3(blocks_for(size_t(N), 128, 1024), unsigned(rows.size())), 128, 0, s.stream>>>(tp, dev_rows.ptr, N,
-                                                                                                       max_rank, y.as<float>());
+  lora_up_kernel<<<dim3(blocks_for(size_t(max_n), 128, 1024), unsigned(rows.size())), 128, 0, s.stream>>>(tp, dev_rows.ptr,
+                                                                                                           max_rank);
   check_launch("lora_up", s.index);
 }
 

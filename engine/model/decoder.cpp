@@ -123,22 +123,17 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   ops::AttentionShape shape{heads, kv_heads, d, B, L.window, scale};
   shape.softcap = c.attention_softcap;
   if (L.sinks) shape.sinks = &*L.sinks;
-  Tensor gate;
-  if (L.gated_output) {  // each head's query, then its gate
-    Tensor qg = ops::scratch(ctx, {T, 2 * q_dim});
+  Tensor gate, qg;  // gated output: q_proj gives each head's query, then its gate
+  if (L.gated_output) qg = ops::scratch(ctx, {T, 2 * q_dim});
+  ops::linear(ctx, h, L.q, opt(L.q_bias), L.gated_output ? qg : q);
+  ops::linear(ctx, h, L.k, opt(L.k_bias), k);
+  ops::linear(ctx, h, L.v, opt(L.v_bias), v);
+  lora.apply(ctx, h, {{LoraTarget::Q, L.gated_output ? &qg : &q}, {LoraTarget::K, &k}, {LoraTarget::V, &v}});
+  if (L.gated_output) {
     gate = ops::scratch(ctx, {T, q_dim});
-    ops::linear(ctx, h, L.q, opt(L.q_bias), qg);
-    lora.apply(ctx, LoraTarget::Q, h, qg);
     ops::copy_blocks(ctx, qg, {heads, 2 * d, 0}, q, {heads, d, 0}, d);
     ops::copy_blocks(ctx, qg, {heads, 2 * d, d}, gate, {heads, d, 0}, d);
-  } else {
-    ops::linear(ctx, h, L.q, opt(L.q_bias), q);
-    lora.apply(ctx, LoraTarget::Q, h, q);
   }
-  ops::linear(ctx, h, L.k, opt(L.k_bias), k);
-  lora.apply(ctx, LoraTarget::K, h, k);
-  ops::linear(ctx, h, L.v, opt(L.v_bias), v);
-  lora.apply(ctx, LoraTarget::V, h, v);
   if (L.q_norm) {
     ops::rmsnorm(ctx, q, *L.q_norm, eps, q, c.norm_weight_offset);
     ops::rmsnorm(ctx, k, *L.k_norm, eps, k, c.norm_weight_offset);
@@ -150,7 +145,7 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   ops::paged_attention(ctx, q, ab, kv, shape, attn);
   if (L.gated_output) ops::sigmoid_mul(ctx, attn, gate);
   ops::linear(ctx, attn, L.o, opt(L.o_bias), out);
-  lora.apply(ctx, LoraTarget::O, attn, out);
+  lora.apply(ctx, attn, {{LoraTarget::O, &out}});
 }
 
 void DecoderModel::dense_mlp(ops::Context& ctx, const LayerWeights& L, const Tensor& h, Tensor& out, const LayerLora& lora) const {
@@ -158,13 +153,12 @@ void DecoderModel::dense_mlp(ops::Context& ctx, const LayerWeights& L, const Ten
   const int64_t T = h.dim(0), I = L.gate.dim(0);
   Tensor gate = ops::scratch(ctx, {T, I}), up = ops::scratch(ctx, {T, I});
   ops::linear(ctx, h, L.gate, opt(L.gate_bias), gate);
-  lora.apply(ctx, LoraTarget::Gate, h, gate);
   ops::linear(ctx, h, L.up, opt(L.up_bias), up);
-  lora.apply(ctx, LoraTarget::Up, h, up);
+  lora.apply(ctx, h, {{LoraTarget::Gate, &gate}, {LoraTarget::Up, &up}});
   if (config_.activation == Activation::GeluTanh) ops::gelu_tanh_mul(ctx, gate, up, gate);
   else ops::silu_mul(ctx, gate, up, gate);
   ops::linear(ctx, gate, L.down, opt(L.down_bias), out);
-  lora.apply(ctx, LoraTarget::Down, gate, out);
+  lora.apply(ctx, gate, {{LoraTarget::Down, &out}});
 }
 
 Tensor DecoderModel::forward(ops::Context& main_ctx, const Batch& b, kvcache::KvPool& pool,

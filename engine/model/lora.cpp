@@ -269,11 +269,12 @@ LoraRows LoraRows::of_batch(const std::vector<int32_t>& token_seq, const std::ve
   return out;
 }
 
-void LoraRows::apply(ops::Context& ctx, int64_t layer, LoraTarget target, const Tensor& x, Tensor& y) const {
+void LoraRows::apply(ops::Context& ctx, int64_t layer, const Tensor& x, std::initializer_list<Output> outputs) const {
   std::vector<ops::LoraSegment> segments;
-  for (const auto& [adapter, rows] : groups)
-    if (const LoraPair* p = adapter->pair(layer, target, y.device)) segments.push_back({&p->a, &p->bt, p->scale, rows});
-  if (!segments.empty()) ops::lora(ctx, x, segments, y);
+  for (const Output& out : outputs)
+    for (const auto& [adapter, rows] : groups)
+      if (const LoraPair* p = adapter->pair(layer, out.target, x.device)) segments.push_back({&p->a, &p->bt, p->scale, rows, out.y});
+  if (!segments.empty()) ops::lora(ctx, x, segments);
 }
 
 }  // namespace ftllm::model

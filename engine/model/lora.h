@@ -68,16 +68,21 @@ struct LoraRows {
   // From a batch's per-token sequence index and per-sequence adapters (null: the base model).
   static LoraRows of_batch(const std::vector<int32_t>& token_seq, const std::vector<const LoraAdapter*>& seq_adapter);
   bool empty() const { return groups.empty(); }
-  // y += the adapters' updates of `target` of `layer` for x (the linear layer's input) on their rows.
-  void apply(ops::Context& ctx, int64_t layer, LoraTarget target, const Tensor& x, Tensor& y) const;
+  // For each (target, y): y += the adapters' updates of that linear layer of `layer`, whose input is x, on
+  // their rows. The layers sharing an input go in one call.
+  struct Output {
+    LoraTarget target;
+    Tensor* y;
+  };
+  void apply(ops::Context& ctx, int64_t layer, const Tensor& x, std::initializer_list<Output> outputs) const;
 };
 
 // One layer's share of a step's LoraRows (none when rows is null), as its blocks apply it.
 struct LayerLora {
   const LoraRows* rows = nullptr;
   int64_t layer = 0;
-  void apply(ops::Context& ctx, LoraTarget target, const Tensor& x, Tensor& y) const {
-    if (rows && !rows->empty()) rows->apply(ctx, layer, target, x, y);
+  void apply(ops::Context& ctx, const Tensor& x, std::initializer_list<LoraRows::Output> outputs) const {
+    if (rows && !rows->empty()) rows->apply(ctx, layer, x, outputs);
   }
 };
 

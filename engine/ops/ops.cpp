@@ -107,16 +107,17 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
   });
 }
 
-void lora(Context& ctx, const Tensor& x, std::span<const LoraSegment> segments, Tensor& y) {
-  const int64_t K = x.dim(1), N = y.dim(1);
+void lora(Context& ctx, const Tensor& x, std::span<const LoraSegment> segments) {
+  const int64_t K = x.dim(1);
   for (const LoraSegment& s : segments) {
     same_device("lora", x, *s.a);
     same_device("lora", x, *s.bt);
+    same_device("lora", x, *s.y);
     if (s.a->dtype != s.bt->dtype || (s.a->dtype != DType::F32 && s.a->dtype != DType::BF16 && s.a->dtype != DType::F16))
       throw EngineError("lora: A and Bᵀ must be float32, bfloat16 or float16 alike");
-    if (s.a->dim(1) != K || s.bt->dim(1) != N || s.a->dim(0) != s.bt->dim(0))
+    if (s.a->dim(1) != K || s.bt->dim(1) != s.y->dim(1) || s.a->dim(0) != s.bt->dim(0) || s.y->dim(0) != x.dim(0))
       throw EngineError("lora: A " + shape_string(s.a->shape) + " and Bᵀ " + shape_string(s.bt->shape) + " do not fit x " +
-                        shape_string(x.shape) + " and y " + shape_string(y.shape));
+                        shape_string(x.shape) + " and y " + shape_string(s.y->shape));
   }
   std::vector<std::pair<const LoraSegment*, int64_t>> rows;
   for (const LoraSegment& s : segments)
@@ -126,25 +127,27 @@ void lora(Context& ctx, const Tensor& x, std::span<const LoraSegment> segments, 
   if (x.device.is_cuda()) {
     std::vector<cuda::LoraRow> dev_rows;
     int max_rank = 0;
+    int64_t max_n = 0;
     for (auto [s, row] : rows) {
       const int dtype = s->a->dtype == DType::F32 ? 0 : s->a->dtype == DType::BF16 ? 1 : 2;
-      dev_rows.push_back({s->a->data, s->bt->data, s->scale, int(s->a->dim(0)), dtype, row});
+      dev_rows.push_back({s->a->data, s->bt->data, s->y->as<float>(), s->scale, int(s->a->dim(0)), dtype, s->y->dim(1), row});
       max_rank = std::max(max_rank, int(s->a->dim(0)));
+      max_n = std::max(max_n, s->y->dim(1));
     }
-    cuda::lora(x, dev_rows, max_rank, y);
+    cuda::lora(x, dev_rows, max_rank, max_n);
     return;
   }
 #endif
-  // A row per task: its r dot products with A (the matmul kernel of A's dtype), then r scaled rows of Bᵀ
-  // added to its output (16-bit rows widened first).
+  // A (row, segment) per task: its r dot products with A (the matmul kernel of A's dtype), then r scaled
+  // rows of Bᵀ added to its output (16-bit rows widened first).
   ctx.pool.parallel_for(int64_t(rows.size()), 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> t, widened;
     for (int64_t i = i0; i < i1; ++i) {
       const auto [s, row] = rows[size_t(i)];
-      const int64_t r = s->a->dim(0);
+      const int64_t r = s->a->dim(0), N = s->y->dim(1);
       t.resize(size_t(r));
       ctx.kernels.matmul(s->a->dtype, x.as<float>() + row * K, nullptr, 1, K, s->a->data, 0, r, t.data(), r);
-      float* yr = y.as<float>() + row * N;
+      float* yr = s->y->as<float>() + row * N;
       const size_t bt_row = row_bytes(s->bt->dtype, N);
       for (int64_t j = 0; j < r; ++j) {
         const void* b = static_cast<const char*>(s->bt->data) + size_t(j) * bt_row;

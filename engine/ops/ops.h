@@ -51,16 +51,18 @@ std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x,
 // y[T, N] = x[T, K] · w[N, K]ᵀ (+ bias[N], float32). y must be float32 [T, N].
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
 
-// Low-rank adapters' updates of a linear layer's output: y[row] += scale · (x[row] · Aᵀ) · Bᵀ for every row
-// of every segment (a row in one segment at most). a [r, K] and bt = Bᵀ [r, N] are float32 on x's device.
-// A row's bits depend only on the row and its segment, not on which other rows share the call.
+// Low-rank adapters' updates of linear layers' outputs: y[row] += scale · (x[row] · Aᵀ) · Bᵀ for every row of
+// every segment, each segment with its own output (the layers sharing the input x: q, k and v; gate and up),
+// a row of an output in one segment at most. a [r, K] and bt = Bᵀ [r, N] are float32, bfloat16 or float16
+// alike, on x's device. A row's bits depend only on the row and its segment, not on what shares the call.
 struct LoraSegment {
   const Tensor* a;
   const Tensor* bt;
   float scale;
   std::span<const int64_t> rows;
+  Tensor* y;  // [T, N] float32
 };
-void lora(Context& ctx, const Tensor& x, std::span<const LoraSegment> segments, Tensor& y);
+void lora(Context& ctx, const Tensor& x, std::span<const LoraSegment> segments);
 
 // out[r] = rmsnorm(x[r]) * (w_offset + w) for each row r of length w.numel() (x may be [T, heads * d] with
 // w of d). Gemma's norms scale by 1 + w: its checkpoints store w.

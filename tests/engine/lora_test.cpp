@@ -108,6 +108,25 @@ BOOST_DATA_TEST_CASE(adapters_match_peft, bdata::make(adapter_fixtures()), name)
   BOOST_TEST(test::relative_error(test::prompt_logits(*model, base_ref.prompt, {last})[0], base_ref.last_logits) < 1e-4);
 }
 
+// Over a converted base the adapter adds its update to whatever the base computes: PEFT's logits within the
+// bound the conversion itself has (model_test's kQuantizedBounds), and nearer them than the base alone.
+BOOST_AUTO_TEST_CASE(adapters_apply_over_any_base_dtype) {
+  const test::Reference ref = test::read_reference(kData / "lora" / "llama-all-r8");
+  const int64_t last = int64_t(ref.prompt.size()) - 1;
+  for (auto [dtype, bound] : {std::pair{"float16", 0.003}, {"int8", 0.07}, {"int4g32", 0.75}}) {
+    ModelLoadOptions o = options("llama-f32");
+    o.dtype = dtype;
+    auto model = ModelInstance::load(o);
+    BOOST_TEST_REQUIRE(model->dtypes().find(dtype) != std::string::npos, model->dtypes());
+    auto adapter = model->load_adapter((kData / "lora" / "llama-all-r8").string(), "a");
+    const double with = test::relative_error(test::prompt_logits(*model, ref.prompt, {last}, adapter.get())[0], ref.last_logits);
+    const double without = test::relative_error(test::prompt_logits(*model, ref.prompt, {last})[0], ref.last_logits);
+    BOOST_TEST_MESSAGE(dtype << " base: with the adapter " << with << " from PEFT's logits, without it " << without);
+    BOOST_TEST(with < bound, dtype);
+    BOOST_TEST(with < without / 2, dtype);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_batch_mixing_base_and_adapters_equals_each_alone_bit_for_bit) {
   auto model = ModelInstance::load(options("llama-f32"));
   auto a = model->load_adapter((kData / "lora" / "llama-all-r8").string(), "a");

@@ -433,6 +433,9 @@ LORA_FIXTURES = {
     "qwen3-bf16-r8": ("qwen3", Qwen3ForCausalLM,
                       dict(r=8, lora_alpha=32, rank_pattern={"o_proj": 2},
                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"]), True, torch.bfloat16),
+    # Gated attention (q_proj gives each head's query and its output gate) in the full-attention layer only.
+    "qwen3-next-attn-r4": ("qwen3-next", Qwen3NextForCausalLM,
+                           dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]), False, torch.float32),
 }
 
 
@@ -451,6 +454,8 @@ def tidy_adapter(directory, base):
     (directory / "README.md").unlink(missing_ok=True)
     config = json.loads((directory / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = base
+    if isinstance(config.get("target_modules"), list):  # peft writes a set: a fixed order keeps regenerations quiet
+        config["target_modules"] = sorted(config["target_modules"])
     (directory / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
