@@ -293,12 +293,12 @@ int cmd_unload_adapter(const CommandContext& ctx, const std::vector<std::string>
   return 0;
 }
 
-const RegisteredCommand load_adapter_command({60, "load-adapter", [] {
+const RegisteredCommand load_adapter_command({53, "load-adapter", [] {
   return std::string("  load-adapter BASE PATH [--name NAME]\n"
                      "                                serve a PEFT LoRA adapter over a resident model, as model NAME\n");
 }, &cmd_load_adapter});
 
-const RegisteredCommand unload_adapter_command({70, "unload-adapter", [] {
+const RegisteredCommand unload_adapter_command({56, "unload-adapter", [] {
   return std::string("  unload-adapter NAME           stop serving an adapter (running requests finish)\n");
 }, &cmd_unload_adapter});
 

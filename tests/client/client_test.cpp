@@ -39,6 +39,6 @@ BOOST_AUTO_TEST_CASE(every_subcommand_is_registered_in_order) {
     names.push_back(c.name);
     BOOST_TEST(c.usage().find(std::string("  ") + c.name) == 0u, c.name);
   }
-  const std::vector<std::string> expected{"status", "list", "load", "unload", "rebalance", "chat", "export"};
+  const std::vector<std::string> expected{"status", "list", "load", "unload", "rebalance", "load-adapter", "unload-adapter", "chat", "export"};
   BOOST_TEST(names == expected, boost::test_tools::per_element());
 }
