@@ -1,6 +1,9 @@
 // ftllmctl chat NAME: an interactive streaming chat in the terminal, like `ftllm run`, through the
 // daemon's OpenAI endpoint (found from the admin status). /reset forgets the history, /exit leaves.
+// Ctrl-C while a reply streams stops it (the connection closes, so the daemon cancels the request) and
+// keeps the conversation with what was said; Ctrl-C again at the prompt leaves.
 #include <arpa/inet.h>
+#include <signal.h>
 #include <llhttp.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -9,7 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <iostream>
+#include <cerrno>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,23 @@
 namespace ftllm::client {
 
 namespace {
+
+volatile sig_atomic_t interrupted = 0;  // set by SIGINT; the blocking read or recv it cut short sees EINTR
+
+void on_interrupt(int) { interrupted = 1; }
+
+// One line from stdin (without its newline) read with read(2), so Ctrl-C cuts the wait short. Returns
+// false at the end of input or when interrupted (then `interrupted` is set).
+bool read_line(std::string& line) {
+  line.clear();
+  for (char c;;) {
+    const ssize_t n = ::read(STDIN_FILENO, &c, 1);
+    if (n < 0 && errno == EINTR && !interrupted) continue;
+    if (n <= 0) return false;
+    if (c == '\n') return true;
+    line += c;
+  }
+}
 
 struct Options {
   std::string model, system, api_key;
@@ -74,10 +94,13 @@ std::string stream_chat(const std::string& host, const std::string& port, const 
   llhttp_init(&parser, HTTP_RESPONSE, &settings);
   parser.data = &state;
   char buf[8192];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0)
-    if (llhttp_execute(&parser, buf, size_t(n)) != HPE_OK) break;
-  ::close(fd);
+  for (ssize_t n;;) {
+    n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR && !interrupted) continue;
+    if (n <= 0 || llhttp_execute(&parser, buf, size_t(n)) != HPE_OK) break;
+  }
+  ::close(fd);  // after Ctrl-C: the daemon sees the client gone and cancels the request
+  if (interrupted) return {};
   status = parser.status_code;
   if (status != 200) {
     simdjson::dom::parser p;
@@ -136,11 +159,27 @@ int cmd_chat(const CommandContext& ctx, const std::vector<std::string>& args) {
     if (!o.system.empty()) history.push_back("{\"role\": \"system\", \"content\": " + json_quote(o.system) + "}");
   };
   reset();
-  if (isatty(STDIN_FILENO)) std::fprintf(stderr, "chatting with %s; /reset forgets the conversation, /exit leaves\n", o.model.c_str());
+  // No SA_RESTART: a Ctrl-C ends the read or recv waiting, which then looks at `interrupted`.
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  if (isatty(STDIN_FILENO))
+    std::fprintf(stderr, "chatting with %s; /reset forgets the conversation, /exit or Ctrl-C twice leaves, Ctrl-C stops a reply\n",
+                 o.model.c_str());
   std::string line;
+  bool just_interrupted = false;  // the last thing was a Ctrl-C: another one at the prompt leaves
   for (;;) {
     if (isatty(STDIN_FILENO)) std::fputs("> ", stderr);
-    if (!std::getline(std::cin, line) || line == "/exit") break;
+    if (!read_line(line)) {
+      if (!interrupted || just_interrupted) break;
+      interrupted = 0;
+      just_interrupted = true;
+      std::fprintf(stderr, "\n(Ctrl-C again or /exit to leave)\n");
+      continue;
+    }
+    just_interrupted = false;
+    if (line == "/exit") break;
     if (line == "/reset") {
       reset();
       std::printf("(conversation reset)\n");
@@ -180,6 +219,14 @@ int cmd_chat(const CommandContext& ctx, const std::vector<std::string>& args) {
       std::fflush(stdout);
     }, http_status);
     if (in_reasoning && tty) std::fputs("\x1b[0m", stdout);
+    if (interrupted) {  // the reply so far stays in the conversation, as the user saw it
+      interrupted = 0;
+      just_interrupted = true;
+      std::printf("\n(stopped)\n");
+      std::fflush(stdout);
+      history.push_back("{\"role\": \"assistant\", \"content\": " + json_quote(answer) + "}");
+      continue;
+    }
     std::printf("\n");
     if (!error.empty()) {
       std::fprintf(stderr, "ftllmctl: %s\n", error.c_str());
@@ -193,7 +240,7 @@ int cmd_chat(const CommandContext& ctx, const std::vector<std::string>& args) {
 
 const RegisteredCommand chat_command({60, "chat", [] {
   return std::string("  chat NAME [--system TEXT] [--max_tokens N] [--temperature T] [--hide_reasoning]\n"
-         "                                an interactive streaming chat (/reset, /exit)\n");
+         "                                an interactive streaming chat (/reset, /exit; Ctrl-C stops a reply)\n");
 }, &cmd_chat});
 
 }  // namespace ftllm::client

@@ -637,6 +637,17 @@ BOOST_AUTO_TEST_CASE(cors_lets_the_configured_origins_call_the_api) {
   BOOST_TEST(foreign.body.find("Access-Control-Allow-Origin") == std::string::npos, foreign.body);
 }
 
+// ftllmctl chat at a terminal: Ctrl-C stops a streaming reply (the request is cancelled) and the chat goes
+// on; Ctrl-C twice at the prompt leaves (chat_interrupt_check.py).
+BOOST_AUTO_TEST_CASE(ctrl_c_stops_a_chat_reply_and_twice_leaves) {
+  DaemonProcess& d = daemon_with_model();
+  CommandResult r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
+                                "/tests/integration/chat_interrupt_check.py " + env_or_fail("FTLLMCTL") + " " + d.socket_path() +
+                                " " + d.base_url() + " smollm2");
+  BOOST_TEST(r.exit_code == 0, r.out << r.err);
+  BOOST_TEST(r.out == "ok\n");
+}
+
 // /v1/embeddings on a decoder embedding model (tests/data/embedding: sentence-transformers' layout, its
 // vectors the oracle) through the OpenAI SDK; what is wrong with a request, and a chat model, get a 400
 // saying why.
