@@ -36,6 +36,7 @@ struct ApiContext {
   // references, so a generation (and the model it keeps alive after an unload) is always destroyed on
   // the loop thread, never on the worker it would have to join.
   std::set<std::shared_ptr<Generation>> generations;
+  std::set<std::shared_ptr<void>> other_generations;  // the same for the other APIs' answers (Ollama's)
   // SIGTERM's drain: running generations finish; /health and new generations answer 503, so a load
   // balancer's readiness probe takes this instance out while its connections are still answered.
   bool draining = false;
@@ -43,6 +44,7 @@ struct ApiContext {
 
 void add_openai_routes(http::Router& router, ApiContext& api);
 void add_embedding_routes(http::Router& router, ApiContext& api);  // embeddings.cpp
+void add_ollama_routes(http::Router& router, ApiContext& api);     // ollama.cpp
 
 // Shared by the route files: an error as OpenAI's JSON (503s with Retry-After), a 200 JSON body, the API
 // key check (a 401 when it fails), and the model a request names (or the only one loaded), else why not.

@@ -648,6 +648,23 @@ BOOST_AUTO_TEST_CASE(ctrl_c_stops_a_chat_reply_and_twice_leaves) {
   BOOST_TEST(r.out == "ok\n");
 }
 
+// Ollama's API through the `ollama` client library (ollama_check.py): SmolLM2 for chat and generate, the
+// embedding fixture (with the byte tokenizer its reference texts were tokenized with) for /api/embed.
+BOOST_AUTO_TEST_CASE(ollama_clients_chat_generate_list_and_embed) {
+  TempDir dir;
+  const std::string fixture = std::string(FTLLM_SOURCE_ROOT) + "/tests/data/embedding/qwen3-last-normalized";
+  const std::string emb = dir.file("emb");
+  std::filesystem::copy(fixture, emb, std::filesystem::copy_options::recursive);
+  std::filesystem::copy_file(std::string(FTLLM_SOURCE_ROOT) + "/tests/data/tokenizers/bytes/tokenizer.json", emb + "/tokenizer.json");
+  DaemonProcess e(dir, {emb, "--name", "emb", "-t", "1", "--ctx", "128", "--kv_dtype", "f32"});
+  DaemonProcess& d = daemon_with_model();
+  CommandResult r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
+                                "/tests/integration/ollama_check.py " + d.base_url() + " smollm2 " + e.base_url() + " emb " + fixture +
+                                "/reference.json");
+  BOOST_TEST(r.exit_code == 0, r.out << r.err);
+  BOOST_TEST(r.out == "ok\n");
+}
+
 // /v1/embeddings on a decoder embedding model (tests/data/embedding: sentence-transformers' layout, its
 // vectors the oracle) through the OpenAI SDK; what is wrong with a request, and a chat model, get a 400
 // saying why.
