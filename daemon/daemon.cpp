@@ -200,7 +200,7 @@ int run_daemon(const Options& options, Config config) {
     return 2;
   }
   d.bridge = std::make_unique<EngineBridge>(&d.loop);
-  d.api = std::make_unique<ApiContext>(ApiContext{d.engine, *d.bridge, d.config, d.metrics, d.loading, {}});
+  d.api = std::make_unique<ApiContext>(ApiContext{d.engine, *d.bridge, d.config, d.metrics, d.loading, {}, {}});
   uv_async_init(&d.loop, &d.loaded, [](uv_async_t* a) { static_cast<Daemon*>(a->data)->models_loaded(); });
   d.loaded.data = &d;
   add_openai_routes(d.public_router, *d.api);

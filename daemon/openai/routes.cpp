@@ -52,6 +52,8 @@ std::optional<http::Response> check_key(const Config& config, const http::Reques
   if (config.api_key.empty()) return std::nullopt;
   std::string_view auth = req.header("authorization");
   if (auth.starts_with("Bearer ") && same_secret(auth.substr(7), config.api_key)) return std::nullopt;
+  // Anthropic's clients send the key as x-api-key: the same key, the same check.
+  if (std::string_view key = req.header("x-api-key"); !key.empty() && same_secret(key, config.api_key)) return std::nullopt;
   return http::json_error(401, "missing or wrong API key: send the header \"Authorization: Bearer <key>\"",
                           "invalid_request_error", "invalid_api_key");
 }
@@ -538,6 +540,7 @@ http::AsyncHandler helper_route(ApiContext& api,
 void add_openai_routes(http::Router& router, ApiContext& api) {
   add_embedding_routes(router, api);
   add_ollama_routes(router, api);
+  add_anthropic_routes(router, api);
   // Open without the API key, so load balancers and systemd checks work.
   router.add("GET", "/health", [&api](const http::Request&) {
     if (api.draining) {

@@ -263,6 +263,15 @@ BOOST_AUTO_TEST_CASE(api_key_guards_the_api_but_not_health) {
   BOOST_TEST(denied.body.find("invalid_api_key") != std::string::npos);
   BOOST_TEST(curl("-H 'Authorization: Bearer wrong' " + d.base_url() + "/v1/models").status == 401);
   BOOST_TEST(curl("-H 'Authorization: Bearer sk-secret' " + d.base_url() + "/v1/models").status == 200);
+  // Anthropic's clients send it as x-api-key; Anthropic's and Ollama's routes answer in their own shapes.
+  BOOST_TEST(curl("-H 'x-api-key: sk-secret' " + d.base_url() + "/v1/models").status == 200);
+  BOOST_TEST(curl("-H 'x-api-key: wrong' " + d.base_url() + "/v1/models").status == 401);
+  const HttpResult messages = curl("-H 'x-api-key: wrong' -d '{}' " + d.base_url() + "/v1/messages");
+  BOOST_TEST(messages.status == 401);
+  BOOST_TEST(messages.body.find(R"("type":"error","error":{"type":"authentication_error")") != std::string::npos, messages.body);
+  const HttpResult tags = curl(d.base_url() + "/api/tags");
+  BOOST_TEST(tags.status == 401);
+  BOOST_TEST(tags.body.find(R"({"error":)") == 0u, tags.body);
   // /metrics names the models and counts their traffic: the key guards it too, unless made public.
   BOOST_TEST(curl(d.base_url() + "/metrics").status == 401);
   BOOST_TEST(curl("-H 'Authorization: Bearer sk-secret' " + d.base_url() + "/metrics").status == 200);
