@@ -541,6 +541,7 @@ void add_openai_routes(http::Router& router, ApiContext& api) {
   add_embedding_routes(router, api);
   add_ollama_routes(router, api);
   add_anthropic_routes(router, api);
+  add_responses_routes(router, api);
   // Open without the API key, so load balancers and systemd checks work.
   router.add("GET", "/health", [&api](const http::Request&) {
     if (api.draining) {

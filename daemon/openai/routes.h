@@ -46,6 +46,7 @@ void add_openai_routes(http::Router& router, ApiContext& api);
 void add_embedding_routes(http::Router& router, ApiContext& api);  // embeddings.cpp
 void add_ollama_routes(http::Router& router, ApiContext& api);     // ollama.cpp
 void add_anthropic_routes(http::Router& router, ApiContext& api);  // anthropic.cpp
+void add_responses_routes(http::Router& router, ApiContext& api);  // responses.cpp
 
 // Shared by the route files: an error as OpenAI's JSON (503s with Retry-After), a 200 JSON body, the API
 // key check (a 401 when it fails), and the model a request names (or the only one loaded), else why not.

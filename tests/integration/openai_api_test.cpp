@@ -450,7 +450,8 @@ BOOST_AUTO_TEST_CASE(structured_output_holds_on_every_fixture_architecture) {
 
 // tool_choice required or named, enforced in the <tool_call> format of the template given (SmolLM2 speaks
 // ChatML, as Qwen2.5's template does): every answer is calls of the allowed tools with valid arguments.
-// Then LangChain's structured output and tool round trip on the same daemon, and Anthropic's Messages API.
+// Then LangChain's structured output and tool round trip on the same daemon, Anthropic's Messages API and
+// OpenAI's Responses API.
 BOOST_AUTO_TEST_CASE(tool_choice_is_enforced_in_the_models_tool_call_format) {
   TempDir dir;
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "2", "--ctx", "1024", "--chat_template",
@@ -466,6 +467,11 @@ BOOST_AUTO_TEST_CASE(tool_choice_is_enforced_in_the_models_tool_call_format) {
                                        "/tests/integration/anthropic_check.py " + d.base_url() + " smollm2");
   BOOST_TEST(messages.exit_code == 0, messages.out + messages.err);
   BOOST_TEST(messages.out == "ok\n");
+  // The Responses API through the OpenAI SDK (responses_check.py): items, typed events, function calls.
+  CommandResult responses = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
+                                        "/tests/integration/responses_check.py " + d.base_url() + " smollm2");
+  BOOST_TEST(responses.exit_code == 0, responses.out + responses.err);
+  BOOST_TEST(responses.out == "ok\n");
   // LangChain as agents use it: with_structured_output, and bind_tools through a whole tool round trip.
   r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
                   "/tests/integration/langchain_check.py " + d.base_url() + " smollm2");
