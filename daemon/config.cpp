@@ -148,6 +148,7 @@ const std::map<std::string, Section, std::less<>>& schema() {
            {"request_timeout_seconds", size_key(&Config::request_timeout_seconds, 1, 3600)},
            {"shutdown_timeout_seconds", size_key(&Config::shutdown_timeout_seconds, 0, 86400)},
            {"public_metrics", bool_key(&Config::public_metrics)},
+           {"webui", bool_key(&Config::webui)},
            {"cors_origins", [](const toml::node& node, Config& cfg) -> std::string {
               const toml::array* list = node.as_array();
               if (!list) return "must be an array of origins, such as [\"https://chat.example.com\"] or [\"*\"]";
@@ -435,6 +436,7 @@ std::string config_toml(const Config& c, const std::vector<ModelLoadOptions>& mo
                             {"shutdown_timeout_seconds", c.shutdown_timeout_seconds}})
     out += std::string(key) + " = " + std::to_string(value) + "\n";
   out += std::string("public_metrics = ") + (c.public_metrics ? "true" : "false") + "\n";
+  out += std::string("webui = ") + (c.webui ? "true" : "false") + "\n";
   std::string origins;
   for (const std::string& o : c.cors_origins) origins += (origins.empty() ? "" : ", ") + toml_string(o);
   out += "cors_origins = [" + origins + "]\n";

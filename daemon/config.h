@@ -33,6 +33,7 @@ struct Config {
   size_t request_timeout_seconds = 30;  // from its first byte (+1 s per 64 KB of body), else 408
   size_t shutdown_timeout_seconds = 30; // on SIGTERM, running streams get this long to finish
   bool public_metrics = false;          // /metrics without the API key (when one is set)
+  bool webui = true;                    // the chat page at GET / (--webui off)
   // Browser pages on these origins ("https://chat.example.com", or "*") may call the API (CORS); none by default.
   std::vector<std::string> cors_origins;
 

@@ -10,7 +10,7 @@ const std::string& usage() {
       "usage: ftllmd [MODEL ...]\n" + load_options_synopsis(kCommandLine, 14) +
       "\n"
       "              [--config FILE] [--listen HOST:PORT] [--admin-socket PATH] [--api_key KEY]\n"
-      "              [--log-level error|warn|info|debug] [--hide_input]\n"
+      "              [--log-level error|warn|info|debug] [--hide_input] [--webui on|off]\n"
       "       ftllmd --check-config FILE\n"
       "       ftllmd [--config FILE] [options and MODELs as above] --print-config\n"
       "       ftllmd --help | --version\n"
@@ -34,7 +34,7 @@ OptionsResult parse_options(const std::vector<std::string>& args) {
       {"--config", &Options::config_path},   {"--check-config", &Options::check_config},
       {"--listen", &Options::listen},        {"--admin-socket", &Options::admin_socket},
       {"--api_key", &Options::api_key},      {"--api-key", &Options::api_key},
-      {"--log-level", &Options::log_level},
+      {"--log-level", &Options::log_level},  {"--webui", &Options::webui},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -97,6 +97,10 @@ std::string apply_overrides(const Options& o, Config& config) {
     config.admin_socket = *o.admin_socket;
   }
   if (o.api_key) config.api_key = *o.api_key;
+  if (o.webui) {
+    if (*o.webui != "on" && *o.webui != "off") return "--webui must be on or off";
+    config.webui = *o.webui == "on";
+  }
   if (o.log_level) {
     auto level = parse_log_level(*o.log_level);
     if (!level) return "--log-level must be one of error, warn, info, debug";

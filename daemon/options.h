@@ -18,6 +18,7 @@ struct Options {
   std::optional<std::string> admin_socket;  // --admin-socket PATH
   std::optional<std::string> api_key;       // --api_key KEY
   std::optional<std::string> log_level;     // --log-level LEVEL
+  std::optional<std::string> webui;         // --webui on|off: the chat page at GET /
   // Models to preload (as `ftllm server MODEL` does) and the load options given for them, by the load
   // option table's flags (engine/load_options.h); read and checked by model_load_options.
   std::vector<std::string> models;

@@ -12,6 +12,7 @@ apt_packages=(
   libsystemd-dev systemd libnuma-dev libboost-test-dev libboost-context-dev libpcre2-dev libutf8proc-dev
   clang libclang-rt-14-dev  # the libFuzzer targets (meson test fuzz)
   haproxy                   # deploy/haproxy's config, run by the integration tests
+  chromium chromium-driver  # the WebUI test drives headless Chromium through Selenium
 )
 
 missing=()

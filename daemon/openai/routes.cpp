@@ -537,7 +537,17 @@ http::AsyncHandler helper_route(ApiContext& api,
 
 }  // namespace
 
+extern const unsigned char kWebuiPage[];  // webui_page.cpp, generated from daemon/webui/index.html
+extern const std::size_t kWebuiPage_size;
+
 void add_openai_routes(http::Router& router, ApiContext& api) {
+  // The chat page: public, as any page is; the API calls it makes carry the key the user gives it.
+  if (api.config.webui)
+    router.add("GET", "/", [](const http::Request&) {
+      http::Response r{200, "text/html; charset=utf-8", {}, std::string(reinterpret_cast<const char*>(kWebuiPage), kWebuiPage_size)};
+      r.headers.emplace_back("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'");
+      return r;
+    });
   add_embedding_routes(router, api);
   add_ollama_routes(router, api);
   add_anthropic_routes(router, api);

@@ -677,6 +677,27 @@ BOOST_AUTO_TEST_CASE(ollama_clients_chat_generate_list_and_embed) {
   BOOST_TEST(r.out == "ok\n");
 }
 
+// The WebUI at GET / in headless Chromium (webui_check.py, Selenium): the API key asked for after a 401,
+// a streamed answer with its numbers, a long one stopped, the conversation found after a reload, phone
+// width. Screenshots go to webui-screenshots/ in the build directory. --webui off leaves the page out.
+BOOST_AUTO_TEST_CASE(webui_chats_in_a_real_browser) {
+  TempDir dir;
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "2", "--ctx", "1024", "--api_key", "sk-ui"});
+  const Reply page = http("GET", d.base_url() + "/");
+  BOOST_TEST(page.status == 200);
+  BOOST_TEST(page.body.find("<title>ftllm</title>") != std::string::npos);
+  const std::string shots = (std::filesystem::current_path() / "webui-screenshots").string();
+  std::filesystem::create_directories(shots);
+  CommandResult r = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
+                                "/tests/integration/webui_check.py " + d.base_url() + " smollm2 sk-ui " + shots);
+  BOOST_TEST(r.exit_code == 0, r.out << r.err);
+  BOOST_TEST(r.out == "ok\n");
+  BOOST_TEST(std::filesystem::file_size(shots + "/webui-phone.png") > 10000u);
+  TempDir off_dir;
+  DaemonProcess off(off_dir, {"--webui", "off"});
+  BOOST_TEST(http("GET", off.base_url() + "/").status == 404);
+}
+
 // /v1/embeddings on a decoder embedding model (tests/data/embedding: sentence-transformers' layout, its
 // vectors the oracle) through the OpenAI SDK; what is wrong with a request, and a chat model, get a 400
 // saying why.
