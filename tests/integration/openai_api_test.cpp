@@ -698,6 +698,40 @@ BOOST_AUTO_TEST_CASE(webui_chats_in_a_real_browser) {
   BOOST_TEST(http("GET", off.base_url() + "/").status == 404);
 }
 
+// Wrong types and missing fields in each API's bodies: a 4xx in that API's own error shape, never a 5xx,
+// and the daemon serves on.
+BOOST_AUTO_TEST_CASE(each_api_answers_bad_bodies_in_its_own_error_shape) {
+  DaemonProcess& d = daemon_with_model();
+  const std::string anthropic = R"({"type":"error","error":{"type":")", ollama = R"({"error":")", openai = R"({"error":{"message":")";
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"/v1/messages", "not json", anthropic},
+      {"/v1/messages", R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}]})", anthropic},  // no max_tokens
+      {"/v1/messages", R"({"model": "smollm2", "max_tokens": "8", "messages": []})", anthropic},
+      {"/v1/messages", R"({"model": "smollm2", "max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image"}]}]})", anthropic},
+      {"/v1/messages", R"({"model": "smollm2", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "magic"}})", anthropic},
+      {"/v1/messages/count_tokens", R"({"model": "smollm2", "messages": 3})", anthropic},
+      {"/api/chat", "[1, 2]", ollama},
+      {"/api/chat", R"({"model": "smollm2"})", ollama},
+      {"/api/chat", R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "options": [1]})", ollama},
+      {"/api/chat", R"({"model": "smollm2", "messages": [{"role": "user", "content": "x"}], "stream": "yes"})", ollama},
+      {"/api/generate", R"({"model": "smollm2", "prompt": 5})", ollama},
+      {"/api/generate", R"({"model": "smollm2", "prompt": "x", "format": 7})", ollama},
+      {"/api/embed", R"({"model": "smollm2", "input": "x"})", ollama},
+      {"/api/show", R"({"model": "nope"})", ollama},
+      {"/v1/responses", R"({"model": "smollm2"})", openai},
+      {"/v1/responses", R"({"model": "smollm2", "input": 5})", openai},
+      {"/v1/responses", R"({"model": "smollm2", "input": [{"type": "image_generation_call"}]})", openai},
+      {"/v1/responses", R"({"model": "smollm2", "input": "x", "max_output_tokens": -1})", openai},
+      {"/v1/responses", R"({"model": "smollm2", "input": "x", "text": {"format": {"type": "xml"}}})", openai},
+  };
+  for (const auto& [path, body, shape] : cases) {
+    const Reply r = http("POST", d.base_url() + path, body);
+    BOOST_TEST((r.status >= 400 && r.status < 500), path << " " << body << " -> " << r.status << " " << r.body);
+    BOOST_TEST(r.body.find(shape) == 0u, path << " " << body << " -> " << r.body);
+  }
+  BOOST_TEST(http("POST", d.base_url() + "/v1/chat/completions", chat_body("Hi", R"("max_tokens": 2)")).status == 200);
+}
+
 // /v1/embeddings on a decoder embedding model (tests/data/embedding: sentence-transformers' layout, its
 // vectors the oracle) through the OpenAI SDK; what is wrong with a request, and a chat model, get a 400
 // saying why.
