@@ -3,6 +3,7 @@
 // Ctrl-C while a reply streams stops it (the connection closes, so the daemon cancels the request) and
 // keeps the conversation with what was said; Ctrl-C again at the prompt leaves.
 #include <arpa/inet.h>
+#include <poll.h>
 #include <signal.h>
 #include <llhttp.h>
 #include <netdb.h>
@@ -24,17 +25,32 @@ namespace ftllm::client {
 
 namespace {
 
-volatile sig_atomic_t interrupted = 0;  // set by SIGINT; the blocking read or recv it cut short sees EINTR
+volatile sig_atomic_t interrupted = 0;  // set by SIGINT
 
 void on_interrupt(int) { interrupted = 1; }
 
-// One line from stdin (without its newline) read with read(2), so Ctrl-C cuts the wait short. Returns
-// false at the end of input or when interrupted (then `interrupted` is set).
+// SIGINT stays blocked except inside ppoll, which unblocks it while it waits: a Ctrl-C that comes just
+// before a wait is delivered in it (no window where it is noted and the wait then blocks anyway).
+sigset_t unblocked;
+
+// Waits until fd has input; false when Ctrl-C came first.
+bool wait_readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  for (;;) {
+    if (interrupted) return false;
+    if (::ppoll(&p, 1, nullptr, &unblocked) > 0) return true;
+    if (errno != EINTR) return true;  // let the read report the error
+  }
+}
+
+// One line from stdin (without its newline). Returns false at the end of input or when interrupted
+// (then `interrupted` is set).
 bool read_line(std::string& line) {
   line.clear();
   for (char c;;) {
+    if (!wait_readable(STDIN_FILENO)) return false;
     const ssize_t n = ::read(STDIN_FILENO, &c, 1);
-    if (n < 0 && errno == EINTR && !interrupted) continue;
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     if (c == '\n') return true;
     line += c;
@@ -95,8 +111,9 @@ std::string stream_chat(const std::string& host, const std::string& port, const 
   parser.data = &state;
   char buf[8192];
   for (ssize_t n;;) {
+    if (!wait_readable(fd)) break;
     n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR && !interrupted) continue;
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0 || llhttp_execute(&parser, buf, size_t(n)) != HPE_OK) break;
   }
   ::close(fd);  // after Ctrl-C: the daemon sees the client gone and cancels the request
@@ -159,11 +176,15 @@ int cmd_chat(const CommandContext& ctx, const std::vector<std::string>& args) {
     if (!o.system.empty()) history.push_back("{\"role\": \"system\", \"content\": " + json_quote(o.system) + "}");
   };
   reset();
-  // No SA_RESTART: a Ctrl-C ends the read or recv waiting, which then looks at `interrupted`.
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
+  sigset_t blocked;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGINT);
+  sigprocmask(SIG_BLOCK, &blocked, &unblocked);
+  sigdelset(&unblocked, SIGINT);
   if (isatty(STDIN_FILENO))
     std::fprintf(stderr, "chatting with %s; /reset forgets the conversation, /exit or Ctrl-C twice leaves, Ctrl-C stops a reply\n",
                  o.model.c_str());
