@@ -198,7 +198,6 @@ struct MessageReply {
   std::vector<std::string> stops;
   std::string id, model_name;
   std::shared_ptr<ModelHandle> model;  // alive until the answer ends
-  std::vector<uint64_t> choice_ids;
   size_t input_tokens = 0, output_tokens = 0;
   // The blocks so far: thinking, text, tool_use; streamed ones opened and closed in order.
   struct Block {
@@ -396,26 +395,14 @@ void handle_messages(ApiContext& api, const std::shared_ptr<http::Exchange>& ex,
         auto reply = std::make_shared<MessageReply>(api, ex, work->stream);
         reply->stops = work->stops;
         reply->id = message_id();
-        std::weak_ptr<MessageReply> weak = reply;
-        TextSubmission s = api.engine.submit(work->body.request, work->prepared, api.bridge.make_callback<TextEvent>([weak](const TextEvent& e) {
-          if (auto r = weak.lock()) {
-            r->on_event(e);
-            if (e.finished) r->api.other_generations.erase(r);  // destroyed here, on the loop thread
-          }
-        }));
+        TextSubmission s = submit_with(api, ex, work->body.request, work->prepared, reply);
         if (s.refusal == Refusal::ModelNotFound)
           return ex->respond(anthropic_error(404, "model: " + work->body.request.model + " is not loaded (ftllmctl load it first)"));
         if (s.refusal != Refusal::None) return ex->respond(anthropic_error(s.refusal == Refusal::Busy ? 503 : 400, s.error));
         reply->model = s.model;
         reply->model_name = s.model->name();
-        reply->choice_ids = s.choice_ids;
         reply->input_tokens = s.prompt_tokens;
-        api.other_generations.insert(reply);
         reply->start();
-        ex->on_close([weak] {
-          if (auto r = weak.lock())
-            for (uint64_t id : r->choice_ids) r->model->cancel(id);
-        });
       });
 }
 

@@ -146,7 +146,6 @@ struct OllamaReply : std::enable_shared_from_this<OllamaReply> {
   std::string model_name, content, thinking;
   std::vector<ToolCall> calls;
   std::shared_ptr<ModelHandle> model;  // alive until the answer ends
-  std::vector<uint64_t> choice_ids;
   size_t prompt_tokens = 0, eval_count = 0;
   Clock::time_point arrived, first_token{};
 
@@ -269,26 +268,14 @@ void handle_generate(ApiContext& api, const std::shared_ptr<http::Exchange>& ex,
           w.key("done").boolean(true).key("done_reason").string("load").end_object();
           return ex->respond(http::Response{200, "application/json", {}, w.take()});
         }
-        std::weak_ptr<OllamaReply> weak = reply;
-        TextSubmission s = api.engine.submit(work->body.request, work->prepared, api.bridge.make_callback<TextEvent>([weak](const TextEvent& e) {
-          if (auto r = weak.lock()) {
-            r->on_event(e);
-            if (e.finished) r->api.other_generations.erase(r);  // destroyed here, on the loop thread
-          }
-        }));
+        TextSubmission s = submit_with(api, ex, work->body.request, work->prepared, reply);
         if (s.refusal == Refusal::ModelNotFound)
           return ex->respond(ollama_error(404, "model \"" + work->body.request.model + "\" not found; ftllmctl load it first"));
         if (s.refusal != Refusal::None) return ex->respond(ollama_error(s.refusal == Refusal::Busy ? 503 : 400, s.error));
         reply->model = s.model;
         reply->model_name = s.model->name();
-        reply->choice_ids = s.choice_ids;
         reply->prompt_tokens = s.prompt_tokens;
-        api.other_generations.insert(reply);
         if (reply->stream) ex->begin_stream(200, "application/x-ndjson");
-        ex->on_close([weak] {
-          if (auto r = weak.lock())
-            for (uint64_t id : r->choice_ids) r->model->cancel(id);
-        });
       });
 }
 

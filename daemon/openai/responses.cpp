@@ -205,7 +205,6 @@ struct ResponsesReply {
   std::string id, model_name;
   int64_t created_at = 0;
   std::shared_ptr<ModelHandle> model;  // alive until the answer ends
-  std::vector<uint64_t> choice_ids;
   size_t input_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
   struct Item {
     std::string type, id, text, call_id, name;  // text: the reasoning, the message's text, or a call's arguments
@@ -421,13 +420,7 @@ void handle_responses(ApiContext& api, const std::shared_ptr<http::Exchange>& ex
         reply->echo = work->echo;
         reply->id = new_id("resp_");
         reply->created_at = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-        std::weak_ptr<ResponsesReply> weak = reply;
-        TextSubmission s = api.engine.submit(work->body.request, work->prepared, api.bridge.make_callback<TextEvent>([weak](const TextEvent& e) {
-          if (auto r = weak.lock()) {
-            r->on_event(e);
-            if (e.finished) r->api.other_generations.erase(r);  // destroyed here, on the loop thread
-          }
-        }));
+        TextSubmission s = submit_with(api, ex, work->body.request, work->prepared, reply);
         if (s.refusal == Refusal::ModelNotFound)
           return ex->respond(api_error({404, "model \"" + work->body.request.model + "\" is not loaded", "model", "invalid_request_error", "model_not_found"}));
         if (s.refusal != Refusal::None)
@@ -435,14 +428,8 @@ void handle_responses(ApiContext& api, const std::shared_ptr<http::Exchange>& ex
                                         s.refusal == Refusal::Busy ? "server_error" : "invalid_request_error"}));
         reply->model = s.model;
         reply->model_name = s.model->name();
-        reply->choice_ids = s.choice_ids;
         reply->input_tokens = s.prompt_tokens;
-        api.other_generations.insert(reply);
         reply->start();
-        ex->on_close([weak] {
-          if (auto r = weak.lock())
-            for (uint64_t id : r->choice_ids) r->model->cancel(id);
-        });
       });
 }
 

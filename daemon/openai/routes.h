@@ -55,4 +55,27 @@ http::Response json_ok(std::string body);
 std::optional<http::Response> check_key(const Config& config, const http::Request& req);
 std::shared_ptr<ModelHandle> model_for(const ApiContext& api, simdjson::dom::element body, ApiError& error);
 
+// Submits a request whose answer `reply` writes in another API's shapes (Ollama's, Anthropic's, the
+// Responses API's): its on_event(const TextEvent&) gets the engine's events on the loop thread; it stays in
+// api.other_generations until the last one, so it (and the model it holds) is destroyed there; a client
+// that goes away cancels the request. Returns the engine's answer (a refusal changes nothing).
+template <class Reply>
+TextSubmission submit_with(ApiContext& api, const std::shared_ptr<http::Exchange>& ex, const TextRequest& request,
+                           const PreparedText& prepared, const std::shared_ptr<Reply>& reply) {
+  std::weak_ptr<Reply> weak = reply;
+  TextSubmission s = api.engine.submit(request, prepared, api.bridge.make_callback<TextEvent>([weak, &api](const TextEvent& e) {
+    if (auto r = weak.lock()) {
+      r->on_event(e);
+      if (e.finished) api.other_generations.erase(r);
+    }
+  }));
+  if (s.refusal != Refusal::None) return s;
+  api.other_generations.insert(reply);
+  ex->on_close([model = std::weak_ptr<ModelHandle>(s.model), ids = s.choice_ids] {
+    if (auto m = model.lock())
+      for (uint64_t id : ids) m->cancel(id);
+  });
+  return s;
+}
+
 }  // namespace ftllm::daemon

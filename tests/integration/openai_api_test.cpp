@@ -939,6 +939,11 @@ BOOST_AUTO_TEST_CASE(thinking_templates_send_reasoning_content) {
     }
   }
   BOOST_TEST(joined == reasoning);
+  // The same reasoning through the Responses, Anthropic and Ollama APIs (thinking_check.py).
+  CommandResult others = run_command(std::string(FTLLM_SOURCE_ROOT) + "/.venv/bin/python " + FTLLM_SOURCE_ROOT +
+                                     "/tests/integration/thinking_check.py " + d.base_url() + " smollm2");
+  BOOST_TEST(others.exit_code == 0, others.out << others.err);
+  BOOST_TEST(others.out == "ok\n");
 }
 
 // 64 clients at once on a pool of 128 pages (8 sequences of 256 tokens; up to 32 run), each sampling
