@@ -36,7 +36,7 @@ struct ApiContext {
   // references, so a generation (and the model it keeps alive after an unload) is always destroyed on
   // the loop thread, never on the worker it would have to join.
   std::set<std::shared_ptr<Generation>> generations;
-  std::set<std::shared_ptr<void>> other_generations;  // the same for the other APIs' answers (Ollama's)
+  std::set<std::shared_ptr<void>> other_generations;  // the same for the other APIs' answers (submit_with)
   // SIGTERM's drain: running generations finish; /health and new generations answer 503, so a load
   // balancer's readiness probe takes this instance out while its connections are still answered.
   bool draining = false;

@@ -169,8 +169,6 @@ Tensor transposed(const Tensor& b) {  // [out, r] -> [r, out], elements moved as
 
 }  // namespace
 
-const char* lora_target_name(LoraTarget t) { return kTargetNames[int(t)]; }
-
 std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& dir, const std::string& name, const DecoderModel& base) {
   static std::atomic<uint64_t> loads{0};
   const fs::path root(dir);
@@ -190,18 +188,23 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& dir, con
   const int64_t layers = base.config().num_layers;
   adapter->host_.resize(size_t(layers));
   std::set<std::string> targets;
-  std::map<std::string, std::pair<std::string, std::string>> pairs;  // module -> (A tensor, B tensor)
+  struct Module {
+    TensorName n;
+    std::string a, b;  // its lora_A and lora_B tensors' names
+  };
+  std::map<std::string, Module> modules;  // by module name
   for (const auto& [full, t] : store.tensors()) {
     const TensorName n = parse_name(full);
-    auto& [a, b] = pairs[n.module];
-    (n.is_a ? a : b) = full;
+    Module& m = modules[n.module];
+    m.n = n;
+    (n.is_a ? m.a : m.b) = full;
   }
-  if (pairs.empty()) throw EngineError(weights.string() + " holds no LoRA matrices");
-  for (const auto& [module, names] : pairs) {
-    const TensorName n = parse_name(names.first.empty() ? names.second : names.first);
-    if (names.first.empty() || names.second.empty())
-      throw EngineError(module + " has lora_" + std::string(names.first.empty() ? "B" : "A") + " without lora_" +
-                        (names.first.empty() ? "A" : "B") + "; the adapter file is incomplete");
+  if (modules.empty()) throw EngineError(weights.string() + " holds no LoRA matrices");
+  for (const auto& [module, m] : modules) {
+    const TensorName& n = m.n;
+    if (m.a.empty() || m.b.empty())
+      throw EngineError(module + " has lora_" + std::string(m.a.empty() ? "B" : "A") + " without lora_" + (m.a.empty() ? "A" : "B") +
+                        "; the adapter file is incomplete");
     const std::optional<LoraTarget> target = target_of(n.leaf);
     if (!target) throw EngineError(module + ": " + n.leaf + " is not a module ftllm adapts (q/k/v/o_proj, gate/up/down_proj)");
     if (n.layer >= layers)
@@ -214,8 +217,8 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& dir, con
       throw EngineError(module + ": the base model's layer " + std::to_string(n.layer) + " has no " + n.leaf +
                         " of its own (its " + (*target <= LoraTarget::O ? "attention" : "MLP") +
                         " is computed another way); this adapter was made for another model");
-    const StoredTensor& sa = store.tensors().at(names.first);
-    const StoredTensor& sb = store.tensors().at(names.second);
+    const StoredTensor& sa = store.tensors().at(m.a);
+    const StoredTensor& sb = store.tensors().at(m.b);
     const int64_t rank = config.rank_of(module), in = w->dim(1), out = w->dim(0);
     if (sa.shape.size() != 2 || sb.shape.size() != 2 || sa.shape[0] != sb.shape[1])
       throw EngineError(module + ": lora_A " + shape_string(sa.shape) + " and lora_B " + shape_string(sb.shape) +
@@ -228,8 +231,8 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& dir, con
                         n.leaf + " of " + std::to_string(out) + " outputs and " + std::to_string(in) +
                         " inputs; this adapter was made for another model");
     LoraPair p;
-    p.a = kept(store, names.first, sa.shape);
-    p.bt = transposed(kept(store, names.second, sb.shape));
+    p.a = kept(store, m.a, sa.shape);
+    p.bt = transposed(kept(store, m.b, sb.shape));
     p.scale = config.scale_of(module);
     adapter->bytes_ += uint64_t(p.a.bytes() + p.bt.bytes());
     adapter->rank_ = std::max(adapter->rank_, int(rank));

@@ -21,7 +21,6 @@ class DecoderModel;
 // The linear layers an adapter may change: PEFT's target module names.
 enum class LoraTarget { Q, K, V, O, Gate, Up, Down };
 inline constexpr int kLoraTargets = 7;
-const char* lora_target_name(LoraTarget t);  // "q_proj", ...
 
 // Stored as the adapter file has them (float32, or bfloat16 / float16 as adapters trained in those are
 // saved): a step reads each adapter of its rows once, so their bytes are what adapters cost.

@@ -58,7 +58,8 @@ uint64_t Runner::submit(GenerationRequest request, GenerationCallback callback) 
     lock.unlock();
     GenerationEvent e;
     e.finished = true;
-    e.result = {{}, FinishReason::Error, refused.empty() ? "the model is being unloaded" : refused};
+    e.result.finish = FinishReason::Error;
+    e.result.error = refused.empty() ? "the model is being unloaded" : refused;
     callback(e);
     return id;
   }
