@@ -140,6 +140,7 @@ class Connection {
     }
     if (nread == 0 || c->closing_) return;
     c->touch();
+    c->count_read(size_t(nread));
     if (c->draining_ || c->parse_failed_) return;  // discard what arrives after the final response
     if (!c->parser_.mid_request()) c->request_started_ = c->last_activity_;  // a request's first byte
     std::vector<Request> requests;
@@ -149,6 +150,24 @@ class Connection {
     c->pump();
   }
 
+  // Stops reading for the rest of this turn once the connection has read its share (Server::kReadPerTurn).
+  void count_read(size_t n) {
+    if (read_turn_ != server_.turn_) read_turn_ = server_.turn_, read_this_turn_ = 0;
+    read_this_turn_ += n;
+    if (read_this_turn_ < Server::kReadPerTurn || paused_) return;
+    uv_read_stop(stream());
+    paused_ = true;
+    server_.paused_.push_back(this);
+  }
+
+ public:
+  void resume_reading() {
+    paused_ = false;
+    if (!closing_) uv_read_start(stream(), &Connection::on_alloc, &Connection::on_read);
+  }
+  bool paused() const { return paused_; }
+
+ private:
   // Starts the next queued request when none is active; after the last one, a parse error is answered.
   void pump() {
     while (!active_ && !closing_ && !draining_) {
@@ -239,6 +258,9 @@ class Connection {
   int pending_writes_ = 0;
   uint64_t last_activity_ = 0;
   uint64_t request_started_ = 0;  // when the first byte of the request under way arrived
+  uint64_t read_turn_ = 0;        // the loop turn read_this_turn_ counts
+  size_t read_this_turn_ = 0;
+  bool paused_ = false;           // in server_.paused_ until the turn ends
   std::deque<Request> queued_;
   std::shared_ptr<Exchange> active_;
 };
@@ -307,6 +329,9 @@ Server::Server(uv_loop_t* loop, const Router& router, ServerLimits limits)
     : loop_(loop), router_(router), limits_(limits), read_buffer_(64 * 1024) {
   uv_timer_init(loop_, &sweep_);
   sweep_.data = this;
+  uv_check_init(loop_, &turn_end_);
+  turn_end_.data = this;
+  uv_check_start(&turn_end_, &Server::on_turn);
 }
 
 Server::~Server() = default;
@@ -474,7 +499,18 @@ void Server::on_sweep(uv_timer_t* timer) {
   }
 }
 
-void Server::forget(Connection* c) { connections_.erase(c->position); }
+void Server::on_turn(uv_check_t* check) {
+  auto* self = static_cast<Server*>(check->data);
+  ++self->turn_;
+  std::vector<Connection*> paused;
+  paused.swap(self->paused_);
+  for (Connection* c : paused) c->resume_reading();
+}
+
+void Server::forget(Connection* c) {
+  connections_.erase(c->position);
+  if (c->paused()) std::erase(paused_, c);
+}
 
 void Server::stop_accepting() {
   if (!accepting_) return;
@@ -490,6 +526,7 @@ void Server::close() {
   stop_accepting();
   closed_ = true;
   uv_close(reinterpret_cast<uv_handle_t*>(&sweep_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&turn_end_), nullptr);
   for (Connection* c : connections_) c->close();
 }
 
