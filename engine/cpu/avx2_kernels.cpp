@@ -73,6 +73,60 @@ inline void dot_rows(const float* x, int64_t K, const char* const* rows, size_t 
   }
 }
 
+// Several activation rows: a register tile of R activation rows by W weight rows, the same sums as
+// dot_rows (two 8-lane accumulators per output), but each half-chunk of an activation row is loaded
+// once for all W weight rows and each weight half-chunk widened once for all R activation rows (dot_rows'
+// 4 x 1 tile reloads the activations for every weight row and was bound by its loads).
+template <DType T, int R, int W>
+inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy) {
+  const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
+  __m256 a[R][W][2];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < W; ++i) a[r][i][0] = a[r][i][1] = _mm256_setzero_ps();
+  auto half = [&](int64_t k, int h) {
+    __m256 xv[R];
+    for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_ps(x + r * K + k);
+    for (int i = 0; i < W; ++i) {
+      const __m256 wv = load8<T>(rows[i], k);
+      for (int r = 0; r < R; ++r) a[r][i][h] = _mm256_fmadd_ps(xv[r], wv, a[r][i][h]);
+    }
+  };
+  for (int64_t k = 0; k < K16; k += 16) {
+    if (ahead)  // the rows the next tile reads, at this place: streamed from memory for the first rows of x
+      for (int i = 0; i < W; ++i) _mm_prefetch(rows[i] + ahead + size_t(k) * dtype_size(T), _MM_HINT_T0);
+    half(k, 0), half(k + 8, 1);
+  }
+  if (K8 > K16) half(K16, 0);
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < W; ++i) {
+      float s = hsum(_mm256_add_ps(a[r][i][0], a[r][i][1]));
+      for (int64_t k = K8; k < K; ++k) s = std::fma(x[r * K + k], load1<T>(rows[i], k), s);  // spelled out: no contraction choices
+      y[r * ldy + i] = s;
+    }
+}
+
+template <DType T>
+void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const size_t bytes = row_bytes(T, K);
+  for_each_register_tile<2, 3>(M, n0, n1, bytes, [&](int64_t m, int r, int64_t n, int count) {
+    const char* rows[3];
+    for (int i = 0; i < count; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
+    // The first group of activation rows meets the weights from memory: prefetch the next tile's rows (only
+    // rows this thread will read); later groups find them in L2, where prefetching only costs loads.
+    const size_t ahead = m == 0 && n + 2 * count <= n1 ? size_t(count) * bytes : 0;
+    const float* xm = x + m * K;
+    float* ym = y + m * ldy + n;
+    if (r == 2) {
+      if (count == 3) return tile<T, 2, 3>(xm, K, rows, ahead, ym, ldy);
+      if (count == 2) return tile<T, 2, 2>(xm, K, rows, ahead, ym, ldy);
+      return tile<T, 2, 1>(xm, K, rows, ahead, ym, ldy);
+    }
+    if (count == 3) return tile<T, 1, 3>(xm, K, rows, ahead, ym, ldy);
+    if (count == 2) return tile<T, 1, 2>(xm, K, rows, ahead, ym, ldy);
+    return tile<T, 1, 1>(xm, K, rows, ahead, ym, ldy);
+  });
+}
+
 template <DType T>
 void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
@@ -92,16 +146,33 @@ void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, i
       [&](int64_t m, int64_t n) { dots.template operator()<1, 1>(m, n); });
 }
 
-// Block types without an integer kernel: each weight row is widened to float32 once (in cache) and
-// dotted with every activation row; the model is never widened as a whole.
+// Float weights, all summed alike: one activation row goes through dot_rows' W-row form; with AVX-512
+// several go through its 4 x 4 register tiles; with AVX2 up to four share each weight row in dot_rows'
+// 4 x 1 form (the weights read once: what a small batch against weights from memory wants), more go
+// through the 2 x 3 register tiles (fewer loads per fma once the weights come from cache).
+template <DType T, bool Vnni>
+void matmul_float(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  if (M > 1) {
+    if constexpr (Vnni) return avx512vnni::matmul_float(T, x, M, K, w, n0, n1, y, ldy);
+    if (M > 4) return gemm<T>(x, M, K, w, n0, n1, y, ldy);
+  }
+  matmul_t<T>(x, M, K, w, n0, n1, y, ldy);
+}
+
+// Block types without an integer kernel: weight rows are widened to float32 a few at a time (in cache)
+// and go through the float kernels; the model is never widened as a whole.
+template <bool Vnni>
 void matmul_widened(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                     int64_t ldy) {
-  thread_local std::vector<float> row;
-  row.resize(size_t(K));
   const size_t bytes = row_bytes(wt, K);
-  for (int64_t n = n0; n < n1; ++n) {
-    quant::dequantize_row(wt, static_cast<const char*>(w) + size_t(n) * bytes, row.data(), K);
-    matmul_t<DType::F32>(x, M, K, row.data(), 0, 1, y + n, ldy);
+  const int64_t group = M > 1 ? std::max<int64_t>(4, (64 << 10) / (K * int64_t(sizeof(float)))) : 1;
+  thread_local std::vector<float> rows;
+  rows.resize(size_t(group * K));
+  for (int64_t n = n0; n < n1; n += group) {
+    const int64_t count = std::min(group, n1 - n);
+    for (int64_t i = 0; i < count; ++i)
+      quant::dequantize_row(wt, static_cast<const char*>(w) + size_t(n + i) * bytes, rows.data() + i * K, K);
+    matmul_float<DType::F32, Vnni>(x, M, K, rows.data(), 0, count, y + n, ldy);
   }
 }
 
@@ -109,11 +180,11 @@ template <bool Vnni>
 void matmul(DType wt, const float* x, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1,
             float* y, int64_t ldy) {
   switch (wt) {
-    case DType::F32: return matmul_t<DType::F32>(x, M, K, w, n0, n1, y, ldy);
-    case DType::F16: return matmul_t<DType::F16>(x, M, K, w, n0, n1, y, ldy);
-    case DType::BF16: return matmul_t<DType::BF16>(x, M, K, w, n0, n1, y, ldy);
+    case DType::F32: return matmul_float<DType::F32, Vnni>(x, M, K, w, n0, n1, y, ldy);
+    case DType::F16: return matmul_float<DType::F16, Vnni>(x, M, K, w, n0, n1, y, ldy);
+    case DType::BF16: return matmul_float<DType::BF16, Vnni>(x, M, K, w, n0, n1, y, ldy);
     default:
-      if (!avx2::uses_q8(wt)) return matmul_widened(wt, x, M, K, w, n0, n1, y, ldy);
+      if (!avx2::uses_q8(wt)) return matmul_widened<Vnni>(wt, x, M, K, w, n0, n1, y, ldy);
       if constexpr (Vnni) return avx512vnni::matmul_q8(wt, xq, M, K, w, n0, n1, y, ldy);
       else return avx2::matmul_q8(wt, xq, M, K, w, n0, n1, y, ldy);
   }
@@ -213,7 +284,8 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
-// The AVX-512 VNNI table differs only in the integer dot products; the float kernels stay AVX2.
+// The AVX-512 VNNI table differs in the matmuls of several rows (integer dots on VNNI, float tiles on
+// AVX-512 registers); everything else, the one-row matmul included, is the AVX2 code.
 const Kernels& avx512vnni_kernel_table() {
   static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, gelu_tanh_mul, to_f32, avx2::attend_block};
   return k;

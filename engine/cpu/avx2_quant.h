@@ -27,4 +27,9 @@ namespace ftllm::cpu::avx512vnni {
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                int64_t ldy);
 
+// avx512_float_gemm.cpp: F32, F16 or BF16 weight rows [n0, n1) against M float activation rows, summed as
+// the AVX2 kernel sums them (the same bits), four by four.
+void matmul_float(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy);
+
 }  // namespace ftllm::cpu::avx512vnni

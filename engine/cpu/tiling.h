@@ -42,4 +42,17 @@ inline void for_each_tile(int64_t M, int64_t n0, int64_t n1, size_t x_row_bytes,
   for_each_tile(M, n0, n1, x_row_bytes, w_row_bytes, four, across, one);
 }
 
+// The float GEMMs' blocking: weight rows in tiles that stay in L2 while every group of up to R activation
+// rows passes over them, each group meeting the tile's weights up to W rows at a time (a register tile).
+// tile(m, r, n, w): activation rows m..m+r-1 against weight rows n..n+w-1, r <= R, w <= W.
+template <int R, int W, typename Tile>
+inline void for_each_register_tile(int64_t M, int64_t n0, int64_t n1, size_t w_row_bytes, Tile&& tile) {
+  const int64_t n_tile = std::max<int64_t>(W, int64_t((256 << 10) / std::max<size_t>(w_row_bytes, 1)) / W * W);
+  for (int64_t nt = n0; nt < n1; nt += n_tile) {
+    const int64_t nt_end = std::min(n1, nt + n_tile);
+    for (int64_t m = 0; m < M; m += R)
+      for (int64_t n = nt; n < nt_end; n += W) tile(m, int(std::min<int64_t>(R, M - m)), n, int(std::min<int64_t>(W, nt_end - n)));
+  }
+}
+
 }  // namespace ftllm::cpu

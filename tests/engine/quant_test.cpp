@@ -240,31 +240,43 @@ BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
 
 BOOST_AUTO_TEST_CASE(every_row_is_the_same_alone_or_in_a_batch_of_1_to_64) {
   // The batching promise on the GEMM path: row m of a batch of M equals row m computed alone, bit for
-  // bit, for every M the step may have (tails of the 8-row lane groups, the 2-group and 1-group tiles)
-  // and for weight-row counts that leave the 4-row tiles a tail.
+  // bit, for every M the step may have (tails of the 8-row lane groups, the 2-group and 1-group tiles,
+  // the float tiles' 4-row groups) and for weight-row counts that leave the 4-row tiles a tail. Every
+  // type: the integer kernels, the float ones (also with K leaving 16- and 8-element tails) and the types
+  // widened to float. The float rows of every table are also the AVX2 table's, bit for bit.
   std::mt19937 rng(21);
-  const int64_t K = 768, N = 11, nb = K / 32;  // whole super-blocks for the K-quants
+  const int64_t N = 11;
+  const cpu::Kernels* avx2 = cpu::avx2_kernels();
   for (const cpu::Kernels* table : fast_tables())
-    for (DType t : kAllDTypes) {
-      if (!table->uses_q8(t)) continue;
-      std::vector<uint8_t> w = random_rows(t, N, K, rng);
-      auto x = random_floats(size_t(64 * K), rng);
-      std::vector<cpu::Q8Block> xq(size_t(64 * nb));
-      for (int64_t m = 0; m < 64; ++m) cpu::quantize_activations(*table, t, x.data() + m * K, K, xq.data() + m * nb);
-      std::vector<float> alone(size_t(64 * N));
-      for (int64_t m = 0; m < 64; ++m) table->matmul(t, x.data() + m * K, xq.data() + m * nb, 1, K, w.data(), 0, N, alone.data() + m * N, N);
-      for (int64_t M : {2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 24, 33, 64}) {
-        std::vector<float> batched(size_t(M * N), -1.0f);
-        table->matmul(t, x.data(), xq.data(), M, K, w.data(), 1, N, batched.data(), N);
-        for (int64_t m = 0; m < M; ++m) {
-          BOOST_REQUIRE_MESSAGE(batched[size_t(m * N)] == -1.0f, table->name << " " << dtype_name(t) << " wrote outside [n0, n1)");
-          for (int64_t n = 1; n < N; ++n)
-            BOOST_REQUIRE_MESSAGE(float_bits(batched[size_t(m * N + n)]) == float_bits(alone[size_t(m * N + n)]),
-                                  table->name << " " << dtype_name(t) << " M=" << M << " row " << m << " col " << n << ": "
-                                              << batched[size_t(m * N + n)] << " batched vs " << alone[size_t(m * N + n)] << " alone");
+    for (DType t : kAllDTypes)
+      for (int64_t K : is_float(t) ? std::vector<int64_t>{768, 100, 24, 7} : std::vector<int64_t>{768}) {
+        const int64_t nb = K / 32;  // K = 768: whole super-blocks for the K-quants
+        std::vector<uint8_t> w = random_rows(t, N, K, rng);
+        auto x = random_floats(size_t(64 * K), rng);
+        std::vector<cpu::Q8Block> xq(size_t(64 * std::max<int64_t>(nb, 1)));
+        if (table->uses_q8(t))
+          for (int64_t m = 0; m < 64; ++m) cpu::quantize_activations(*table, t, x.data() + m * K, K, xq.data() + m * nb);
+        std::vector<float> alone(size_t(64 * N)), avx2_alone(static_cast<size_t>(N));
+        for (int64_t m = 0; m < 64; ++m) {
+          table->matmul(t, x.data() + m * K, xq.data() + m * nb, 1, K, w.data(), 0, N, alone.data() + m * N, N);
+          if (!is_float(t) || m % 7) continue;
+          avx2->matmul(t, x.data() + m * K, nullptr, 1, K, w.data(), 0, N, avx2_alone.data(), N);
+          for (int64_t n = 0; n < N; ++n)
+            BOOST_REQUIRE_MESSAGE(float_bits(avx2_alone[size_t(n)]) == float_bits(alone[size_t(m * N + n)]),
+                                  table->name << " " << dtype_name(t) << " K=" << K << " row " << m << " differs from avx2's");
+        }
+        for (int64_t M : {2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 24, 33, 64}) {
+          std::vector<float> batched(size_t(M * N), -1.0f);
+          table->matmul(t, x.data(), xq.data(), M, K, w.data(), 1, N, batched.data(), N);
+          for (int64_t m = 0; m < M; ++m) {
+            BOOST_REQUIRE_MESSAGE(batched[size_t(m * N)] == -1.0f, table->name << " " << dtype_name(t) << " wrote outside [n0, n1)");
+            for (int64_t n = 1; n < N; ++n)
+              BOOST_REQUIRE_MESSAGE(float_bits(batched[size_t(m * N + n)]) == float_bits(alone[size_t(m * N + n)]),
+                                    table->name << " " << dtype_name(t) << " K=" << K << " M=" << M << " row " << m << " col " << n << ": "
+                                                << batched[size_t(m * N + n)] << " batched vs " << alone[size_t(m * N + n)] << " alone");
+          }
         }
       }
-    }
 }
 
 BOOST_AUTO_TEST_CASE(dtype_names_parse_as_fastllm_spells_them) {

@@ -1,0 +1,132 @@
+// Float weights (F32, F16, BF16) against several activation rows with AVX-512 registers: a tile of four
+// activation rows by four weight rows keeps 16 sums in flight, so each weight chunk is widened once for
+// four rows and each activation chunk loaded once for four weight rows (the AVX2 kernel's 4 x 1 tile
+// reloads the activations for every weight row and was bound by its loads).
+//
+// The sums are the AVX2 kernel's to the bit (avx2_kernels.cpp, dot_rows), which the single-row path of
+// both tables computes: per output two 8-lane accumulators over 16-element steps (here the low and high
+// halves of one 16-lane register), then 8 more elements into the first when K leaves them, the halves
+// added, the same horizontal sum, the last K % 8 elements one fma at a time. So a row's bits never
+// depend on how many rows share its call.
+// GCC 12's AVX-512 headers pass _mm512_undefined_*() as the unused merge source of unmasked conversions,
+// which its own flow analysis then reports as uninitialized (a known false positive of those headers).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "avx2_quant.h"
+#include "avx2_util.h"
+#include "tiling.h"
+
+namespace ftllm::cpu::avx512vnni {
+
+namespace {
+
+template <DType T>
+inline __m512 load16(const void* row, int64_t k) {
+  if constexpr (T == DType::F32) {
+    return _mm512_loadu_ps(static_cast<const float*>(row) + k);
+  } else if constexpr (T == DType::F16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + k)));
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Eight weights into the low half (the upper half, zero, is never used: the fma that takes it is masked).
+template <DType T>
+inline __m512 load8_low(const void* row, int64_t k) {
+  if constexpr (T == DType::F32) return _mm512_maskz_loadu_ps(0x00ff, static_cast<const float*>(row) + k);
+  const __m256i h = _mm256_maskz_loadu_epi16(0x00ff, static_cast<const uint16_t*>(row) + k);
+  if constexpr (T == DType::F16) return _mm512_cvtph_ps(h);
+  else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <DType T>
+inline float load1(const void* row, int64_t k) {
+  if constexpr (T == DType::F32) return static_cast<const float*>(row)[k];
+  else if constexpr (T == DType::F16) return _cvtsh_ss(static_cast<const uint16_t*>(row)[k]);
+  else return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(static_cast<const uint16_t*>(row)[k]) << 16)));
+}
+
+// R activation rows from x (rows K apart) against W weight rows: y[r * ldy + i] for r < R, i < W.
+template <DType T, int R, int W>
+inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy) {
+  const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
+  __m512 acc[R][W];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < W; ++i) acc[r][i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K16; k += 16) {
+    if (ahead)  // the rows the next tile reads, at this place: streamed from memory for the first rows of x
+      for (int i = 0; i < W; ++i) _mm_prefetch(rows[i] + ahead + size_t(k) * dtype_size(T), _MM_HINT_T0);
+    __m512 wv[W];
+    for (int i = 0; i < W; ++i) wv[i] = load16<T>(rows[i], k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * K + k);
+      for (int i = 0; i < W; ++i) acc[r][i] = _mm512_fmadd_ps(xv, wv[i], acc[r][i]);
+    }
+  }
+  if (K8 > K16) {
+    __m512 wv[W];
+    for (int i = 0; i < W; ++i) wv[i] = load8_low<T>(rows[i], K16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_maskz_loadu_ps(0x00ff, x + r * K + K16);
+      for (int i = 0; i < W; ++i) acc[r][i] = _mm512_mask3_fmadd_ps(xv, wv[i], acc[r][i], __mmask16(0x00ff));
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < W; ++i) {
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, acc[r][i]);
+      float s = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+      for (int64_t k = K8; k < K; ++k) s = std::fma(x[r * K + k], load1<T>(rows[i], k), s);  // spelled out: no contraction choices
+      y[r * ldy + i] = s;
+    }
+}
+
+template <DType T, int R>
+inline void tile_rows(const float* x, int64_t K, const char* const* rows, int w, size_t ahead, float* y, int64_t ldy) {
+  switch (w) {
+    case 4: return tile<T, R, 4>(x, K, rows, ahead, y, ldy);
+    case 3: return tile<T, R, 3>(x, K, rows, ahead, y, ldy);
+    case 2: return tile<T, R, 2>(x, K, rows, ahead, y, ldy);
+    default: return tile<T, R, 1>(x, K, rows, ahead, y, ldy);
+  }
+}
+
+template <DType T>
+void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const size_t bytes = row_bytes(T, K);
+  for_each_register_tile<4, 4>(M, n0, n1, bytes, [&](int64_t m, int r, int64_t n, int count) {
+    const char* rows[4];
+    for (int i = 0; i < count; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
+    // The first group of activation rows meets the weights from memory: prefetch the next tile's rows (only
+    // rows this thread will read); later groups find them in L2, where prefetching only costs loads.
+    const size_t ahead = m == 0 && n + 2 * count <= n1 ? size_t(count) * bytes : 0;
+    const float* xm = x + m * K;
+    float* ym = y + m * ldy + n;
+    switch (r) {
+      case 4: return tile_rows<T, 4>(xm, K, rows, count, ahead, ym, ldy);
+      case 3: return tile_rows<T, 3>(xm, K, rows, count, ahead, ym, ldy);
+      case 2: return tile_rows<T, 2>(xm, K, rows, count, ahead, ym, ldy);
+      default: return tile_rows<T, 1>(xm, K, rows, count, ahead, ym, ldy);
+    }
+  });
+}
+
+}  // namespace
+
+void matmul_float(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy) {
+  switch (wt) {
+    case DType::F32: return gemm<DType::F32>(x, M, K, w, n0, n1, y, ldy);
+    case DType::F16: return gemm<DType::F16>(x, M, K, w, n0, n1, y, ldy);
+    default: return gemm<DType::BF16>(x, M, K, w, n0, n1, y, ldy);
+  }
+}
+
+}  // namespace ftllm::cpu::avx512vnni
