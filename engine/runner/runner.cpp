@@ -90,6 +90,12 @@ void Runner::cancel(uint64_t id) {
     if (cb) cb(e);
     return;
   }
+  // With the scheduler: it leaves at the next step boundary, but if it was still waiting it stops counting
+  // as waiting now (a step may take a while, and a live client must not be refused for it meanwhile).
+  if (auto w = std::find(scheduler_waiting_.begin(), scheduler_waiting_.end(), id); w != scheduler_waiting_.end()) {
+    scheduler_waiting_.erase(w);
+    --seen_.waiting;
+  }
   cancels_.push_back(id);
   lock.unlock();
   wake_.notify_one();
@@ -127,6 +133,7 @@ Placement Runner::placement() const {
 void Runner::note_load() {
   seen_.running = scheduler_.running();
   seen_.waiting = scheduler_.waiting() + arrivals_.size();
+  scheduler_waiting_.assign(scheduler_.waiting_ids().begin(), scheduler_.waiting_ids().end());
   seen_.kv_blocks_total = kv_.num_blocks();
   seen_.kv_blocks_used = kv_.used_blocks();
   seen_.kv_blocks_cached = kv_.cached_blocks();

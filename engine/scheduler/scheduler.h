@@ -92,6 +92,7 @@ class Scheduler {
   bool idle() const { return running_.empty() && waiting_.empty(); }
   size_t running() const { return running_.size(); }
   size_t waiting() const { return waiting_.size(); }
+  const std::deque<uint64_t>& waiting_ids() const { return waiting_; }
 
  private:
   struct Sequence {

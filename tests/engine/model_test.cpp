@@ -9,6 +9,8 @@
 #include <boost/test/data/test_case.hpp>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <filesystem>
 #include <thread>
 
@@ -19,6 +21,7 @@
 #include "model/rope.h"
 #include "runner/model_instance.h"
 #include "../common/model_run.h"
+#include "../common/greedy_run.h"
 
 namespace fs = std::filesystem;
 namespace bdata = boost::unit_test::data;
@@ -222,6 +225,49 @@ BOOST_DATA_TEST_CASE(a_pool_smaller_than_the_work_stays_exact, bdata::make(fixtu
   else BOOST_TEST(load.preemptions > 0u);
   BOOST_TEST(load.kv_blocks_used == 0);
   BOOST_TEST(roomy->runner().load().preemptions == 0u);
+}
+
+// A request cancelled while it waits in the scheduler (its client gone) leaves at the next step boundary, but
+// stops counting as waiting at once: admission (max_waiting) must not refuse a live client for it meanwhile.
+// The running request's fourth event holds the runner's worker in its callback, so no step boundary passes
+// between the cancel and the check.
+BOOST_AUTO_TEST_CASE(a_cancelled_waiting_request_stops_counting_at_once) {
+  auto model = load("llama-f32", "auto", "on", 1);
+  const Reference ref = read_reference(kModels / "llama-f32");
+  Runner& runner = model->runner();
+  std::mutex mu;
+  std::condition_variable cv;
+  int long_events = 0, finished = 0;
+  bool held = false, released = false;
+  runner.submit(test::greedy_request(ref.prompt, 200), [&](const GenerationEvent& e) {
+    std::unique_lock lock(mu);
+    finished += e.finished;
+    if (++long_events == 4) {
+      held = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return released; });
+    }
+    cv.notify_all();
+  });
+  auto short_one = [&](const GenerationEvent& e) {
+    std::lock_guard lock(mu);
+    finished += e.finished;
+    cv.notify_all();
+  };
+  const uint64_t b = runner.submit(test::greedy_request(ref.prompt, 4), short_one);
+  runner.submit(test::greedy_request(ref.prompt, 4), short_one);
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return held; });
+  }
+  // Three steps on, both have long been handed to the scheduler, where they wait (one runs at a time).
+  BOOST_TEST(runner.load().waiting == 2u);
+  runner.cancel(b);
+  BOOST_TEST(runner.load().waiting == 1u);
+  std::unique_lock lock(mu);
+  released = true;
+  cv.notify_all();
+  cv.wait(lock, [&] { return finished == 3; });
 }
 
 // --kv_dtype: the cache's rounding moves the logits within these bounds of max |error| / logit range
