@@ -46,7 +46,8 @@ def check(model, dialect):
         check_id(dialect, first.id, first.function.name, 0)
     # Named, sampled.
     for seed in range(2):
-        r = client.chat.completions.create(model=model, messages=question, tools=tools, max_tokens=200, temperature=1.0,
+        # 80 tokens hold a call and more (sampled, most of these run to the limit: parallel calls, or loops).
+        r = client.chat.completions.create(model=model, messages=question, tools=tools, max_tokens=80, temperature=1.0,
                                            seed=seed, tool_choice={"type": "function", "function": {"name": "add"}})
         calls = r.choices[0].message.tool_calls or []
         if not calls and r.choices[0].finish_reason == "length":
