@@ -568,14 +568,18 @@ BOOST_AUTO_TEST_CASE(a_full_queue_answers_503_with_retry_after) {
   std::vector<std::jthread> busy;
   busy.reserve(2);
   auto send_busy = [&] {
-    busy.emplace_back([&] { http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": 300, "ignore_eos": true)")); });
+    // Long enough to hold the one slot through the checks below (fewer tokens where each is slower).
+    const std::string tokens = kSanitizerSlowdown > 1 ? "120" : "300";
+    busy.emplace_back([&, tokens] {
+      http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": )" + tokens + R"(, "ignore_eos": true)"));
+    });
   };
   send_busy();
   wait_for("ftllm_requests_running{model=\"smollm2\"} 1\n");
   // The waiting one streams: it gets its headers, but no chunk (not even the role's) before its first token.
   const std::string waiting_out = dir.file("waiting.sse");
   busy.emplace_back([&] {
-    run_command("curl -s -N --max-time 120 -H 'Content-Type: application/json' -d '" +
+    run_command("curl -s -N --max-time " + std::to_string(120 * kSanitizerSlowdown) + " -H 'Content-Type: application/json' -d '" +
                 chat_body("Wait", R"("max_tokens": 2, "stream": true)") + "' " + d.base_url() + "/v1/chat/completions > " + waiting_out);
   });
   wait_for("ftllm_requests_waiting{model=\"smollm2\"} 1\n");
@@ -770,7 +774,11 @@ BOOST_AUTO_TEST_CASE(requests_of_clients_gone_leave_the_queue) {
   std::string conf = dir.file("ftllmd.conf");
   std::ofstream(conf) << "[server]\nmax_waiting = 4\n";
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "--config", conf, "-t", "1", "--ctx", "512", "--max_sequences", "1"});
-  std::jthread busy([&] { http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": 450, "ignore_eos": true)")); });
+  // Long enough to hold the one slot while the others come and go (fewer tokens where each is slower).
+  const std::string tokens = kSanitizerSlowdown > 1 ? "150" : "450";
+  std::jthread busy([&] {
+    http("POST", d.base_url() + "/v1/chat/completions", chat_body("Go", R"("max_tokens": )" + tokens + R"(, "ignore_eos": true)"));
+  });
   for (int i = 0; i < 500 * kSanitizerSlowdown && http("GET", d.base_url() + "/metrics").body.find("ftllm_requests_running{model=\"smollm2\"} 1\n") == std::string::npos; ++i)
     usleep(10000);
   const std::string gone = write_temp(chat_body("Gone", R"("max_tokens": 5)"));
