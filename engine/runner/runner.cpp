@@ -132,8 +132,11 @@ Placement Runner::placement() const {
 
 void Runner::note_load() {
   seen_.running = scheduler_.running();
-  seen_.waiting = scheduler_.waiting() + arrivals_.size();
-  scheduler_waiting_.assign(scheduler_.waiting_ids().begin(), scheduler_.waiting_ids().end());
+  // Cancelled during the step just ended, they leave the scheduler at the next boundary: not waiting now.
+  scheduler_waiting_.clear();
+  for (uint64_t id : scheduler_.waiting_ids())
+    if (std::find(cancels_.begin(), cancels_.end(), id) == cancels_.end()) scheduler_waiting_.push_back(id);
+  seen_.waiting = scheduler_waiting_.size() + arrivals_.size();
   seen_.kv_blocks_total = kv_.num_blocks();
   seen_.kv_blocks_used = kv_.used_blocks();
   seen_.kv_blocks_cached = kv_.cached_blocks();
@@ -212,6 +215,7 @@ void Runner::take_arrivals() {
   while (!arrivals_.empty()) {
     const uint64_t id = arrivals_.front();
     arrivals_.pop_front();
+    scheduler_waiting_.push_back(id);  // in the same moment, so that a cancel during this step finds it
     std::optional<GenerationRequest>& queued = requests_.at(id).queued;
     GenerationRequest request = std::move(*queued);
     queued.reset();

@@ -116,7 +116,7 @@ class Runner {
   std::map<uint64_t, Request> requests_;
   std::deque<uint64_t> arrivals_;
   std::vector<uint64_t> cancels_;
-  std::vector<uint64_t> scheduler_waiting_;  // the scheduler's waiting ids at the last step boundary
+  std::vector<uint64_t> scheduler_waiting_;  // waiting in the scheduler: as of the last step boundary, plus those handed over since
   std::string fail_all_message_;  // set by fail_all, applied by the worker
   int pending_threads_ = 0;       // set by set_threads, applied by the worker
   std::optional<Placement> pending_placement_;

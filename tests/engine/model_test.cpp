@@ -229,23 +229,23 @@ BOOST_DATA_TEST_CASE(a_pool_smaller_than_the_work_stays_exact, bdata::make(fixtu
 
 // A request cancelled while it waits in the scheduler (its client gone) leaves at the next step boundary, but
 // stops counting as waiting at once: admission (max_waiting) must not refuse a live client for it meanwhile.
-// The running request's fourth event holds the runner's worker in its callback, so no step boundary passes
-// between the cancel and the check.
+// The running request's fourth and fifth events hold the runner's worker in its callback, so no step boundary
+// passes between a cancel and its check. The second hold covers a request handed to the scheduler at the start
+// of the very step during which it is cancelled (CI's sanitized run refused a live client for such ones).
 BOOST_AUTO_TEST_CASE(a_cancelled_waiting_request_stops_counting_at_once) {
   auto model = load("llama-f32", "auto", "on", 1);
   const Reference ref = read_reference(kModels / "llama-f32");
   Runner& runner = model->runner();
   std::mutex mu;
   std::condition_variable cv;
-  int long_events = 0, finished = 0;
-  bool held = false, released = false;
+  int long_events = 0, finished = 0, held = 0, released = 0;
   runner.submit(test::greedy_request(ref.prompt, 200), [&](const GenerationEvent& e) {
     std::unique_lock lock(mu);
     finished += e.finished;
-    if (++long_events == 4) {
-      held = true;
+    if (++long_events == 4 || long_events == 5) {
+      const int hold = ++held;
       cv.notify_all();
-      cv.wait(lock, [&] { return released; });
+      cv.wait(lock, [&] { return released >= hold; });
     }
     cv.notify_all();
   });
@@ -254,20 +254,33 @@ BOOST_AUTO_TEST_CASE(a_cancelled_waiting_request_stops_counting_at_once) {
     finished += e.finished;
     cv.notify_all();
   };
+  auto wait_held = [&](int hold) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return held == hold; });
+  };
+  auto release = [&] {
+    std::lock_guard lock(mu);
+    ++released;
+    cv.notify_all();
+  };
   const uint64_t b = runner.submit(test::greedy_request(ref.prompt, 4), short_one);
   runner.submit(test::greedy_request(ref.prompt, 4), short_one);
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return held; });
-  }
+  wait_held(1);
   // Three steps on, both have long been handed to the scheduler, where they wait (one runs at a time).
   BOOST_TEST(runner.load().waiting == 2u);
   runner.cancel(b);
   BOOST_TEST(runner.load().waiting == 1u);
+  const uint64_t c = runner.submit(test::greedy_request(ref.prompt, 4), short_one);
+  BOOST_TEST(runner.load().waiting == 2u);
+  release();
+  // The next step took c into the scheduler (and b out of it) before its event.
+  wait_held(2);
+  BOOST_TEST(runner.load().waiting == 2u);
+  runner.cancel(c);
+  BOOST_TEST(runner.load().waiting == 1u);
+  release();
   std::unique_lock lock(mu);
-  released = true;
-  cv.notify_all();
-  cv.wait(lock, [&] { return finished == 3; });
+  cv.wait(lock, [&] { return finished == 4; });
 }
 
 // --kv_dtype: the cache's rounding moves the logits within these bounds of max |error| / logit range
