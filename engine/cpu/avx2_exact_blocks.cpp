@@ -15,6 +15,13 @@
 // and 32 vector registers for a bigger tile).
 #include <immintrin.h>
 
+#ifdef FTLLM_VNNI
+// GCC 12's AVX-512 headers pass _mm512_undefined_*() as the unused merge source of unmasked operations,
+// which its own flow analysis then reports as uninitialized (a false positive, as in avx512_float_gemm.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -24,6 +31,7 @@
 #include "../quant/block_decode.h"
 #include "../quant/ggml_blocks.h"
 #include "avx2_quant.h"
+#include "avx2_util.h"
 
 #ifdef FTLLM_VNNI
 #define FTLLM_QUANT_NS avx512vnni
@@ -382,13 +390,11 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
     if constexpr (Weights<T>::kOffset != 0) return _mm256_load_si256(reinterpret_cast<const __m256i*>(offsets[size_t(r * nb + b)].v));
     else return _mm256_setzero_si256();
   };
-  constexpr int64_t kAhead = 8;  // rows: measured best of 4, 6, 8, 12, 16 streaming from memory (Zen 4)
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
     const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
                            w + size_t(n + 3) * row_bytes};
-    // The rows kAhead on are this thread's too: ask for them while these are summed.
-    const bool ahead = n + 4 + kAhead <= n1;
+    AheadLines ahead(r[0] + size_t(kAheadRows) * row_bytes, 4 * row_bytes, nb, n + 4 + kAheadRows <= n1);
     __m128 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
     using Wt = Weights<T>;
@@ -396,9 +402,7 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
     __m128 wscales = _mm_set1_ps(1.0f), wmins = _mm_setzero_ps();
     if constexpr (T == DType::I4) wscales = Wt::scales4(r, 0), wmins = Wt::mins4(r, 0);
     for (int64_t b = 0; b < nb; ++b) {
-      if (ahead)
-        for (int i = 0; i < 4; ++i)
-          _mm_prefetch(static_cast<const char*>(static_cast<const void*>(Wt::at(r[i] + size_t(kAhead) * row_bytes, b))), _MM_HINT_T0);
+      ahead.step();
       const __m256i u[4] = {Wt::bytes(r[0], b), Wt::bytes(r[1], b), Wt::bytes(r[2], b), Wt::bytes(r[3], b)};
       if constexpr (Wt::kHasScale && T != DType::I4) wscales = Wt::scales4(r, b);
       if constexpr (Wt::kHasMin && T != DType::I4) wmins = Wt::mins4(r, b);
@@ -512,16 +516,15 @@ void rows_times_super_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t
   using K = Weights<T>;
   constexpr bool kMins = T != DType::Q6_K;
   const int64_t supers = nb / 8;
-  constexpr int64_t kAhead = 8;  // rows, as in rows_times_weights_few
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
     const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
                            w + size_t(n + 3) * row_bytes};
-    const bool ahead = n + 4 + kAhead <= n1;
+    AheadLines ahead(r[0] + size_t(kAheadRows) * row_bytes, 4 * row_bytes, supers, n + 4 + kAheadRows <= n1);
     __m128 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
     for (int64_t sb = 0; sb < supers; ++sb) {
-      prefetch_superblock<typename K::Block, 4>(r, ahead ? size_t(kAhead) * row_bytes : 0, sb);
+      ahead.step();
       __m256i i0[R], i1[R], i2[R], i3[R];
       int32_t m0[R], m1[R], m2[R], m3[R];
       super_dots<T, R>(x, nb, r[0], sb, i0, m0);
@@ -645,6 +648,70 @@ template <DType T, int W, int G>
   for (int w = 0; w < W; ++w)
     for (int g = 0; g < G; ++g) out[w * G + g] = acc[w][g];
 }
+
+#ifdef FTLLM_VNNI
+// AVX-512's registers hold two groups of eight activation rows: lanes 0-7 group g, 8-15 group g + 1.
+inline __m512i load_pair(const void* low, const void* high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(load32(low)), load32(high), 1);
+}
+inline __m512 load_pair_ps(const float* low, const float* high) { return _mm512_castsi512_ps(load_pair(low, high)); }
+
+// tile() with 512-bit vectors: W weight rows against P pairs of groups (x[2p], x[2p + 1]), out[w][2p + j]
+// as tile() leaves it. Every lane takes the same steps as tile()'s, so the bits are the same; each
+// weight chunk broadcast now meets sixteen activation rows per instruction instead of eight.
+template <DType T, int W, int P>
+[[gnu::always_inline]] inline void tile_wide(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
+  __m512 acc[W][P];
+  for (int w = 0; w < W; ++w)
+    for (int p = 0; p < P; ++p) acc[w][p] = _mm512_setzero_ps();
+  alignas(32) uint8_t unpacked[W][32];
+  for (int64_t b = 0; b < nb; ++b) {
+    if (ahead)
+      for (int w = 0; w < W; ++w) _mm_prefetch(static_cast<const char*>(static_cast<const void*>(Weights<T>::at(rows[w] + ahead, b))), _MM_HINT_T0);
+    __m512i dots[W][P];
+    for (int p = 0; p < P; ++p) {
+      const __m512i start = load_pair(x[2 * p][b].start, x[2 * p + 1][b].start);
+      for (int w = 0; w < W; ++w) dots[w][p] = start;
+    }
+    const uint8_t* chunks[W];
+    for (int w = 0; w < W; ++w) {
+      if constexpr (Weights<T>::kPacked) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[w]), Weights<T>::bytes(rows[w], b));
+        chunks[w] = unpacked[w];
+      } else {
+        chunks[w] = Weights<T>::chunks(rows[w], b);
+      }
+    }
+    // Broadcast each 4-byte word from memory (a load): held in registers instead, the compiler extracts
+    // the words with two shuffles each, and the shuffle port, not the dot products, set the pace.
+    if constexpr (Weights<T>::kPacked) asm volatile("" : : "r"(unpacked) : "memory");
+    for (int c = 0; c < 8; ++c) {
+      __m512i xc[P];
+      for (int p = 0; p < P; ++p) xc[p] = load_pair(x[2 * p][b].chunk[c], x[2 * p + 1][b].chunk[c]);
+      for (int w = 0; w < W; ++w) {
+        int32_t word;
+        std::memcpy(&word, chunks[w] + 4 * c, 4);
+        __m512i wc = _mm512_set1_epi32(word);
+        if constexpr (Weights<T>::kSigned) wc = _mm512_xor_si512(wc, _mm512_set1_epi8(char(0x80)));
+        for (int p = 0; p < P; ++p) dots[w][p] = _mm512_dpbusd_epi32(dots[w][p], wc, xc[p]);
+      }
+    }
+    for (int p = 0; p < P; ++p) {
+      const __m512 d = load_pair_ps(x[2 * p][b].d, x[2 * p + 1][b].d);
+      for (int w = 0; w < W; ++w) {
+        acc[w][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[w][p]), _mm512_mul_ps(_mm512_set1_ps(Weights<T>::scale(rows[w], b)), d), acc[w][p]);
+        if constexpr (Weights<T>::kHasMin)
+          acc[w][p] = _mm512_fmadd_ps(_mm512_set1_ps(Weights<T>::min(rows[w], b)), load_pair_ps(x[2 * p][b].s, x[2 * p + 1][b].s), acc[w][p]);
+      }
+    }
+  }
+  for (int w = 0; w < W; ++w)
+    for (int p = 0; p < P; ++p) {
+      out[w * 2 * P + 2 * p] = _mm512_castps512_ps256(acc[w][p]);
+      out[w * 2 * P + 2 * p + 1] = _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(acc[w][p]), 1));
+    }
+}
+#endif
 
 // Q4_K and Q5_K: W weight rows against G groups of eight activation rows, a super-block at a time.
 template <DType T, int W, int G>
@@ -836,8 +903,13 @@ void transpose_rows(const Q8Block* xq, int64_t M, int64_t nb, std::vector<Octet>
 
 #ifdef FTLLM_VNNI
 constexpr int kTileRows = 4;  // 32 vector registers: 4 weight rows x 2 groups of 8 activation rows
+// The block types' 512-bit tile takes 4 weight rows x 4 groups (two registers' worth of activation rows).
+template <DType T>
+constexpr int kTileGroups = kSuper<T> || T == DType::Q6_K ? 2 : 4;
 #else
 constexpr int kTileRows = 2;  // 16 registers: 2 x 2
+template <DType T>
+constexpr int kTileGroups = 2;
 #endif
 
 template <DType T>
@@ -849,7 +921,7 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
   // Cache blocking: tiles of about 256 KB of weight rows and of activation groups, one of them held in
   // L2 while the other streams past it.
   const int64_t group_bytes = nb * int64_t(sizeof(Octet));
-  const int64_t g_tile = std::max<int64_t>(2, (256 << 10) / std::max<int64_t>(group_bytes, 1) / 2 * 2);
+  const int64_t g_tile = std::max<int64_t>(kTileGroups<T>, (256 << 10) / std::max<int64_t>(group_bytes, 1) / kTileGroups<T> * kTileGroups<T>);
   const int64_t n_tile = std::max<int64_t>(kTileRows, int64_t((256 << 10) / row_bytes) / kTileRows * kTileRows);
   // W weight rows from n against G activation groups from g; the last groups of a tile (g_end) prefetch
   // the next W rows.
@@ -862,6 +934,9 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
     const size_t ahead = g + G >= g_end && n + 2 * W <= n1 ? W * row_bytes : 0;
     if constexpr (T == DType::Q6_K) tile_q6k<W, G>(xs, nb, rows, ahead, out);
     else if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, ahead, out);
+#ifdef FTLLM_VNNI
+    else if constexpr (G % 2 == 0) tile_wide<T, W, G / 2>(xs, nb, rows, ahead, out);
+#endif
     else tile<T, W, G>(xs, nb, rows, ahead, out);
     for (int i = 0; i < W; ++i)
       for (int j = 0; j < G; ++j) {
@@ -875,6 +950,8 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
     int64_t n = nt;
     for (; n + kTileRows <= nt_end; n += kTileRows) {
       int64_t g = gt;
+      if constexpr (kTileGroups<T> == 4)
+        for (; g + 4 <= gt_end; g += 4) run.template operator()<kTileRows, 4>(n, g, gt_end);
       for (; g + 2 <= gt_end; g += 2) run.template operator()<kTileRows, 2>(n, g, gt_end);
       if (g < gt_end) run.template operator()<kTileRows, 1>(n, g, gt_end);
     }

@@ -44,22 +44,23 @@ inline float load1(const void* row, int64_t k) {
 // steps, then the tail), so a sequence decodes to the same bits alone or batched with others. Rows of
 // x come four at a time against one weight row, so the weight chunk is widened once and used four times;
 // a single row of x goes against W weight rows at once, their sums independent chains in flight
-// together, each 16-element step also prefetching the same place `ahead` bytes on (rows to come).
+// together, each 16-element step also asking for a share of the rows to come (`ahead`).
 template <DType T, int R, int W>
-inline void dot_rows(const float* x, int64_t K, const char* const* rows, size_t ahead, float* out) {
+inline void dot_rows(const float* x, int64_t K, const char* const* rows, AheadLines ahead, float* out) {
   const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
   __m256 a[W][R][2];
   for (int w = 0; w < W; ++w)
     for (int r = 0; r < R; ++r) a[w][r][0] = a[w][r][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K16; k += 16)
+  for (int64_t k = 0; k < K16; k += 16) {
+    ahead.step();
     for (int w = 0; w < W; ++w) {
-      if (ahead) _mm_prefetch(rows[w] + ahead + size_t(k) * dtype_size(T), _MM_HINT_T0);
       __m256 w0 = load8<T>(rows[w], k), w1 = load8<T>(rows[w], k + 8);
       for (int r = 0; r < R; ++r) {
         a[w][r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k), w0, a[w][r][0]);
         a[w][r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k + 8), w1, a[w][r][1]);
       }
     }
+  }
   for (int w = 0; w < W; ++w) {
     if (K8 > K16) {
       __m256 w0 = load8<T>(rows[w], K16);
@@ -134,7 +135,7 @@ void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, i
   auto dots = [&]<int R, int W>(int64_t m, int64_t n) {
     const char* ws[W];
     for (int i = 0; i < W; ++i) ws[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
-    const size_t ahead = n + 2 * W + 2 <= n1 ? (W + 2) * bytes : 0;  // only rows this thread will read
+    const AheadLines ahead(ws[0] + kAheadRows * bytes, W * bytes, K / 16, n + W + kAheadRows <= n1);  // only this thread's rows
     float out[R * W];
     dot_rows<T, R, W>(x + m * K, K, ws, ahead, out);
     for (int i = 0; i < W; ++i)

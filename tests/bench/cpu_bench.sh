@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prefill and decode speed of ftllm next to llama.cpp's llama-bench on the same GGUF files, same threads,
+# Prefill (128, 512 and 2048 tokens) and decode speed of ftllm next to llama.cpp's llama-bench on the same GGUF files, same threads,
 # same run, as ratios, with ftllm's fraction of the memory-bandwidth roofline (ftllm-bench measures it).
 # Also decode on one thread (the 1 -> 2 thread scaling) and batched decode of 4 and 16 sequences next to
 # llama-batched-bench (aggregate tokens/s; the roofline there is in steps, each reading the weights once).
@@ -25,7 +25,8 @@ for model in "$@"; do
   name=$(basename "$model" .gguf)
   ours=$("$bench" "$model" -t "$threads" --prompt 128 --decode 64 --repeat "$repeats")
   ours512=$("$bench" "$model" -t "$threads" --prompt 512 --decode 16 --repeat "$repeats")
-  theirs=$("$llama/llama-bench" -m "$model" -t "$threads" -p 128,512 -n 64 -r "$repeats" -o csv 2>/dev/null)
+  ours2048=$("$bench" "$model" -t "$threads" --prompt 2048 --decode 4 --repeat "$repeats")
+  theirs=$("$llama/llama-bench" -m "$model" -t "$threads" -p 128,512,2048 -n 64 -r "$repeats" -o csv 2>/dev/null)
   # llama-bench's CSV: n_prompt, n_gen and avg_ts are named in its header.
   col() { echo "$theirs" | head -1 | tr ',' '\n' | grep -nx "$1" | cut -d: -f1; }
   np=$(col n_prompt) ng=$(col n_gen) ts=$(col avg_ts)
@@ -36,10 +37,12 @@ for model in "$@"; do
   }
   p128=$(echo "$ours" | awk '/^prefill/ {print $3}')
   p512=$(echo "$ours512" | awk '/^prefill/ {print $3}')
+  p2048=$(echo "$ours2048" | awk '/^prefill/ {print $3}')
   d64=$(echo "$ours" | awk '/^decode/ {print $4}')
   roof=$(echo "$ours" | awk '/^decode/ {print $6}')
   row "pp128" "$p128" "$(llama_rate 128 0)" "-"
   row "pp512" "$p512" "$(llama_rate 512 0)" "-"
+  row "pp2048" "$p2048" "$(llama_rate 2048 0)" "-"
   row "tg64" "$d64" "$(llama_rate 0 64)" "$roof"
   # One thread: the scaling is the 2-thread row over this one.
   one=$("$bench" "$model" -t 1 --prompt 16 --decode 64 --repeat "$repeats")
