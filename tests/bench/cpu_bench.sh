@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prefill (128, 512 and 2048 tokens) and decode speed of ftllm next to llama.cpp's llama-bench on the same GGUF files, same threads,
-# same run, as ratios, with ftllm's fraction of the memory-bandwidth roofline (ftllm-bench measures it).
+# Prefill (128, 512 and 2048 tokens) and decode speed of ftllm next to llama.cpp's llama-bench on the
+# same GGUF files, same threads, same run, as ratios, with ftllm's fraction of the memory-bandwidth
+# roofline (ftllm-bench measures it).
 # Also decode on one thread (the 1 -> 2 thread scaling) and batched decode of 4 and 16 sequences next to
 # llama-batched-bench (aggregate tokens/s; the roofline there is in steps, each reading the weights once).
 #   tests/bench/cpu_bench.sh LLAMA_CPP_BIN_DIR [-t THREADS] [-r REPEATS] MODEL.gguf ...
