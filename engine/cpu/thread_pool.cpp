@@ -1,12 +1,20 @@
 #include "thread_pool.h"
 
 #include <immintrin.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <numa.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
+#include <string>
+#include <utility>
 
 namespace ftllm::cpu {
 
@@ -28,16 +36,17 @@ ThreadPool::ThreadPool(int threads, std::vector<int> group_nodes)
     ++threads_in_group_[size_t(group)];
     if (i == 0) continue;
     const int node = group_nodes_.empty() ? -1 : group_nodes_[size_t(group)];
-    workers_.emplace_back([this, group, node] {
+    workers_.emplace_back([this, group, node, index = i - 1] {
       if (node >= 0 && numa_available() >= 0) {
         // libnuma fills its node-to-cpus cache unguarded on first use: one thread at a time (ThreadSanitizer).
         static std::mutex numa_mu;
         std::lock_guard lock(numa_mu);
         numa_run_on_node(node);
       }
-      worker_loop(group);
+      worker_loop(group, index);
     });
   }
+  active_.store(threads, std::memory_order_relaxed);
 }
 
 ThreadPool::~ThreadPool() {
@@ -48,6 +57,7 @@ ThreadPool::~ThreadPool() {
     published_generation_.store(generation_, std::memory_order_release);
   }
   wake_.notify_all();
+  rest_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -63,6 +73,10 @@ constexpr auto kSpin = std::chrono::microseconds(250);
 
 // About four chunks per thread balances uneven rows without much contention on the counter.
 constexpr int64_t kChunksPerThread = 4;
+
+// How often an adapting pool looks at the machine's load: /proc/stat counts in 10 ms ticks, so shorter
+// intervals would mostly measure its rounding.
+constexpr auto kLoadCheck = std::chrono::milliseconds(200);
 
 }  // namespace
 
@@ -96,9 +110,14 @@ void ThreadPool::work_on_job(int group, uint64_t job) {
   }
 }
 
-void ThreadPool::worker_loop(int group) {
+void ThreadPool::worker_loop(int group, int index) {
   uint64_t seen = 0;
   for (;;) {
+    if (index + 1 >= active_.load(std::memory_order_acquire)) {  // no free core for this one: sit out
+      std::unique_lock lock(mu_);
+      rest_.wait(lock, [&] { return stop_flag_.load(std::memory_order_acquire) || index + 1 < active_.load(std::memory_order_relaxed); });
+      if (stop_flag_.load(std::memory_order_acquire)) return;  // (a job under way it may join: late threads take only what is left)
+    }
     uint64_t g = published_generation_.load(std::memory_order_acquire);
     for (auto until = std::chrono::steady_clock::now() + kSpin; g == seen && std::chrono::steady_clock::now() < until;)
       for (int i = 0; i < 16 && g == seen; ++i) {
@@ -138,9 +157,31 @@ void ThreadPool::run_job(const std::function<void(int64_t, int64_t)>& fn, int64_
   }
 }
 
+void ThreadPool::adapt_to_machine_load(std::function<double()> free_cores) {
+  if (!free_cores) free_cores = [load = std::make_shared<MachineLoad>()] { return load->free_cores(); };
+  free_cores_ = std::move(free_cores);
+  free_cores_();  // the start of the first interval: the first jobs (after a model's load) already know
+  next_load_check_ = std::chrono::steady_clock::now() + kLoadCheck;
+}
+
+void ThreadPool::update_active() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_load_check_) return;
+  next_load_check_ = now + kLoadCheck;
+  // Round to the nearest: a neighbour must take over half a core before a thread sits out.
+  const int want = std::clamp(int(std::lround(free_cores_())), 1, size());
+  if (want == active_.load(std::memory_order_relaxed)) return;
+  {
+    std::lock_guard lock(mu_);
+    active_.store(want, std::memory_order_release);
+  }
+  rest_.notify_all();
+}
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  const int threads = size();
+  if (free_cores_) update_active();
+  const int threads = active();
   grain = std::max<int64_t>(1, grain);
   if (threads == 1 || n <= grain) {
     fn(0, n);
@@ -171,6 +212,52 @@ void ThreadPool::parallel_for_bounds(const std::vector<int64_t>& bounds, int64_t
     set_range(g, bounds[g], bounds[g + 1], std::max(grain, (rows + threads * kChunksPerThread - 1) / (threads * kChunksPerThread)));
   }
   run_job(fn, bounds.back() - bounds.front());
+}
+
+MachineLoad::MachineLoad() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) {
+      if (size_t(c) >= cpus_.size()) cpus_.resize(size_t(c) + 1, false);
+      cpus_[size_t(c)] = true;
+    }
+  cpu_count_ = std::max(1, CPU_COUNT(&set));
+}
+
+std::optional<MachineLoad::Sample> MachineLoad::sample() const {
+  std::ifstream stat("/proc/stat");
+  if (!stat) return std::nullopt;
+  const double tick = 1.0 / double(sysconf(_SC_CLK_TCK));
+  Sample s;
+  std::string line;
+  while (std::getline(stat, line)) {
+    int cpu = -1;
+    // cpuN user nice system idle iowait irq softirq steal ...: busy is all but idle and iowait.
+    unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+    if (std::sscanf(line.c_str(), "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &user, &nice, &system, &idle, &iowait, &irq,
+                    &softirq, &steal) != 9)
+      continue;  // the "cpu " total line, and the lines after the CPUs
+    if (cpu >= 0 && size_t(cpu) < cpus_.size() && cpus_[size_t(cpu)])
+      s.busy_seconds += double(user + nice + system + irq + softirq + steal) * tick;
+  }
+  timespec own{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &own) != 0) return std::nullopt;
+  s.own_seconds = double(own.tv_sec) + double(own.tv_nsec) * 1e-9;
+  s.at = std::chrono::steady_clock::now();
+  return s;
+}
+
+double MachineLoad::free_cores() {
+  const std::optional<Sample> now = sample();
+  if (!now) return cpu_count_;
+  const std::optional<Sample> before = std::exchange(last_, now);
+  if (!before) return cpu_count_;
+  const double wall = std::chrono::duration<double>(now->at - before->at).count();
+  if (wall <= 0) return cpu_count_;
+  const double others = std::max(0.0, (now->busy_seconds - before->busy_seconds) - (now->own_seconds - before->own_seconds)) / wall;
+  return cpu_count_ - others;
 }
 
 }  // namespace ftllm::cpu

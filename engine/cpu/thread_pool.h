@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -32,6 +34,15 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
+  // Threads jobs run on now (the caller included): size() unless adapt_to_machine_load() left some out.
+  int active() const { return active_.load(std::memory_order_relaxed); }
+
+  // Runs jobs on only as many threads as the machine has cores free for them: every 200 ms the caller asks
+  // `free_cores` (by default MachineLoad below) and, if fewer than size() are free, the rest of the workers
+  // sit out (asleep) until cores free up. Two threads sharing one core with a busy neighbour decoded slower
+  // than one thread alone (each step waits for the chunks of whichever thread is off its core). Not for
+  // grouped pools (each group needs its threads).
+  void adapt_to_machine_load(std::function<double()> free_cores = {});
   int groups() const { return std::max<int>(1, int(group_nodes_.size())); }  // > 1: grouped by node
 
   // Calls fn(begin, end) over [0, n) in chunks of at least `grain`, spread over all threads; returns
@@ -63,7 +74,8 @@ class ThreadPool {
     std::atomic<int64_t> chunk{1};  // any job's chunk size is safe to use: it only cuts the range finer
   };
   void set_range(size_t r, int64_t begin, int64_t end, int64_t chunk);
-  void worker_loop(int group);
+  void worker_loop(int group, int index);
+  void update_active();
   void work_on_job(int group, uint64_t job);
   void run_job(const std::function<void(int64_t, int64_t)>& fn, int64_t items);
 
@@ -82,8 +94,32 @@ class ThreadPool {
   std::atomic<bool> shared_{true};
   std::unique_ptr<GroupRange[]> ranges_;
   std::atomic<int64_t> remaining_{0};  // items of the current job not yet done
+  // adapt_to_machine_load: worker i takes part while i + 1 < active_ (changed under mu_); the others wait on rest_.
+  std::atomic<int> active_{1};
+  std::condition_variable rest_;
+  std::function<double()> free_cores_;  // empty: not adapting
+  std::chrono::steady_clock::time_point next_load_check_{};
   std::function<void()> wake_hook_;
   std::function<void(const char*)> race_hook_;
+};
+
+// How many of this process's CPUs (its affinity) others left free since the last call: the CPUs'
+// busy time in /proc/stat, less this process's own CPU time, per second of wall time. The first call
+// (no interval yet) says all of them.
+class MachineLoad {
+ public:
+  MachineLoad();
+  double free_cores();
+
+ private:
+  struct Sample {
+    double busy_seconds = 0, own_seconds = 0;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::optional<Sample> sample() const;
+  std::vector<bool> cpus_;  // by CPU number: in this process's affinity
+  int cpu_count_ = 1;
+  std::optional<Sample> last_;
 };
 
 // Bounds of `parts` row shares of `rows` ([0] = 0, [parts] = rows), each a multiple of 16 rows where it

@@ -29,6 +29,14 @@ std::string gib(uint64_t bytes) {
 
 std::string share_text(double share) { return std::to_string(share).substr(0, 4); }
 
+// The model's compute threads, as many as the machine has cores free for them (a busy neighbour's core
+// left out: thread_pool.h says why).
+std::unique_ptr<cpu::ThreadPool> plain_pool(int threads) {
+  auto pool = std::make_unique<cpu::ThreadPool>(threads);
+  pool->adapt_to_machine_load();
+  return pool;
+}
+
 }  // namespace
 
 DeviceLayout::DeviceLayout(model::DecoderModel& model, kvcache::KvPool& kv, const ModelLoadOptions& options, int64_t context,
@@ -39,7 +47,7 @@ DeviceLayout::DeviceLayout(model::DecoderModel& model, kvcache::KvPool& kv, cons
       context_(context),
       notes_(notes),
       kernels_(cpu::kernels_named(options.kernels)),
-      pool_(std::make_unique<cpu::ThreadPool>(options.threads)),
+      pool_(plain_pool(options.threads)),
       experts_device_(options.moe_device.starts_with("cuda")
                           ? Placement::parse(options.moe_device, 1).ranges()[0].device.compute_device()
                           : Device::cpu()) {
@@ -58,7 +66,7 @@ void DeviceLayout::apply(const Placement& placement, int threads) {
   move_to_devices(placement);
   const bool grouped = numa_mode || experts_on_nodes_;
   if (threads != pool_->size() || grouped != (pool_->groups() > 1))
-    pool_ = grouped ? std::make_unique<cpu::ThreadPool>(threads, split_nodes_) : std::make_unique<cpu::ThreadPool>(threads);
+    pool_ = grouped ? std::make_unique<cpu::ThreadPool>(threads, split_nodes_) : plain_pool(threads);
   device_contexts_.clear();
   device_pools_.clear();
   layer_ctx_.clear();

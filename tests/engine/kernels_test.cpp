@@ -1,17 +1,16 @@
 // Every vectorised kernel against the scalar reference, on random data with odd sizes and tails.
+#include <sched.h>
+
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string_view>
-#include <vector>
-
-#include <atomic>
-#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "core/tensor.h"
 #include "cpu/kernels.h"
@@ -445,6 +444,57 @@ BOOST_AUTO_TEST_CASE(thread_pool_jobs_do_not_wait_for_a_late_worker) {
   for (int h : hits) BOOST_REQUIRE_EQUAL(h, 20);
   // Waiting for the late worker would take 20 x 100 ms; without it the jobs take next to nothing.
   BOOST_TEST(ms < 1000, ms << " ms for 20 jobs");
+}
+
+// A pool adapting to the machine's load runs its jobs on as many threads as cores are free: with one free
+// (a neighbour busy on the other), all on the caller while the worker sits out asleep; with two, the worker
+// takes part again; never fewer than the caller.
+BOOST_AUTO_TEST_CASE(thread_pool_leaves_out_threads_the_machine_has_no_core_for) {
+  cpu::ThreadPool pool(2);
+  std::atomic<double> free_cores{1.0};
+  pool.adapt_to_machine_load([&] { return free_cores.load(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // its first look is 200 ms on
+  const std::thread::id caller = std::this_thread::get_id();
+  auto worker_share = [&] {  // chunks that take a moment, so a worker taking part surely takes some
+    std::atomic<int64_t> by_worker{0};
+    std::vector<int> hits(64, 0);
+    pool.parallel_for(64, 1, [&](int64_t b, int64_t e) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (std::this_thread::get_id() != caller) by_worker += e - b;
+      for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+    });
+    for (int h : hits) BOOST_REQUIRE_EQUAL(h, 1);
+    return by_worker.load();
+  };
+  auto after_next_check = [&](double cores) {
+    free_cores = cores;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the pool looks every 200 ms
+  };
+  BOOST_TEST(worker_share() == 0);
+  BOOST_TEST(pool.active() == 1);
+  after_next_check(2.0);
+  BOOST_TEST(worker_share() > 0);
+  BOOST_TEST(pool.active() == 2);
+  after_next_check(0.2);
+  BOOST_TEST(worker_share() == 0);
+  BOOST_TEST(pool.active() == 1);
+  // The default reads /proc/stat: first every CPU of this process's affinity, then what others left of
+  // them, this process's own work (a thread spinning meanwhile) not counted against it.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  BOOST_REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  const double cpus = CPU_COUNT(&set);
+  cpu::MachineLoad load;
+  BOOST_TEST(load.free_cores() == cpus);
+  std::atomic<bool> spin = true;
+  std::jthread busy([&] {
+    while (spin) continue;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double free = load.free_cores();
+  spin = false;
+  BOOST_TEST(free <= cpus);
+  BOOST_TEST(free >= -0.3, free << " of " << cpus << " CPUs free");  // others can take all, no more (ticks round)
 }
 
 // --device numa: group g's threads take exactly share g of the rows, and every row is done once. On a

@@ -797,13 +797,16 @@ BOOST_AUTO_TEST_CASE(requests_of_clients_gone_leave_the_queue) {
   BOOST_TEST(http("GET", d.base_url() + "/metrics").body.find("ftllm_requests_waiting{model=\"smollm2\"} 0\n") != std::string::npos);
 }
 
-// How long a thread has been ready to run while the machine ran others, in seconds (the second field of
-// its schedstat); nullopt where the kernel keeps no such account.
-std::optional<double> run_queue_wait(const std::string& schedstat) {
+// A thread's time on a CPU and its time ready to run while the machine ran others, in seconds (the first
+// two fields of its schedstat); nullopt where the kernel keeps no such account.
+struct SchedTimes {
+  double cpu = 0, waiting = 0;
+};
+std::optional<SchedTimes> sched_times(const std::string& schedstat) {
   std::ifstream in(schedstat);
   uint64_t cpu_ns = 0, wait_ns = 0;
   if (!(in >> cpu_ns >> wait_ns)) return std::nullopt;
-  return double(wait_ns) * 1e-9;
+  return SchedTimes{double(cpu_ns) * 1e-9, double(wait_ns) * 1e-9};
 }
 
 // Sixteen chat bodies of the maximum size (16 MiB) are parsed, rendered and tokenized by workers, not
@@ -816,6 +819,9 @@ std::optional<double> run_queue_wait(const std::string& schedstat) {
 // there one /health took 125 ms. So each answer's time is counted less the time the loop thread (the daemon's
 // main thread) and this prober stood ready on the run queue meanwhile, as the kernel accounts it (schedstat);
 // where the kernel keeps no such account, less the worst lateness of a thread of this test that only sleeps.
+// 99 in 100 answers must come within 50 ms so counted, and every one within 250 ms: in a CI run with builds
+// beside it one of ~1,900 took 58 ms, the loop blocked in the kernel rather than working (locally, under
+// stress-ng --cpu 4, the slowest was 8-10 ms); work on the loop, the defect this guards against, took seconds.
 constexpr double kSlowestHealth = 0.05 * kSanitizerSlowdown;
 
 BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
@@ -845,7 +851,8 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
       ++answered;
     });
   const std::string loop_stat = "/proc/" + std::to_string(d.pid()) + "/task/" + std::to_string(d.pid()) + "/schedstat";
-  const bool accounted = run_queue_wait(loop_stat) && run_queue_wait("/proc/thread-self/schedstat");
+  const std::string own_stat = "/proc/thread-self/schedstat";
+  const bool accounted = sched_times(loop_stat) && sched_times(own_stat);
   // The fallback's control: how late a thread that only sleeps 20 ms at a time wakes meanwhile.
   std::atomic<bool> probing = true;
   double worst_lateness = 0;
@@ -857,11 +864,17 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
       worst_lateness = std::max(worst_lateness, late);
     }
   });
-  auto ready_waits = [&] { return accounted ? *run_queue_wait(loop_stat) + *run_queue_wait("/proc/thread-self/schedstat") : 0.0; };
+  auto loop_and_own = [&] {
+    if (!accounted) return std::pair<SchedTimes, SchedTimes>{};
+    return std::pair{*sched_times(loop_stat), *sched_times(own_stat)};
+  };
+  struct Probe {
+    double wait, held, loop_cpu;  // the answer's time; less the run-queue waits; the loop's CPU time meanwhile
+  };
   const int fd = connect_loopback(d.port());
-  std::vector<double> waits, held;  // each answer's time, and that time less what the machine withheld
+  std::vector<Probe> probes;
   while (answered < int(answers.size())) {
-    const double withheld_before = ready_waits();
+    const auto before = loop_and_own();
     const auto t0 = std::chrono::steady_clock::now();
     const std::string ask = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
     BOOST_REQUIRE(::send(fd, ask.data(), ask.size(), MSG_NOSIGNAL) == ssize_t(ask.size()));
@@ -872,23 +885,36 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
       BOOST_REQUIRE(n > 0);
       reply.append(buf, size_t(n));
     }
-    waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    held.push_back(waits.back() - (ready_waits() - withheld_before));
+    const double wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto after = loop_and_own();
+    const double withheld = (after.first.waiting - before.first.waiting) + (after.second.waiting - before.second.waiting);
+    probes.push_back({wait, wait - withheld, after.first.cpu - before.first.cpu});
     usleep(20000);
   }
   ::close(fd);
   probing = false;
   control.join();
   for (auto& t : senders) t.join();
-  std::sort(waits.begin(), waits.end());
-  std::sort(held.begin(), held.end());
-  BOOST_TEST(waits.size() > 10u);
-  BOOST_TEST_MESSAGE(waits.size() << " /health beside " << bodies << " bodies of " << (limit >> 20) << " MiB: median " << waits[waits.size() / 2] * 1000
-                                  << " ms, slowest " << waits.back() * 1000 << " ms; less the run-queue waits, slowest "
-                                  << held.back() * 1000 << " ms" << (accounted ? "" : " (no schedstat)")
-                                  << "; a sleeping thread woke at most " << worst_lateness * 1000 << " ms late");
-  if (accounted) BOOST_TEST(held.back() < kSlowestHealth);
-  else BOOST_TEST(waits.back() < kSlowestHealth + worst_lateness);
+  BOOST_TEST(probes.size() > 10u);
+  auto by = [&](double Probe::*field) {
+    return *std::max_element(probes.begin(), probes.end(), [&](const Probe& a, const Probe& b) { return a.*field < b.*field; });
+  };
+  const Probe slowest = by(&Probe::wait), most_held = by(&Probe::held);
+  BOOST_TEST_MESSAGE(probes.size() << " /health beside " << bodies << " bodies of " << (limit >> 20) << " MiB: slowest "
+                                   << slowest.wait * 1000 << " ms; less the run-queue waits, slowest " << most_held.held * 1000
+                                   << " ms (the loop ran " << most_held.loop_cpu * 1000 << " ms meanwhile)"
+                                   << (accounted ? "" : " (no schedstat)") << "; a sleeping thread woke at most "
+                                   << worst_lateness * 1000 << " ms late");
+  if (accounted) {
+    std::vector<double> held;
+    for (const Probe& p : probes) held.push_back(p.held);
+    std::sort(held.begin(), held.end());
+    const double p99 = held[held.size() * 99 / 100];
+    BOOST_TEST(p99 < kSlowestHealth, "99th percentile " << p99 << " s");
+    BOOST_TEST(most_held.held < 5 * kSlowestHealth, most_held.held << " s, the loop ran " << most_held.loop_cpu << " s meanwhile");
+  } else {
+    BOOST_TEST(slowest.wait < kSlowestHealth + worst_lateness);
+  }
   for (const CommandResult& a : answers)
     BOOST_TEST(a.out.find("context_length_exceeded") != std::string::npos, a.out.substr(0, 300) + a.err);
 }
