@@ -31,6 +31,7 @@ ThreadPool::ThreadPool(int threads, std::vector<int> group_nodes)
   const int groups = this->groups();
   threads = std::max(threads, groups);  // every group needs a thread, or its rows go unread
   threads_in_group_.assign(size_t(groups), 0);
+  active_.store(threads, std::memory_order_relaxed);  // before any worker starts: none may think it sits out
   for (int i = 0; i < threads; ++i) {
     const int group = int(int64_t(i) * groups / threads);  // contiguous runs: thread 0 (the caller) is in group 0
     ++threads_in_group_[size_t(group)];
@@ -46,7 +47,6 @@ ThreadPool::ThreadPool(int threads, std::vector<int> group_nodes)
       worker_loop(group, index);
     });
   }
-  active_.store(threads, std::memory_order_relaxed);
 }
 
 ThreadPool::~ThreadPool() {
