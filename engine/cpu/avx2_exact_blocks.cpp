@@ -577,6 +577,23 @@ struct alignas(32) Octet {
   int32_t half_sums[8];  // each row's sum(q) of the block's first 16 and last 16 values, as two int16 (Q6_K)
 };
 
+// Block b of W weight rows as 32 bytes each, chunks[w]: unpacked into unpacked[w] where the type packs
+// them, read in place otherwise. With `ahead`, the same block of the rows that far on is asked for from
+// memory (the rows the next tile reads) while these are summed.
+template <DType T, int W>
+[[gnu::always_inline]] inline void weight_chunks(const uint8_t* const* rows, int64_t b, size_t ahead, uint8_t (*unpacked)[32],
+                                                 const uint8_t** chunks) {
+  for (int w = 0; w < W; ++w) {
+    if (ahead) _mm_prefetch(static_cast<const char*>(static_cast<const void*>(Weights<T>::at(rows[w] + ahead, b))), _MM_HINT_T0);
+    if constexpr (Weights<T>::kPacked) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[w]), Weights<T>::bytes(rows[w], b));
+      chunks[w] = unpacked[w];
+    } else {
+      chunks[w] = Weights<T>::chunks(rows[w], b);
+    }
+  }
+}
+
 // W weight rows against G groups of eight activation rows, over all nb blocks: out[w][g] (eight lanes).
 template <DType T, int W, int G>
 [[gnu::always_inline]] inline void tile(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
@@ -585,8 +602,8 @@ template <DType T, int W, int G>
     for (int g = 0; g < G; ++g) acc[w][g] = _mm256_setzero_ps();
   alignas(32) uint8_t unpacked[W][32];
   for (int64_t b = 0; b < nb; ++b) {
-    if (ahead)  // the rows the next tile will read, from memory while these are summed
-      for (int w = 0; w < W; ++w) _mm_prefetch(static_cast<const char*>(static_cast<const void*>(Weights<T>::at(rows[w] + ahead, b))), _MM_HINT_T0);
+    const uint8_t* chunks[W];
+    weight_chunks<T, W>(rows, b, ahead, unpacked, chunks);
     __m256i dots[W][G];
     for (int g = 0; g < G; ++g) {
       const __m256i start = _mm256_load_si256(reinterpret_cast<const __m256i*>(x[g][b].start));
@@ -597,15 +614,6 @@ template <DType T, int W, int G>
     for (int w = 0; w < W; ++w)
       for (int g = 0; g < G; ++g) pairs[w][g] = _mm256_setzero_si256();
 #endif
-    const uint8_t* chunks[W];
-    for (int w = 0; w < W; ++w) {
-      if constexpr (Weights<T>::kPacked) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[w]), Weights<T>::bytes(rows[w], b));
-        chunks[w] = unpacked[w];
-      } else {
-        chunks[w] = Weights<T>::chunks(rows[w], b);
-      }
-    }
     for (int c = 0; c < 8; ++c) {
       for (int w = 0; w < W; ++w) {
         __m256i wc = broadcast4(chunks[w] + 4 * c);
@@ -666,21 +674,12 @@ template <DType T, int W, int P>
     for (int p = 0; p < P; ++p) acc[w][p] = _mm512_setzero_ps();
   alignas(32) uint8_t unpacked[W][32];
   for (int64_t b = 0; b < nb; ++b) {
-    if (ahead)
-      for (int w = 0; w < W; ++w) _mm_prefetch(static_cast<const char*>(static_cast<const void*>(Weights<T>::at(rows[w] + ahead, b))), _MM_HINT_T0);
+    const uint8_t* chunks[W];
+    weight_chunks<T, W>(rows, b, ahead, unpacked, chunks);
     __m512i dots[W][P];
     for (int p = 0; p < P; ++p) {
       const __m512i start = load_pair(x[2 * p][b].start, x[2 * p + 1][b].start);
       for (int w = 0; w < W; ++w) dots[w][p] = start;
-    }
-    const uint8_t* chunks[W];
-    for (int w = 0; w < W; ++w) {
-      if constexpr (Weights<T>::kPacked) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[w]), Weights<T>::bytes(rows[w], b));
-        chunks[w] = unpacked[w];
-      } else {
-        chunks[w] = Weights<T>::chunks(rows[w], b);
-      }
     }
     // Broadcast each 4-byte word from memory (a load): held in registers instead, the compiler extracts
     // the words with two shuffles each, and the shuffle port, not the dot products, set the pace.

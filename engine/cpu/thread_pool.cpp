@@ -233,13 +233,15 @@ std::optional<MachineLoad::Sample> MachineLoad::sample() const {
   Sample s;
   std::string line;
   while (std::getline(stat, line)) {
+    // cpuN user nice system idle iowait irq softirq steal ...: busy is all but idle and iowait. Only
+    // numbered CPUs count (not the "cpu" total line, nor the lines after the CPUs).
+    if (line.size() < 4 || line.compare(0, 3, "cpu") != 0 || line[3] < '0' || line[3] > '9') continue;
     int cpu = -1;
-    // cpuN user nice system idle iowait irq softirq steal ...: busy is all but idle and iowait.
     unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
     if (std::sscanf(line.c_str(), "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &user, &nice, &system, &idle, &iowait, &irq,
                     &softirq, &steal) != 9)
-      continue;  // the "cpu " total line, and the lines after the CPUs
-    if (cpu >= 0 && size_t(cpu) < cpus_.size() && cpus_[size_t(cpu)])
+      continue;
+    if (size_t(cpu) < cpus_.size() && cpus_[size_t(cpu)])
       s.busy_seconds += double(user + nice + system + irq + softirq + steal) * tick;
   }
   timespec own{};
