@@ -68,7 +68,8 @@ build "$dir/tsan" test_engine test_daemon test_integration ftllmd ftllmctl ftllm
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 engine_cases=(thread_pool_covers_every_index_once thread_pool_work_flows_around_a_straggler
   thread_pool_jobs_do_not_wait_for_a_late_worker a_thread_late_for_a_finished_job_takes_nothing_from_the_next
-  grouped_pool_gives_each_group_its_row_share thread_pool_leaves_out_threads_the_machine_has_no_core_for scheduler prefix_cache kv_pages_are_shared_and_returned
+  grouped_pool_gives_each_group_its_row_share thread_pool_leaves_out_threads_the_machine_has_no_core_for
+  scheduler prefix_cache kv_pages_are_shared_and_returned
   a_request_prepared_before_its_model_loaded_runs_on_it transformers_fixtures/a_cancelled_waiting_request_stops_counting_at_once)
 # The daemon where its threads meet: streams side by side, a client hanging up mid-stream, a full queue,
 # clients gone from the queue, big bodies on the workers, load/unload and rebalance under streams, SIGTERM.
