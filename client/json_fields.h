@@ -28,4 +28,11 @@ inline std::string placement_text(simdjson::dom::element model) {
   return text;
 }
 
+// A model's compute threads as the tables show them: "2", or "1 of 2" while other processes leave cores
+// for only some of them.
+inline std::string threads_text(simdjson::dom::element model) {
+  const int64_t threads = field<int64_t>(model, admin::key::threads), active = field<int64_t>(model, admin::key::threads_active, threads);
+  return active > 0 && active < threads ? std::to_string(active) + " of " + std::to_string(threads) : std::to_string(threads);
+}
+
 }  // namespace ftllm::client

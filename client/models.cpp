@@ -240,7 +240,7 @@ int cmd_list(const CommandContext& ctx, const std::vector<std::string>& args) {
          used = field<int64_t>(m, admin::key::kv_blocks_used), total = field<int64_t>(m, admin::key::kv_blocks_total);
     std::string placement = placement_text(m);
     t.add({std::string(name), std::string(arch), placement,
-           std::to_string(field<int64_t>(m, admin::key::threads)), std::to_string(running), std::to_string(waiting),
+           threads_text(m), std::to_string(running), std::to_string(waiting),
            total ? std::to_string(used * 100 / total) + "%" : "-", std::string(source)});
     simdjson::dom::array adapters;
     if (!m[admin::key::adapters].get(adapters))

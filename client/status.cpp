@@ -121,7 +121,7 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     std::printf("models: none loaded\n");
     return 0;
   }
-  Table model_table({"MODEL", "ARCHITECTURE", "LAYERS", "PARAMS", "DTYPES", "PLACEMENT", "WEIGHTS", "KV", "CACHED PAGES", "RUNNING", "TOK/S", "SOURCE"});
+  Table model_table({"MODEL", "ARCHITECTURE", "LAYERS", "PARAMS", "DTYPES", "PLACEMENT", "THREADS", "KERNELS", "WEIGHTS", "KV", "CACHED PAGES", "RUNNING", "TOK/S", "SOURCE"});
   for (auto m : models) {
     auto name = field<std::string_view>(m, admin::key::name);
     auto arch = field<std::string_view>(m, admin::key::architecture);
@@ -144,6 +144,7 @@ int cmd_status(const CommandContext& ctx, const std::vector<std::string>& args) 
     }
     if (args.empty() || name == args[0])
       model_table.add({std::string(name), std::string(arch), std::string(field<std::string_view>(m, admin::key::layer_kinds)), params, std::string(field<std::string_view>(m, admin::key::dtypes)), placement,
+                       threads_text(m), std::string(field<std::string_view>(m, admin::key::kernels, "-")),
                        format_bytes(double(weights)), format_bytes(double(kv)) + " " + std::string(field<std::string_view>(m, admin::key::kv_dtype)), cached, std::to_string(field<int64_t>(m, admin::key::requests_running)),
                        tps, std::string(source)});
   }

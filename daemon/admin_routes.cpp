@@ -28,6 +28,7 @@ void model_json(JsonWriter& w, const Engine& engine, const ModelInfo& m) {
     w.key(admin::key::prefix_cache_queries).number(load.prefix_cache_queries);
     w.key(admin::key::prefix_cache_hits).number(load.prefix_cache_hits).key(admin::key::preemptions).number(load.preemptions);
     w.key(admin::key::context_length).number(handle->context_length()).key(admin::key::threads).number(load.threads);
+    w.key(admin::key::threads_active).number(load.threads_active).key(admin::key::kernels).string(load.kernels);
     w.key(admin::key::tokens_per_second).number(load.tokens_per_second);
     ModelHandle::Footprint f = handle->footprint();
     w.key(admin::key::parameters).number(f.parameters).key(admin::key::dtypes).string(f.dtypes);

@@ -142,6 +142,8 @@ void Runner::note_load() {
   seen_.kv_blocks_cached = kv_.cached_blocks();
   seen_.prefix_cache = kv_.prefix_cache();
   seen_.threads = layout_.pool().size();
+  seen_.threads_active = layout_.pool().active();
+  seen_.kernels = layout_.kernels().name;
   seen_.max_loras = max_loras_;
   std::set<std::string> running, waiting;
   for (auto& [id, a] : adapters_running_) running.insert(a->name());

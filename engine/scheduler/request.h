@@ -122,6 +122,10 @@ struct ServingLoad {
   int32_t max_loras = 0;
   std::vector<std::string> running_adapters, waiting_adapters;
   int threads = 0;
+  // Threads the last step ran on: fewer than `threads` while other processes leave no core for the rest
+  // (the pool's adapt_to_machine_load).
+  int threads_active = 0;
+  std::string kernels;  // the CPU kernel table in use: "avx512vnni", "avx2" or "scalar"
   double tokens_per_second = 0;  // generated over the last 10 seconds
 };
 

@@ -1,9 +1,13 @@
 """Load program: N concurrent streaming chat clients for T seconds against an OpenAI-style server.
 
     python3 tests/bench/load.py URL MODEL [--clients 1,4,16] [--seconds 20] [--max-tokens 64] [--json-schema FILE]
+                                [--against LABEL=URL] [--rounds R]
 
 Prints one row per client count: requests/s, generated tokens/s, p50/p99 time to first token and p50/p99
-inter-token latency. With --json-schema, every request asks for output valid against that schema
+inter-token latency. Every request has a prompt of its own (client and request numbered), so a prefix
+cache finds only the shared opening. With --against, a second server gets the same load cell by cell,
+the two alternated (who goes first swaps each round), and with --rounds the cells repeat; a last table
+gives each cell's medians with their range and the first server's tokens/s over the other's. With --json-schema, every request asks for output valid against that schema
 (response_format json_schema, which ftllmd and llama-server both enforce). Standard library only, so it
 measures any server the same way.
 """
@@ -39,8 +43,10 @@ def sse_events(resp):
 
 def client(url, model, max_tokens, deadline, index, results, lock, schema):
     parts = urllib.parse.urlsplit(url)
-    prompt = f"Write a long story about a lighthouse keeper named Ada, chapter {index}."
+    sent = 0
     while time.monotonic() < deadline:
+        prompt = f"Write a long story about a lighthouse keeper named Ada, chapter {index}, part {sent}."
+        sent += 1
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
         request = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
                    "temperature": 0.8, "stream": True, "ignore_eos": True}
@@ -93,6 +99,22 @@ def run(url, model, clients, seconds, max_tokens, schema=None):
                 errors=results["errors"])
 
 
+def summarize(rows, labels, clients):
+    """Medians (min-max) of each server's cells over the rounds, and the first server's tokens/s over the other's."""
+    def cell(values):
+        return f"{statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})"
+    print("\nmedians over rounds (min-max):", flush=True)
+    for n in clients:
+        medians = {}
+        for label in labels:
+            got = [r for (l, r) in rows if l == label and r["clients"] == n]
+            medians[label] = statistics.median(r["tps"] for r in got)
+            print(f"{label:10s} clients {n:3d}  tok/s {cell([r['tps'] for r in got])}  TTFT p50 {cell([r['ttft50'] for r in got])} ms"
+                  f"  ITL p99 {cell([r['itl99'] for r in got])} ms  errors {sum(r['errors'] for r in got)}", flush=True)
+        if len(labels) == 2 and medians[labels[1]] > 0:
+            print(f"{'':10s} clients {n:3d}  {labels[0]} / {labels[1]} tok/s: {medians[labels[0]] / medians[labels[1]]:.2f}x", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("url")
@@ -102,16 +124,33 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--label", default="")
     ap.add_argument("--json-schema", help="a file holding a JSON schema every answer must follow")
+    ap.add_argument("--against", help="LABEL=URL: a second server measured alternately with the first")
+    ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
     schema = None
     if a.json_schema:
         with open(a.json_schema) as f:
             schema = json.load(f)
-    for n in [int(x) for x in a.clients.split(",")]:
-        r = run(a.url, a.model, n, a.seconds, a.max_tokens, schema)
-        print(f"{a.label:10s} clients {r['clients']:3d}  {r['rps']:6.2f} req/s  {r['tps']:7.1f} tok/s  "
-              f"TTFT p50 {r['ttft50']:7.1f} ms p99 {r['ttft99']:7.1f} ms  ITL p50 {r['itl50']:6.1f} ms p99 {r['itl99']:6.1f} ms"
-              f"  errors {r['errors']}", flush=True)
+    servers = [(a.label or "server", a.url)]
+    if a.against:
+        label, _, url = a.against.partition("=")
+        servers.append((label, url))
+    clients = [int(x) for x in a.clients.split(",")]
+    rows = []
+    for round in range(a.rounds):
+        for n in clients:
+            for label, url in servers if round % 2 == 0 else servers[::-1]:
+                r = run(url, a.model, n, a.seconds, a.max_tokens, schema)
+                rows.append((label, r))
+                print_row(label, r)
+    if a.rounds > 1 or len(servers) > 1:
+        summarize(rows, [label for label, _ in servers], clients)
+
+
+def print_row(label, r):
+    print(f"{label:10s} clients {r['clients']:3d}  {r['rps']:6.2f} req/s  {r['tps']:7.1f} tok/s  "
+          f"TTFT p50 {r['ttft50']:7.1f} ms p99 {r['ttft99']:7.1f} ms  ITL p50 {r['itl50']:6.1f} ms p99 {r['itl99']:6.1f} ms"
+          f"  errors {r['errors']}", flush=True)
 
 
 if __name__ == "__main__":

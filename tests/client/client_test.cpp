@@ -3,6 +3,7 @@
 
 #include "admin_client.h"
 #include "commands.h"
+#include "json_fields.h"
 #include "table.h"
 
 using namespace ftllm::client;
@@ -20,6 +21,14 @@ BOOST_AUTO_TEST_CASE(table_pads_columns) {
   Table t({"A", "LONGER"});
   t.add({"value", "x"});
   BOOST_TEST(t.render() == "A       LONGER\nvalue   x\n");
+}
+
+// THREADS says when the machine's load left some of a model's threads out (and reads an older daemon's reply).
+BOOST_AUTO_TEST_CASE(threads_in_use_are_shown_when_fewer_than_the_model_has) {
+  simdjson::dom::parser p;
+  BOOST_TEST(threads_text(p.parse(std::string(R"({"threads": 2, "threads_active": 1})"))) == "1 of 2");
+  BOOST_TEST(threads_text(p.parse(std::string(R"({"threads": 2, "threads_active": 2})"))) == "2");
+  BOOST_TEST(threads_text(p.parse(std::string(R"({"threads": 4})"))) == "4");
 }
 
 BOOST_AUTO_TEST_CASE(absent_daemon_is_reported_with_the_socket_path) {
