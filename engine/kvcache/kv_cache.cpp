@@ -1,6 +1,7 @@
 #include "kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace ftllm::kvcache {
@@ -67,12 +68,22 @@ int32_t KvPool::allocate() {
   } else if (!idle_.empty()) {  // the least recently used cached block gives way
     b = idle_.front();
     idle_.pop_front();
-    published_.erase(std::exchange(hash_of_[size_t(b)], 0));
+    unpublish(b);
   } else {
     return -1;
   }
   holders_[size_t(b)] = 1;
   return b;
+}
+
+void KvPool::unpublish(int32_t block) {
+  const uint64_t hash = std::exchange(hash_of_[size_t(block)], 0);
+  auto it = published_.find(hash);
+  if (it == published_.end()) return;
+  auto siblings = children_.find(it->second.parent);
+  std::erase(siblings->second, hash);
+  if (siblings->second.empty()) children_.erase(siblings);
+  published_.erase(it);
 }
 
 void KvPool::retain(int32_t block) {
@@ -91,6 +102,7 @@ void KvPool::set_prefix_cache(bool on) {
   // Forget every published block: idle ones are free again, held ones are freed when let go.
   for (auto& [hash, p] : published_) hash_of_[size_t(p.block)] = 0;
   published_.clear();
+  children_.clear();
   for (int32_t b : idle_) free_.push_back(b);
   idle_.clear();
 }
@@ -117,8 +129,35 @@ int32_t KvPool::lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> 
 int32_t KvPool::publish(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) {
   if (!prefix_cache_) return block;
   auto [it, added] = published_.try_emplace(hash, Published{parent, {tokens.begin(), tokens.end()}, block});
-  if (added) hash_of_[size_t(block)] = hash;
+  if (added) {
+    hash_of_[size_t(block)] = hash;
+    children_[parent].push_back(hash);
+  }
   return it->second.block;
+}
+
+std::pair<int32_t, int64_t> KvPool::longest_start(uint64_t parent, std::span<const int32_t> tokens) const {
+  std::pair<int32_t, int64_t> best{-1, 0};
+  auto it = children_.find(parent);
+  if (!prefix_cache_ || it == children_.end()) return best;
+  for (uint64_t hash : it->second) {
+    const Published& p = published_.at(hash);
+    const auto n = std::ranges::mismatch(p.tokens, tokens).in1 - p.tokens.begin();
+    if (n > best.second) best = {p.block, n};
+  }
+  return best;
+}
+
+bool KvPool::rows_on_host() const {
+  for (size_t l = 0; l < storage_.size(); ++l)
+    if (storage_[l].device.is_cuda() || !shards_[l].empty()) return false;
+  return true;
+}
+
+void KvPool::copy_rows(int32_t src, int32_t dst, int64_t rows) {
+  for (int64_t l = 0; l < layers(); ++l)
+    for (int kind = 0; kind < kinds_; ++kind)
+      std::memcpy(row_at(l, kind, dst, 0), row_at(l, kind, src, 0), size_t(rows * row_bytes()));
 }
 
 int64_t SequenceKv::attach_prefix(KvPool& pool, std::span<const int32_t> context) {
@@ -136,6 +175,20 @@ int64_t SequenceKv::attach_prefix(KvPool& pool, std::span<const int32_t> context
     tokens.insert(tokens.end(), block_tokens.begin(), block_tokens.end());
     parent = hash;
   }
+  // The next block in part: a published block that begins as the rest of the context does lends its first
+  // rows (held while a block of this sequence's own is taken, so taking cannot evict it).
+  const int64_t at = int64_t(tokens.size()), rest = std::min<int64_t>(bt, int64_t(context.size()) - 1 - at);
+  if (rest <= 0 || !pool.rows_on_host()) return at;
+  const auto [source, found] = pool.longest_start(parent, context.subspan(size_t(at), size_t(rest)));
+  if (found == 0) return at;
+  pool.retain(source);
+  const int32_t own = pool.allocate();
+  if (own >= 0) {
+    pool.copy_rows(source, own, found);
+    blocks.push_back(own);
+    tokens.insert(tokens.end(), context.begin() + at, context.begin() + at + found);
+  }
+  pool.release(source);
   return int64_t(tokens.size());
 }
 

@@ -9,7 +9,11 @@
 // instead of computing them again. A block is shared by reference count; when the last sequence lets go,
 // a published block stays cached (least recently used first out) until the pool needs it for new rows.
 // The rows depend only on the tokens before them and the model, and a pool belongs to one loaded model
-// (its weights, dtype rules and KV layout), so the tokens are the whole key.
+// (its weights, dtype rules and KV layout), so the tokens are the whole key. Where a context parts from
+// a cached block midway (a new question after a shared system prompt or conversation), that block's rows
+// before the parting are copied into a block of the sequence's own, so only the rest is computed; the
+// copy is made where every layer's pages are in host memory (a model with pages on a GPU takes whole
+// blocks only).
 //
 // A linear-attention layer (Qwen3-Next's gated DeltaNet) has no pages: its cache is one fixed-size
 // recurrent state per sequence, in a slot the sequence holds while it lives. Such a state summarises every
@@ -81,6 +85,13 @@ class KvPool {
   // the same tokens were published first: the caller may switch to it).
   int32_t publish(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
   static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens);
+  // Of the published blocks after `parent`, the one whose tokens begin with the longest run of `tokens`,
+  // and that run's length ({-1, 0} when none begins with tokens[0]).
+  std::pair<int32_t, int64_t> longest_start(uint64_t parent, std::span<const int32_t> tokens) const;
+  // Whether copy_rows can copy: every layer's pages in host memory, none split over devices.
+  bool rows_on_host() const;
+  // The first `rows` rows of block src (keys and values, every layer) into block dst.
+  void copy_rows(int32_t src, int32_t dst, int64_t rows);
 
   // The key (value) row of one token, in the layer's memory (a device pointer when the layer is on a
   // device: for kernels, not for the host to read).
@@ -128,6 +139,8 @@ class KvPool {
     int32_t block;
   };
   std::unordered_map<uint64_t, Published> published_;  // by chain hash
+  std::unordered_map<uint64_t, std::vector<uint64_t>> children_;  // published hashes by their parent's
+  void unpublish(int32_t block);
   std::vector<uint64_t> hash_of_;  // per block: its published hash, or 0
   bool prefix_cache_ = true;
 };
@@ -143,9 +156,9 @@ struct SequenceKv {
   // Takes a state slot when the pool has recurrent layers and this sequence holds none; false when every
   // slot is held (the sequence waits).
   bool take_state_slot(KvPool& pool);
-  // Takes the cached blocks that hold the longest prefix of `context` (whole blocks, leaving at least its
-  // last token to compute, as its logits are wanted). Call on a sequence with no blocks. Returns the tokens
-  // found.
+  // Takes the cached blocks that hold the longest prefix of `context` (whole blocks, then the start of
+  // a block copied where the pool can; leaving at least its last token to compute, as its logits are
+  // wanted). Call on a sequence with no blocks. Returns the tokens found.
   int64_t attach_prefix(KvPool& pool, std::span<const int32_t> context);
   // After a step wrote the rows of `fed` (the next tokens in order): publishes each block they filled.
   void written(KvPool& pool, std::span<const int32_t> fed);

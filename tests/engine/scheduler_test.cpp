@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 #include <functional>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -458,21 +459,72 @@ BOOST_AUTO_TEST_CASE(full_blocks_are_found_by_their_tokens_and_kept_after_releas
   BOOST_TEST(b.blocks == std::vector<int32_t>(held.begin(), held.begin() + 2), boost::test_tools::per_element());
   BOOST_TEST(pool.used_blocks() == 2);
   b.release(pool);
-  // The last token is computed, never found: a context of exactly 32 tokens takes one block.
-  BOOST_TEST(b.attach_prefix(pool, std::span(context).first(32)) == 16);
+  // The last token is computed, never found: a context of exactly 32 tokens takes one block and 15 rows
+  // of the second (copied into a block of its own).
+  BOOST_TEST(b.attach_prefix(pool, std::span(context).first(32)) == 31);
+  BOOST_TEST(b.blocks.size() == 2u);
+  BOOST_TEST(b.blocks[1] != held[1]);
   b.release(pool);
-  // A different token in the second block: only the first matches; in the first: nothing.
+  // A different token in the second block: the first block and the second's four rows before it; in the
+  // first block's fourth: its three rows.
   std::vector<int32_t> other = context;
   other[20] = 7;
-  BOOST_TEST(b.attach_prefix(pool, other) == 16);
+  BOOST_TEST(b.attach_prefix(pool, other) == 20);
   b.release(pool);
+  BOOST_TEST(pool.cached_blocks() == 2);  // the copies, never full, are not published
   other[3] = 7;
+  BOOST_TEST(b.attach_prefix(pool, other) == 3);
+  b.release(pool);
+  other[0] = 7;
   BOOST_TEST(b.attach_prefix(pool, other) == 0);
   // Turned off: nothing is found, and the cached blocks are plain free ones.
   pool.set_prefix_cache(false);
   BOOST_TEST(b.attach_prefix(pool, context) == 0);
   BOOST_TEST(pool.cached_blocks() == 0);
   BOOST_TEST(pool.free_blocks() == 8);
+}
+
+// A context that parts from a cached block midway gets that block's rows before the parting, in every
+// layer, keys and values, byte for byte, in a block of its own; the cached block stays as it was. Where
+// the pages are not all in host memory, only whole blocks are taken.
+BOOST_AUTO_TEST_CASE(a_block_found_in_part_lends_its_first_rows) {
+  kvcache::KvPool pool(2, 2, 8, 16, 6, false, kvcache::KvDtype::F16);
+  const std::vector<int32_t> context = count_from(100, 40);
+  kvcache::SequenceKv a;
+  BOOST_REQUIRE(a.reserve(pool, 40));
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t pos = 0; pos < 40; ++pos)
+      for (int64_t i = 0; i < pool.row_bytes(); ++i) {
+        pool.key(l, a.block_of(pos, 16), pos % 16)[i] = uint8_t(l * 7 + pos * 3 + i);
+        pool.value(l, a.block_of(pos, 16), pos % 16)[i] = uint8_t(l * 5 + pos * 11 + i + 1);
+      }
+  a.written(pool, context);
+  const int32_t source = a.blocks[1];
+  a.release(pool);
+  std::vector<int32_t> other = context;
+  other[25] = 1;  // parts from the second block after 9 rows
+  kvcache::SequenceKv b;
+  BOOST_TEST(b.attach_prefix(pool, other) == 25);
+  BOOST_REQUIRE(b.blocks.size() == 2u);
+  BOOST_TEST(b.tokens == std::vector<int32_t>(context.begin(), context.begin() + 25), boost::test_tools::per_element());
+  const int32_t own = b.blocks[1];
+  BOOST_TEST(own != source);
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t slot = 0; slot < 9; ++slot) {
+      BOOST_TEST(std::memcmp(pool.key(l, own, slot), pool.key(l, source, slot), size_t(pool.row_bytes())) == 0);
+      BOOST_TEST(std::memcmp(pool.value(l, own, slot), pool.value(l, source, slot), size_t(pool.row_bytes())) == 0);
+    }
+  BOOST_TEST(pool.key(1, source, 9)[0] == uint8_t(7 + 25 * 3));  // the source's own rows untouched
+  // b's rows of the second block, once written, publish it as its own (different tokens from position 25).
+  b.written(pool, std::span(other).subspan(25, 7));
+  BOOST_TEST(pool.cached_blocks() == 3);
+  b.release(pool);
+  // With a layer's pages split over devices, no copy: the whole first block only.
+  pool.set_shards(1, {Tensor::zeros_f32({1})});
+  BOOST_TEST(!pool.rows_on_host());
+  other[20] = 2;
+  BOOST_TEST(b.attach_prefix(pool, other) == 16);
+  b.release(pool);
 }
 
 BOOST_AUTO_TEST_CASE(the_least_recently_used_blocks_give_way_tails_first) {
