@@ -228,6 +228,14 @@ bool SequenceKv::take_state_slot(KvPool& pool) {
 
 void SequenceKv::release(KvPool& pool) {
   if (state_slot >= 0) pool.give_state_slot(std::exchange(state_slot, -1));
+  // The page the last rows went into, not full: published with the tokens it holds, where no one writes
+  // again, for a later context that parts from this one inside it (the next turn of a chat) to copy from.
+  const int64_t bt = pool.block_tokens(), last = int64_t(tokens.size()) / bt, rows = int64_t(tokens.size()) % bt;
+  if (pool.prefix_cache() && rows > 0 && last < int64_t(blocks.size()) && int64_t(chain.size()) == last) {
+    const uint64_t parent = chain.empty() ? root : chain.back();
+    std::span<const int32_t> held(tokens.data() + last * bt, size_t(rows));
+    pool.publish(blocks[size_t(last)], KvPool::chain_hash(parent, held), parent, held);
+  }
   // Last block first: the least recently used end of the cache gets a chain's tail before its head, so
   // what stays cached is always a prefix someone can reach.
   for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool.release(*b);

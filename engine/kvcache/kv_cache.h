@@ -13,7 +13,8 @@
 // a cached block midway (a new question after a shared system prompt or conversation), that block's rows
 // before the parting are copied into a block of the sequence's own, so only the rest is computed; the
 // copy is made where every layer's pages are in host memory (a model with pages on a GPU takes whole
-// blocks only).
+// blocks only). A sequence letting go publishes its last block too, not full, with the rows it holds, to
+// be copied from (never taken by reference, as a full block is).
 //
 // A linear-attention layer (Qwen3-Next's gated DeltaNet) has no pages: its cache is one fixed-size
 // recurrent state per sequence, in a slot the sequence holds while it lives. Such a state summarises every
@@ -81,8 +82,9 @@ class KvPool {
   // The published block whose tokens are `tokens` after the chain `parent` (0 at the start), or -1.
   // `hash` is chain_hash(parent, tokens).
   int32_t lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) const;
-  // Publishes a full, written block; returns the block now published under that hash (another one when
-  // the same tokens were published first: the caller may switch to it).
+  // Publishes a written block, full (or the last of a sequence letting go, with the rows it holds: found
+  // only by longest_start); returns the block now published under that hash (another one when the same
+  // tokens were published first: the caller may switch to it).
   int32_t publish(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
   static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens);
   // Of the published blocks after `parent`, the one whose tokens begin with the longest run of `tokens`,

@@ -449,16 +449,22 @@ BOOST_AUTO_TEST_CASE(full_blocks_are_found_by_their_tokens_and_kept_after_releas
   BOOST_TEST(pool.cached_blocks() == 2);
   const std::vector<int32_t> held = a.blocks;
   a.release(pool);
-  // Both full blocks stay cached and still count as free; the partial one is free.
+  // Both full blocks stay cached and still count as free, and so does the last, with its 8 rows.
   BOOST_TEST(pool.free_blocks() == 8);
   BOOST_TEST(pool.used_blocks() == 0);
-  BOOST_TEST(pool.cached_blocks() == 2);
+  BOOST_TEST(pool.cached_blocks() == 3);
 
   kvcache::SequenceKv b;
-  BOOST_TEST(b.attach_prefix(pool, std::span(context).first(35)) == 32);
-  BOOST_TEST(b.blocks == std::vector<int32_t>(held.begin(), held.begin() + 2), boost::test_tools::per_element());
-  BOOST_TEST(pool.used_blocks() == 2);
+  // The two full blocks by reference, and 2 of the last one's rows copied (the last token computed).
+  BOOST_TEST(b.attach_prefix(pool, std::span(context).first(35)) == 34);
+  BOOST_TEST(b.blocks.size() == 3u);
+  BOOST_TEST(std::vector<int32_t>(b.blocks.begin(), b.blocks.begin() + 2) == std::vector<int32_t>(held.begin(), held.begin() + 2),
+             boost::test_tools::per_element());
+  BOOST_TEST(b.blocks[2] != held[2]);
+  BOOST_TEST(pool.used_blocks() == 3);
   b.release(pool);
+  // b's last block held 2 rows, the same tokens as a's 8 begin with: published beside it.
+  BOOST_TEST(pool.cached_blocks() == 4);
   // The last token is computed, never found: a context of exactly 32 tokens takes one block and 15 rows
   // of the second (copied into a block of its own).
   BOOST_TEST(b.attach_prefix(pool, std::span(context).first(32)) == 31);
@@ -471,7 +477,6 @@ BOOST_AUTO_TEST_CASE(full_blocks_are_found_by_their_tokens_and_kept_after_releas
   other[20] = 7;
   BOOST_TEST(b.attach_prefix(pool, other) == 20);
   b.release(pool);
-  BOOST_TEST(pool.cached_blocks() == 2);  // the copies, never full, are not published
   other[3] = 7;
   BOOST_TEST(b.attach_prefix(pool, other) == 3);
   b.release(pool);
@@ -482,6 +487,8 @@ BOOST_AUTO_TEST_CASE(full_blocks_are_found_by_their_tokens_and_kept_after_releas
   BOOST_TEST(b.attach_prefix(pool, context) == 0);
   BOOST_TEST(pool.cached_blocks() == 0);
   BOOST_TEST(pool.free_blocks() == 8);
+  b.release(pool);
+  BOOST_TEST(pool.cached_blocks() == 0);  // nor is a last block published when off
 }
 
 // A context that parts from a cached block midway gets that block's rows before the parting, in every
@@ -515,9 +522,10 @@ BOOST_AUTO_TEST_CASE(a_block_found_in_part_lends_its_first_rows) {
       BOOST_TEST(std::memcmp(pool.value(l, own, slot), pool.value(l, source, slot), size_t(pool.row_bytes())) == 0);
     }
   BOOST_TEST(pool.key(1, source, 9)[0] == uint8_t(7 + 25 * 3));  // the source's own rows untouched
-  // b's rows of the second block, once written, publish it as its own (different tokens from position 25).
+  // b's rows of the second block, once written, publish it as its own (different tokens from position 25),
+  // beside a's two full blocks and its last, part written.
   b.written(pool, std::span(other).subspan(25, 7));
-  BOOST_TEST(pool.cached_blocks() == 3);
+  BOOST_TEST(pool.cached_blocks() == 4);
   b.release(pool);
   // With a layer's pages split over devices, no copy: the whole first block only.
   pool.set_shards(1, {Tensor::zeros_f32({1})});
@@ -533,7 +541,7 @@ BOOST_AUTO_TEST_CASE(the_least_recently_used_blocks_give_way_tails_first) {
   for (const auto* context : {&first, &second}) {
     kvcache::SequenceKv s;
     BOOST_REQUIRE(s.reserve(pool, 33));
-    s.written(pool, *context);
+    s.written(pool, std::span(*context).first(32));  // two full blocks (a last block part written is kept too)
     s.release(pool);
   }
   BOOST_TEST(pool.cached_blocks() == 4);
@@ -574,7 +582,8 @@ BOOST_AUTO_TEST_CASE(the_same_rows_computed_twice_are_kept_once) {
   BOOST_TEST(pool.used_blocks() == 2);  // b holds the shared block and its own partial one
   b.release(pool);
   BOOST_TEST(pool.free_blocks() == 6);
-  BOOST_TEST(pool.cached_blocks() == 1);
+  // The full block and a's last one, with its 4 rows; b's last, the same rows, was not kept twice.
+  BOOST_TEST(pool.cached_blocks() == 2);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
