@@ -132,6 +132,8 @@ int32_t KvPool::publish(int32_t block, uint64_t hash, uint64_t parent, std::span
   if (added) {
     hash_of_[size_t(block)] = hash;
     children_[parent].push_back(hash);
+  } else if (it->second.parent != parent || !std::ranges::equal(it->second.tokens, tokens)) {
+    return block;  // another block's hash (a collision): not the same rows, so not to be shared
   }
   return it->second.block;
 }
