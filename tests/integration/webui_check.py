@@ -60,7 +60,10 @@ def main(base, model, key, shots):
         tokens.send_keys("400")
         find(By.ID, "input").send_keys("Write a very long story about a dragon.")
         find(By.ID, "send").click()
-        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".msg.assistant .body")[-1].text) > 20)
+        # Looked at every 20 ms, so Stop is pressed a few tokens in: at the default 0.5 s, a story that
+        # ended early (sampled, ~75 tokens at SmolLM2's pace) once left no Stop to press.
+        quick = WebDriverWait(browser, 60, poll_frequency=0.02)
+        quick.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".msg.assistant .body")[-1].text) > 20)
         find(By.ID, "stop").click()
         wait.until(lambda b: "stopped" in b.find_elements(By.CSS_SELECTOR, ".msg.assistant .stats")[-1].text)
         deadline = time.time() + 5
