@@ -12,6 +12,7 @@ import time
 import urllib.request
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -62,7 +63,9 @@ def main(base, model, key, shots):
         find(By.ID, "send").click()
         # Looked at every 20 ms, so Stop is pressed a few tokens in: at the default 0.5 s, a story that
         # ended early (sampled, ~75 tokens at SmolLM2's pace) once left no Stop to press.
-        quick = WebDriverWait(browser, 60, poll_frequency=0.02)
+        # The answer's element is replaced as it re-renders: one gone between finding and reading is looked
+        # for again.
+        quick = WebDriverWait(browser, 60, poll_frequency=0.02, ignored_exceptions=[StaleElementReferenceException])
         quick.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".msg.assistant .body")[-1].text) > 20)
         find(By.ID, "stop").click()
         wait.until(lambda b: "stopped" in b.find_elements(By.CSS_SELECTOR, ".msg.assistant .stats")[-1].text)
