@@ -183,7 +183,8 @@ BOOST_DATA_TEST_CASE(the_prefix_cache_changes_no_token_or_logprob, bdata::make(f
   for (uint32_t u = 0; u < 5; ++u) users.push_back(sampled(joined(system, some_tokens(10 + u, 5 + int(u) * 7, vocab)), u, 8));
   // Each finds the system prompt's two full pages and its last 5 tokens at the start of the first user's
   // third page (copied into a page of its own).
-  BOOST_TEST(cached_tokens(both(users, "five users of one system prompt")) == reuses * 5 * 37);
+  // (more only where a user's next token happens to equal one before it, whose page it may then copy from)
+  BOOST_TEST(cached_tokens(both(users, "five users of one system prompt")) >= reuses * 5 * 37);
 
   std::vector<int32_t> chat = system;
   for (uint32_t turn = 0; turn < 3; ++turn) {
@@ -198,8 +199,10 @@ BOOST_DATA_TEST_CASE(the_prefix_cache_changes_no_token_or_logprob, bdata::make(f
   std::vector<GenerationRequest> seeded = choices;
   for (size_t i = 0; i < seeded.size(); ++i) seeded[i].sampling.seed = i;
   auto n4 = both(seeded, "n = 4");
-  // The first choice computes the prompt's three full pages; the others wait a step and share them.
-  BOOST_TEST(cached_tokens(n4) == reuses * 3 * 48);
+  // The first choice computes the prompt's three full pages; the others wait a step and share them, and
+  // the 49th token too when a choice that ended first left its last page cached (as the steps fall).
+  BOOST_TEST(cached_tokens(n4) >= reuses * 3 * 48);
+  BOOST_TEST(cached_tokens(n4) <= reuses * 3 * 49);
   if (reuses) BOOST_TEST(cached->runner().load().prefix_cache_hits > 0u);
   else BOOST_TEST(cached->runner().load().prefix_cache_hits == 0u);
   BOOST_TEST(plain->runner().load().prefix_cache_hits == 0u);
