@@ -4,7 +4,7 @@
                                 [--against LABEL=URL] [--rounds R]
 
 Prints one row per client count: requests/s, generated tokens/s, p50/p99 time to first token and p50/p99
-inter-token latency. Every request has a prompt of its own (client and request numbered), so a prefix
+inter-token latency. Every request has a prompt of its own (client, request and cell numbered), so a prefix
 cache finds only the shared opening. With --against, a second server gets the same load cell by cell,
 the two alternated (who goes first swaps each round), and with --rounds the cells repeat; a last table
 gives each cell's medians with their range and the first server's tokens/s over the other's. With --json-schema, every request asks for output valid against that schema
@@ -41,11 +41,11 @@ def sse_events(resp):
                 yield json.loads(event[6:])
 
 
-def client(url, model, max_tokens, deadline, index, results, lock, schema):
+def client(url, model, max_tokens, deadline, index, results, lock, schema, book):
     parts = urllib.parse.urlsplit(url)
     sent = 0
     while time.monotonic() < deadline:
-        prompt = f"Write a long story about a lighthouse keeper named Ada, chapter {index}, part {sent}."
+        prompt = f"Write a long story about a lighthouse keeper named Ada, chapter {index}, part {sent}, book {book}."
         sent += 1
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
         request = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
@@ -82,12 +82,12 @@ def client(url, model, max_tokens, deadline, index, results, lock, schema):
             results["itl"].extend(gaps)
 
 
-def run(url, model, clients, seconds, max_tokens, schema=None):
+def run(url, model, clients, seconds, max_tokens, schema=None, book=0):
     results = {"requests": 0, "tokens": 0, "errors": 0, "ttft": [], "itl": []}
     lock = threading.Lock()
     start = time.monotonic()
     deadline = start + seconds
-    threads = [threading.Thread(target=client, args=(url, model, max_tokens, deadline, i, results, lock, schema)) for i in range(clients)]
+    threads = [threading.Thread(target=client, args=(url, model, max_tokens, deadline, i, results, lock, schema, book)) for i in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
@@ -138,9 +138,12 @@ def main():
     clients = [int(x) for x in a.clients.split(",")]
     rows = []
     for round in range(a.rounds):
-        for n in clients:
+        for cell, n in enumerate(clients):
+            # A book of prompts per cell, the same for each server: no prompt comes back in a later cell
+            # or round, where a cache of whole prompts (llama-server's slots) would find it.
+            book = round * len(clients) + cell
             for label, url in servers if round % 2 == 0 else servers[::-1]:
-                r = run(url, a.model, n, a.seconds, a.max_tokens, schema)
+                r = run(url, a.model, n, a.seconds, a.max_tokens, schema, book)
                 rows.append((label, r))
                 print_row(label, r)
     if a.rounds > 1 or len(servers) > 1:
