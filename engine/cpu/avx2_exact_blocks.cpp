@@ -65,6 +65,15 @@ inline __m256i dot_s8s8(__m256i acc, __m256i a, __m256i b) {
   return dot_u8s8(acc, _mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
+// acc + the int16 pairs of p times those of s, summed per int32 lane (exact: products of int16s).
+inline __m256i dot_i16(__m256i acc, __m256i p, __m256i s) {
+#ifdef FTLLM_VNNI
+  return _mm256_dpwssd_epi32(acc, p, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+#endif
+}
+
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 // Q4_K / Q5_K: a super-block's twelve packed bytes as its eight 6-bit scales and eight 6-bit minimums.
@@ -543,7 +552,7 @@ template <DType T, int R>
       const Q8Block* xb = x + i * nb + sb * 8 + 2 * p;
       // u <= 31 and |x| <= 127: the byte-pair sums fit int16, then times the 6-bit scale in int32.
       const __m256i p0 = _mm256_maddubs_epi16(lo, load32(xb[0].q)), p1 = _mm256_maddubs_epi16(hi, load32(xb[1].q));
-      isum[i] = _mm256_add_epi32(isum[i], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
+      isum[i] = dot_i16(dot_i16(isum[i], p0, s0), p1, s1);
     }
   }
   for (int i = 0; i < R; ++i) {
@@ -570,7 +579,7 @@ template <int R>
         const __m256i xv = load32(x[i * nb + sb * 8 + 4 * half + k].q);
         // |u x + u' x'| <= 16002 and |32 (x + x')| <= 8128: int16 holds both and their difference.
         const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, xv), _mm256_maddubs_epi16(offset, xv));
-        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(pairs, scales));
+        isum[i] = dot_i16(isum[i], pairs, scales);
       }
     }
   }
@@ -1059,14 +1068,12 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
     else if constexpr (R == 1) rows_times_weights_few<T, 1>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
     else rows_times_weights_lanes<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
   };
-  if constexpr (!kSuper<T> && T != DType::Q6_K) {  // every row in one pass over the weights
-    switch (M) {
-      case 2: return few.template operator()<2>(0);
-      case 3: return few.template operator()<3>(0);
-      case 4: return few.template operator()<4>(0);
-      case 5: return few.template operator()<5>(0);
-      default: break;
-    }
+  switch (M) {  // every row in one pass over the weights
+    case 2: return few.template operator()<2>(0);
+    case 3: return few.template operator()<3>(0);
+    case 4: return few.template operator()<4>(0);
+    case 5: return few.template operator()<5>(0);
+    default: break;
   }
   int64_t m = 0;
   for (; m + 4 <= M; m += 4) few.template operator()<4>(m);
