@@ -466,7 +466,7 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
   }
 }
 
-// Weight rows [n0, n1) against R activation rows (2 to 7: a small decode batch or prefill chunk), eight
+// Weight rows [n0, n1) against R activation rows (2 to 5: a small decode batch or prefill chunk), eight
 // weight rows at a time with each vector lane a weight row: a block of the eight rows is unpacked and
 // turned once (transpose8), then every activation row's block is dotted against it by broadcasting its
 // 4-byte chunks, and the eight lanes are the eight rows' block dots, with nothing left to add across
@@ -1073,13 +1073,8 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
     case 3: return few.template operator()<3>(0);
     case 4: return few.template operator()<4>(0);
     case 5: return few.template operator()<5>(0);
-    default: break;
+    default: return few.template operator()<1>(0);
   }
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4) few.template operator()<4>(m);
-  if (M - m == 3) few.template operator()<3>(m);
-  if (M - m == 2) few.template operator()<2>(m);
-  if (M - m == 1) few.template operator()<1>(m);
 }
 
 }  // namespace
