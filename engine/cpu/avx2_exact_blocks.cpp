@@ -1073,7 +1073,8 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
     case 3: return few.template operator()<3>(0);
     case 4: return few.template operator()<4>(0);
     case 5: return few.template operator()<5>(0);
-    default: return few.template operator()<1>(0);
+    case 1: return few.template operator()<1>(0);
+    default: return;  // no rows
   }
 }
 
