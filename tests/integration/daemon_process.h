@@ -65,6 +65,9 @@ inline constexpr int kSanitizerSlowdown = 8;
 inline constexpr int kSanitizerSlowdown = 1;
 #endif
 
+// A port on 127.0.0.1 nothing listens on now (bound to 0 and let go), for a program that must be told one.
+int free_port();
+
 // A TCP connection to 127.0.0.1:port (its descriptor; the caller closes it).
 int connect_loopback(int port);
 

@@ -235,13 +235,18 @@ BOOST_AUTO_TEST_CASE(socket_activation_through_systemd_socket_activate) {
   // systemd-socket-activate opens both sockets, starts ftllmd on the first connection and passes them
   // with the sd_listen_fds protocol, as ftllmd.socket does.
   TempDir dir;
-  const int port = 20000 + getpid() % 20000;
+  // A port the kernel just found free (a port picked from the pid could be one another program's
+  // connection held, and systemd-socket-activate then failed to bind it; seen once in CI).
+  const int port = free_port();
   const std::string socket = dir.file("admin.sock");
   std::string cmd = "systemd-socket-activate -l 127.0.0.1:" + std::to_string(port) + " -l " + socket + " " +
                     env_or_fail("FTLLMD") + " --listen 127.0.0.1:1 --admin-socket " + dir.file("unused.sock") +
                     " >/dev/null 2>" + dir.file("log") + " & echo $!";
   int pid = std::stoi(run_command(cmd).out);
-  usleep(200000);
+  // Its sockets are open once the admin socket's file is there (it opens them in the order given).
+  for (int i = 0; i < 200 && ::access(socket.c_str(), F_OK) != 0; ++i) usleep(50000);
+  BOOST_REQUIRE_MESSAGE(::access(socket.c_str(), F_OK) == 0,
+                        "systemd-socket-activate opened no sockets in 10 s: " << run_command("cat " + dir.file("log")).out);
   CommandResult health = run_command("curl -s --max-time 10 http://127.0.0.1:" + std::to_string(port) + "/health");
   BOOST_TEST(health.out == R"({"status":"ok"})");
   CommandResult status = run_command(env_or_fail("FTLLMCTL") + " --socket " + socket + " status --json");
