@@ -29,7 +29,7 @@ std::string ctl(const DaemonProcess& d, const std::string& args) {
 std::string stream(const DaemonProcess& d, const std::string& model, int tokens) {
   std::string body = R"({"model": ")" + model + R"(", "prompt": "Once upon a time", "max_tokens": )" + std::to_string(tokens) +
                      R"(, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}})";
-  return run_command("curl -s -N --max-time 120 -d '" + body + "' " + d.base_url() + "/v1/completions").out;
+  return run_command("curl -s -N --max-time " + std::to_string(120 * kSanitizerSlowdown) + " -d '" + body + "' " + d.base_url() + "/v1/completions").out;
 }
 
 // NUMA nodes with CPUs, as sysfs lists them (1 where it lists none).
@@ -402,7 +402,11 @@ BOOST_AUTO_TEST_CASE(ftllmctl_chat_keeps_history_and_resets) {
 
 BOOST_AUTO_TEST_CASE(sigterm_drains_running_streams) {
   TempDir dir;
-  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512"});
+  // The default 30 s to finish is not always enough for 60 tokens under TSan on a busy machine (CI once cut
+  // this stream off): the drain is what is tested here, not the pace.
+  std::string conf = dir.file("ftllmd.conf");
+  std::ofstream(conf) << "[server]\nshutdown_timeout_seconds = " << 30 * kSanitizerSlowdown << "\n";
+  DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "m", "-t", "1", "--ctx", "512", "--config", conf});
   std::string out;
   std::jthread streaming([&] { out = stream(d, "m", 60); });
   for (int i = 0; i < 100 * kSanitizerSlowdown && running(d, "m") == 0; ++i) usleep(20000);
@@ -422,9 +426,9 @@ BOOST_AUTO_TEST_CASE(sigterm_drains_running_streams) {
   BOOST_TEST(late.out.find("Retry-After: 1") != std::string::npos, late.out);
   streaming.join();
   // ...but the running stream finishes whole, and the daemon exits 0 after it.
-  BOOST_TEST(out.find(R"("completion_tokens":60)") != std::string::npos, out.substr(0, 300));
+  BOOST_TEST(out.find(R"("completion_tokens":60)") != std::string::npos, out.substr(out.size() > 300 ? out.size() - 300 : 0));
   BOOST_TEST(out.find("[DONE]") != std::string::npos);
-  BOOST_TEST(d.stop(0) == 0);
+  BOOST_TEST(d.stop(0) == 0, d.log());
 }
 
 BOOST_AUTO_TEST_CASE(sigterm_cuts_streams_off_at_the_shutdown_timeout) {

@@ -46,6 +46,13 @@ def main(base, model, key, shots):
         assert not find(By.ID, "error").is_displayed()
         Select(find(By.ID, "model")).select_by_value(model)
 
+        # Greedy throughout, so the story below is the same long one every run (SmolLM2's greedy story runs
+        # past 400 tokens; sampled, one ended before Stop could be pressed).
+        find(By.ID, "settings-toggle").click()
+        temperature = find(By.ID, "temperature")
+        temperature.clear()
+        temperature.send_keys("0")
+
         # A message, its streamed answer and the numbers under it.
         find(By.ID, "input").send_keys("What is the capital of France?")
         find(By.ID, "send").click()
@@ -55,14 +62,12 @@ def main(base, model, key, shots):
         browser.save_screenshot(os.path.join(shots, "webui-desktop.png"))
 
         # A long answer, stopped: the page says so and the server's request ends.
-        find(By.ID, "settings-toggle").click()
         tokens = find(By.ID, "max_tokens")
         tokens.clear()
         tokens.send_keys("400")
         find(By.ID, "input").send_keys("Write a very long story about a dragon.")
         find(By.ID, "send").click()
-        # Looked at every 20 ms, so Stop is pressed a few tokens in: at the default 0.5 s, a story that
-        # ended early (sampled, ~75 tokens at SmolLM2's pace) once left no Stop to press.
+        # Looked at every 20 ms, so Stop is pressed a few tokens in.
         # The answer's element is replaced as it re-renders: one gone between finding and reading is looked
         # for again.
         quick = WebDriverWait(browser, 60, poll_frequency=0.02, ignored_exceptions=[StaleElementReferenceException])
