@@ -11,7 +11,8 @@
 # No suppressions: a report is a bug to fix. Optimisation -O1 without debug info keeps both builds
 # small, their object files the same in every checkout (so ccache serves them), and the traces usable;
 # the vectorised kernels are built at -O2 there (engine/meson.build), or the daemon would decode at a few
-# tokens a second and the integration cases would take most of an hour.
+# tokens a second and the integration cases would take most of an hour; the ftllmd and ftllm-export the
+# integration cases start link them uninstrumented (the unit tests check them instrumented).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 full=0
