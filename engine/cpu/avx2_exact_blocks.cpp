@@ -1063,17 +1063,17 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   // A handful of rows (a small decode batch) share each weight block's unpacking on the one-row path;
   // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
   if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
-  auto few = [&]<int R>(int64_t m) {
-    if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
-    else if constexpr (R == 1) rows_times_weights_few<T, 1>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
-    else rows_times_weights_lanes<T, R>(xq + m * nb, nb, weights, bytes, n0, n1, y + m * ldy, ldy);
+  auto few = [&]<int R>() {
+    if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
+    else if constexpr (R == 1) rows_times_weights_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
+    else rows_times_weights_lanes<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
   };
   switch (M) {  // every row in one pass over the weights
-    case 2: return few.template operator()<2>(0);
-    case 3: return few.template operator()<3>(0);
-    case 4: return few.template operator()<4>(0);
-    case 5: return few.template operator()<5>(0);
-    case 1: return few.template operator()<1>(0);
+    case 2: return few.template operator()<2>();
+    case 3: return few.template operator()<3>();
+    case 4: return few.template operator()<4>();
+    case 5: return few.template operator()<5>();
+    case 1: return few.template operator()<1>();
     default: return;  // no rows
   }
 }

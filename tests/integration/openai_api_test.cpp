@@ -866,7 +866,8 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
                                "/v1/chat/completions");
       ++answered;
     });
-  const std::string loop_stat = "/proc/" + std::to_string(d.pid()) + "/task/" + std::to_string(d.pid()) + "/schedstat";
+  const std::string loop_task = "/proc/" + std::to_string(d.pid()) + "/task/" + std::to_string(d.pid());
+  const std::string loop_stat = loop_task + "/schedstat";
   const std::string own_stat = "/proc/thread-self/schedstat";
   const bool accounted = sched_times(loop_stat) && sched_times(own_stat);
   // The fallback's control: how late a thread that only sleeps 20 ms at a time wakes meanwhile.
@@ -888,7 +889,7 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
     double wait, held, loop_cpu, loop_kernel;  // the answer's time; less the run-queue waits; the loop's CPU time
                                                // meanwhile, and the part of it spent in the kernel
   };
-  const std::string loop_task_stat = "/proc/" + std::to_string(d.pid()) + "/task/" + std::to_string(d.pid()) + "/stat";
+  const std::string loop_task_stat = loop_task + "/stat";
   const int fd = connect_loopback(d.port());
   std::vector<Probe> probes;
   while (answered < int(answers.size())) {
