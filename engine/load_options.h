@@ -44,7 +44,7 @@ struct ModelLoadOptions {
   // Compute dtypes (fastllm's --dtype, --moe_dtype, --dtype_config): "auto" keeps what the files store.
   std::string dtype = "auto", moe_dtype = "auto";
   std::string dtype_config;    // a JSON file of {"key": REGEX, "dtype": NAME} rules
-  std::string kernels = "auto";  // "scalar" (the reference kernels), "avx2", or the fastest the CPU runs
+  std::string kernels = "auto";  // "scalar" (the reference kernels), "avx2", "avx512vnni", "avx512amx", or the fastest the CPU runs
   // Mixture-of-experts models (fastllm's --moe_experts, --moe_device, --cuda_se): routed experts per
   // token (0: the model's num_experts_per_tok); where the experts run ("cpu", "numa": their rows split
   // over the NUMA nodes, or "cuda"); whether shared experts stay on the GPU (needs a CUDA device).
@@ -172,7 +172,7 @@ inline const std::vector<LoadOption>& load_options() {
       {"device", "--device", "", "SPEC", "a device", 0, 0, kServing, &O::device},
       {"gpu_memory", "--gpu_memory", "", "F", "a share of the GPU's free memory in (0, 1]", 0, 1, kServing,
        &O::gpu_memory},
-      {"kernels", "--kernels", "", "auto|avx512vnni|avx2|scalar", "a kernel set", 0, 0, kCommandLine | kAdmin,
+      {"kernels", "--kernels", "", "auto|avx512amx|avx512vnni|avx2|scalar", "a kernel set", 0, 0, kCommandLine | kAdmin,
        &O::kernels},
       {"moe_device", "--moe_device", "", "cpu|numa|cuda", "a device", 0, 0, kServing, &O::moe_device},
       {"moe_experts", "--moe_experts", "", "N", "a positive number of experts", 1, LoadOption::kUnbounded, kServing,

@@ -1078,7 +1078,70 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   }
 }
 
+#ifdef FTLLM_VNNI
+template <DType T>
+AmxType amx_type_t() {
+  using Wt = Weights<T>;
+  return AmxType{true, Wt::kSigned, Wt::kHasMin, kMinTimesDs<T>, T == DType::I8, Wt::kOffset};
+}
+
+template <DType T>
+void amx_pack_panel_t(const uint8_t* w, size_t row_bytes, int64_t n, int64_t nb, AmxPanelBlock* out, float* row_scale) {
+  using Wt = Weights<T>;
+  const uint8_t* rows[16];
+  for (int r = 0; r < 16; ++r) {
+    rows[r] = w + size_t(n + r) * row_bytes;
+    row_scale[r] = 1.0f;
+    if constexpr (T == DType::I8) std::memcpy(&row_scale[r], rows[r], 4);
+  }
+  // Word k of row r sits at int32 index 8r + k of `values`; gathering index 8r + k over r makes row k of the tile.
+  const __m512i word_of_row = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(8));
+  alignas(64) uint8_t values[16][32];
+  for (int64_t b = 0; b < nb; ++b) {
+    AmxPanelBlock& p = out[b];
+    for (int r = 0; r < 16; ++r) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(values[r]), Wt::bytes(rows[r], b));
+      p.scale[r] = Wt::scale(rows[r], b);
+      if constexpr (Wt::kHasMin) p.min[r] = Wt::min(rows[r], b);
+      else p.min[r] = 0.0f;
+    }
+    for (int k = 0; k < 8; ++k)
+      _mm512_store_si512(p.b_tile[k], _mm512_i32gather_epi32(_mm512_add_epi32(word_of_row, _mm512_set1_epi32(k)), values, 4));
+  }
+}
+
+// The types with one integer dot per 32-value block; f<T>() for wt, or `otherwise` for the rest.
+template <typename F, typename R>
+R with_block_type(DType wt, F&& f, R otherwise) {
+  switch (wt) {
+    case DType::Q4_0: return f.template operator()<DType::Q4_0>();
+    case DType::Q4_1: return f.template operator()<DType::Q4_1>();
+    case DType::Q5_0: return f.template operator()<DType::Q5_0>();
+    case DType::Q5_1: return f.template operator()<DType::Q5_1>();
+    case DType::Q8_0: return f.template operator()<DType::Q8_0>();
+    case DType::MXFP4: return f.template operator()<DType::MXFP4>();
+    case DType::I8: return f.template operator()<DType::I8>();
+    case DType::I4: return f.template operator()<DType::I4>();
+    case DType::I4G32: return f.template operator()<DType::I4G32>();
+    case DType::I4G64: return f.template operator()<DType::I4G64>();
+    case DType::I4G128: return f.template operator()<DType::I4G128>();
+    case DType::I4G256: return f.template operator()<DType::I4G256>();
+    default: return otherwise;
+  }
+}
+#endif
+
 }  // namespace
+
+#ifdef FTLLM_VNNI
+AmxType amx_type(DType wt) {
+  return with_block_type(wt, []<DType T>() { return amx_type_t<T>(); }, AmxType{});
+}
+
+void amx_pack_panel(DType wt, const uint8_t* w, size_t row_bytes, int64_t n, int64_t nb, AmxPanelBlock* out, float* row_scale) {
+  with_block_type(wt, [&]<DType T>() { return amx_pack_panel_t<T>(w, row_bytes, n, nb, out, row_scale), 0; }, 0);
+}
+#endif
 
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   switch (wt) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "../core/dtype.h"
@@ -90,9 +91,18 @@ const Kernels& scalar_kernels();
 const Kernels* avx2_kernels();
 // AVX2 with the integer dot products on AVX-512 VNNI; nullptr without AVX-512 F/BW/VL/VNNI.
 const Kernels* avx512vnni_kernels();
+// AVX-512 VNNI with the block types' GEMM (16 x 16 tiles and more) on AMX-INT8; nullptr unless the CPU has
+// AMX, Linux grants the process its tile state and a self-check matches the VNNI table's bits.
+const Kernels* avx512amx_kernels();
+// That table with the tile instructions carried out in software: how tests check its tiling on machines
+// without AMX (slow; never chosen to serve). nullptr where the VNNI table is.
+const Kernels* avx512amx_emulated_kernels();
 // The fastest table this processor runs; chosen once from cpuid.
 const Kernels& best_kernels();
-// "auto" (best_kernels), "scalar", "avx2" or "avx512vnni"; throws EngineError for a name this CPU cannot run.
+// "auto" (best_kernels), "scalar", "avx2", "avx512vnni" or "avx512amx"; throws EngineError for a name this
+// CPU cannot run, saying why.
 const Kernels& kernels_named(std::string_view name);
+// k's name, and on a CPU with AMX why k does not use it (refused by the kernel, not chosen): what status shows.
+std::string kernels_description(const Kernels& k);
 
 }  // namespace ftllm::cpu

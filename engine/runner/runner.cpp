@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "../core/error.h"
+#include "../cpu/kernels.h"
 
 namespace ftllm {
 
@@ -143,7 +144,7 @@ void Runner::note_load() {
   seen_.prefix_cache = kv_.prefix_cache();
   seen_.threads = layout_.pool().size();
   seen_.threads_active = layout_.pool().active();
-  seen_.kernels = layout_.kernels().name;
+  seen_.kernels = cpu::kernels_description(layout_.kernels());
   seen_.max_loras = max_loras_;
   std::set<std::string> running, waiting;
   for (auto& [id, a] : adapters_running_) running.insert(a->name());

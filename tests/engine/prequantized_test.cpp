@@ -102,7 +102,7 @@ BOOST_AUTO_TEST_CASE(gpt_oss_mxfp4_experts_compute_what_transformers_computed) {
   BOOST_TEST(decode < 1e-4);
   BOOST_TEST(test::greedy(*mx, ref.prompt, int32_t(ref.greedy.size())) == ref.greedy, boost::test_tools::per_element());
 
-  for (const cpu::Kernels* k : {cpu::avx2_kernels(), cpu::avx512vnni_kernels()}) {
+  for (const cpu::Kernels* k : {cpu::avx2_kernels(), cpu::avx512vnni_kernels(), cpu::avx512amx_kernels()}) {
     if (!k) continue;
     const double err = logits_error(*load("gpt-oss-mxfp4", "auto", "auto", k->name));
     BOOST_TEST_MESSAGE("gpt-oss MXFP4, " << k->name << ": prefill " << err);

@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
+#include "cpu/avx2_quant.h"
 #include "cpu/kernels.h"
 #include "quant/block_decode.h"
 #include "quant/ggml_blocks.h"
@@ -25,10 +27,11 @@ using test::GgmlLayout;
 
 namespace {
 
-// Every vectorised table this processor runs (AVX2, AVX-512 VNNI), each checked on its own.
+// Every vectorised table this processor runs (AVX2, AVX-512 VNNI, AMX, and AMX emulated where AVX-512 is),
+// each checked on its own.
 std::vector<const cpu::Kernels*> fast_tables() {
   std::vector<const cpu::Kernels*> out;
-  for (const cpu::Kernels* k : {cpu::avx2_kernels(), cpu::avx512vnni_kernels()})
+  for (const cpu::Kernels* k : {cpu::avx2_kernels(), cpu::avx512vnni_kernels(), cpu::avx512amx_kernels(), cpu::avx512amx_emulated_kernels()})
     if (k) out.push_back(k);
   return out;
 }
@@ -278,6 +281,69 @@ BOOST_AUTO_TEST_CASE(every_row_is_the_same_alone_or_in_a_batch_of_1_to_64) {
           }
         }
       }
+}
+
+BOOST_AUTO_TEST_CASE(amx_tiles_give_the_vnni_kernels_bits) {
+  // The AMX GEMM (in hardware where this CPU has it, emulated wherever AVX-512 VNNI is) against the VNNI
+  // table, bit for bit: several panels of 16 weight rows and groups of 16 activation rows, with the
+  // leftovers of both (M % 16 rows, weight rows past the last panel, a panel starting at an odd row),
+  // odd and even block counts (its two-block pipeline's tail), every type it takes.
+  const cpu::Kernels* vnni = cpu::avx512vnni_kernels();
+  if (!vnni) {
+    BOOST_TEST_MESSAGE("no AVX-512 VNNI here: the AMX GEMM (emulated or not) cannot run");
+    return;
+  }
+  BOOST_TEST_MESSAGE("AMX in hardware: " << (cpu::avx512amx_kernels() ? "yes" : "no") << " (" << cpu::kernels_description(*vnni) << ")");
+  const std::vector<DType> types = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::MXFP4,
+                                    DType::I8,   DType::I4,   DType::I4G32, DType::I4G64, DType::I4G128, DType::I4G256};
+  std::mt19937 rng(33);
+  for (const cpu::Kernels* amx : {cpu::avx512amx_kernels(), cpu::avx512amx_emulated_kernels()}) {
+    if (!amx) continue;
+    for (DType t : types) {
+      BOOST_REQUIRE_MESSAGE(cpu::avx512vnni::amx_type(t).supported, dtype_name(t) << " should take the AMX path");
+      for (int64_t K : {32, 288, 512}) {
+        if (!fits_rows(t, K)) continue;
+        const int64_t N = 53, nb = K / 32;
+        std::vector<uint8_t> w = random_rows(t, N, K, rng);
+        auto x = random_floats(size_t(50 * K), rng);
+        std::vector<cpu::Q8Block> xq(size_t(50 * nb));
+        for (int64_t m = 0; m < 50; ++m) cpu::quantize_activations(*vnni, t, x.data() + m * K, K, xq.data() + m * nb);
+        for (int64_t M : {16, 33, 50})
+          for (int64_t n0 : {0, 3}) {
+            std::vector<float> want(size_t(M * N), -1.0f), got(size_t(M * N), -1.0f);
+            vnni->matmul(t, x.data(), xq.data(), M, K, w.data(), n0, N, want.data(), N);
+            amx->matmul(t, x.data(), xq.data(), M, K, w.data(), n0, N, got.data(), N);
+            for (int64_t i = 0; i < M * N; ++i)
+              BOOST_REQUIRE_MESSAGE(float_bits(got[size_t(i)]) == float_bits(want[size_t(i)]),
+                                    amx->name << " " << dtype_name(t) << " K=" << K << " M=" << M << " n0=" << n0 << " [" << i / N << ","
+                                              << i % N << "]: " << got[size_t(i)] << " vs " << want[size_t(i)]);
+          }
+      }
+    }
+  }
+  // The K-quants are not AMX's (scales inside the block); they pass to the VNNI kernels.
+  BOOST_TEST(!cpu::avx512vnni::amx_type(DType::Q4_K).supported);
+}
+
+BOOST_AUTO_TEST_CASE(amx_is_named_and_explained) {
+  // --kernels avx512amx runs the AMX table where it can; elsewhere it is refused saying why, and the
+  // status line of a CPU with AMX that does not use it says so.
+  if (cpu::avx512amx_kernels()) {
+    BOOST_TEST(std::string(cpu::kernels_named("avx512amx").name) == "avx512amx");
+    BOOST_TEST(std::string(cpu::best_kernels().name) == "avx512amx");
+    BOOST_TEST(cpu::kernels_description(*cpu::avx512amx_kernels()) == "avx512amx");
+    BOOST_TEST(cpu::kernels_description(cpu::scalar_kernels()) == "scalar (AMX available, not chosen)");
+  } else {
+    try {
+      cpu::kernels_named("avx512amx");
+      BOOST_FAIL("avx512amx was accepted on a machine without it");
+    } catch (const EngineError& e) {
+      BOOST_TEST_MESSAGE(e.what());
+      BOOST_TEST(std::string(e.what()).find("kernels avx512amx are unavailable: ") == 0);
+      BOOST_TEST(std::string(e.what()).find("use auto, avx512vnni") != std::string::npos);
+    }
+    BOOST_TEST(std::string(cpu::best_kernels().name) != "avx512amx");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(dtype_names_parse_as_fastllm_spells_them) {

@@ -1,0 +1,264 @@
+// The quantized-weight GEMM on AMX tiles (Intel Sapphire Rapids and later): for 16 activation rows by 16
+// weight rows, each 32-value block's 256 integer dots come from one tile instruction (tdpbssd for signed
+// weights, tdpbsud for the unsigned ones), where AVX-512 VNNI needs 64 vpdpbusd and their operands' loads
+// and broadcasts. The integers are exact, and every block then takes the float steps all the other
+// kernels take (avx2_quant.h, AmxType), in block order: a row's bits are the same on this path, the VNNI
+// GEMM and the one-row path, so batching still never changes a request's tokens.
+//
+// Shape: the weights go through in panels of 16 rows, unpacked once per call into the tiles' layout
+// (amx_pack_panel); every group of 16 activation rows is read in place from its Q8Blocks (a strided tile
+// load), and two blocks are in flight in two sets of tiles so the tile unit works on the next pair while
+// the vector unit scales the last. Rows that do not fill 16 (the batch's last M % 16 activation rows, a
+// thread's last weight rows) go through the VNNI kernels, as do the K-quants (their scales are per 16 or
+// 32 values inside a super-block; not done here).
+//
+// The tile instructions come through a policy: Hardware issues them (GNU as knows them, no -mamx flags
+// needed), Emulated carries them out in C++ exactly as the Intel SDM defines them. The emulated table is
+// what the unit tests check the tiling and layout with on machines without AMX; the hardware table is
+// used only after the kernel granted the tile state (kernel_select.cpp) and a self-check here matched
+// the VNNI kernels bit for bit.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "avx2_quant.h"
+
+namespace ftllm::cpu {
+
+const Kernels& avx512vnni_kernel_table();  // avx2_kernels.cpp
+using avx512vnni::AmxPanelBlock;
+using avx512vnni::AmxType;
+
+namespace {
+
+// The 64-byte operand of ldtilecfg, palette 1.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0 and 1 hold sums (16 x 16 int32), 2 and 3 activations (16 rows x 32 bytes: one block each),
+// 4 and 5 weights (8 rows x 64 bytes: 16 rows' block, words transposed); slot s uses 0 + s, 2 + s, 4 + s.
+TileConfig gemm_config() {
+  TileConfig c;
+  for (int s = 0; s < 2; ++s) {
+    c.rows[s] = 16, c.colsb[s] = 64;
+    c.rows[2 + s] = 16, c.colsb[2 + s] = 32;
+    c.rows[4 + s] = 8, c.colsb[4 + s] = 64;
+  }
+  return c;
+}
+
+struct Hardware {
+  static void configure(const TileConfig& c) { asm volatile("ldtilecfg %0" : : "m"(c) : "memory"); }
+  static void release() { asm volatile("tilerelease" : : : "memory"); }
+  template <int S>
+  static void load_a(const void* p, int64_t stride) {
+    if constexpr (S == 0) asm volatile("tileloadd (%0,%1,1), %%tmm2" : : "r"(p), "r"(stride) : "memory");
+    else asm volatile("tileloadd (%0,%1,1), %%tmm3" : : "r"(p), "r"(stride) : "memory");
+  }
+  template <int S>
+  static void load_b(const void* p) {
+    const int64_t stride = 64;
+    if constexpr (S == 0) asm volatile("tileloadd (%0,%1,1), %%tmm4" : : "r"(p), "r"(stride) : "memory");
+    else asm volatile("tileloadd (%0,%1,1), %%tmm5" : : "r"(p), "r"(stride) : "memory");
+  }
+  // C_s = A_s . B_s (the sums start from zero), signed activations by signed or unsigned weight bytes.
+  template <int S, bool SignedWeights>
+  static void dot() {
+    if constexpr (S == 0) {
+      asm volatile("tilezero %%tmm0" : : : );
+      if constexpr (SignedWeights) asm volatile("tdpbssd %%tmm4, %%tmm2, %%tmm0" : : : );
+      else asm volatile("tdpbsud %%tmm4, %%tmm2, %%tmm0" : : : );
+    } else {
+      asm volatile("tilezero %%tmm1" : : : );
+      if constexpr (SignedWeights) asm volatile("tdpbssd %%tmm5, %%tmm3, %%tmm1" : : : );
+      else asm volatile("tdpbsud %%tmm5, %%tmm3, %%tmm1" : : : );
+    }
+  }
+  template <int S>
+  static void store_c(int32_t (*out)[16]) {
+    const int64_t stride = 64;
+    if constexpr (S == 0) asm volatile("tilestored %%tmm0, (%0,%1,1)" : : "r"(out), "r"(stride) : "memory");
+    else asm volatile("tilestored %%tmm1, (%0,%1,1)" : : "r"(out), "r"(stride) : "memory");
+  }
+};
+
+// The same instructions in C++ (Intel SDM: TILELOADD, TILEZERO, TDPBSSD/TDPBSUD, TILESTORED): a tile is
+// rows x colsb bytes, the rest of its 16 x 64 zero.
+struct Emulated {
+  struct State {
+    TileConfig config;
+    alignas(64) uint8_t tile[8][16][64];
+  };
+  static State& state() {
+    thread_local State s;
+    return s;
+  }
+  static void configure(const TileConfig& c) {
+    state().config = c;
+    std::memset(state().tile, 0, sizeof state().tile);
+  }
+  static void release() { configure(TileConfig{}); }
+  static void load(int t, const void* p, int64_t stride) {
+    State& s = state();
+    std::memset(s.tile[t], 0, sizeof s.tile[t]);
+    for (int r = 0; r < s.config.rows[t]; ++r) std::memcpy(s.tile[t][r], static_cast<const uint8_t*>(p) + r * stride, s.config.colsb[t]);
+  }
+  template <int S>
+  static void load_a(const void* p, int64_t stride) { load(2 + S, p, stride); }
+  template <int S>
+  static void load_b(const void* p) { load(4 + S, p, 64); }
+  template <int S, bool SignedWeights>
+  static void dot() {
+    State& s = state();
+    const int c = S, a = 2 + S, b = 4 + S;
+    std::memset(s.tile[c], 0, sizeof s.tile[c]);
+    for (int m = 0; m < s.config.rows[c]; ++m)
+      for (int n = 0; n < s.config.colsb[c] / 4; ++n) {
+        int32_t sum = 0;
+        for (int k = 0; k < s.config.colsb[a] / 4; ++k)
+          for (int i = 0; i < 4; ++i) {
+            const int32_t av = int8_t(s.tile[a][m][4 * k + i]);
+            const uint8_t bb = s.tile[b][k][4 * n + i];
+            sum += av * (SignedWeights ? int32_t(int8_t(bb)) : int32_t(bb));
+          }
+        std::memcpy(&s.tile[c][m][4 * n], &sum, 4);
+      }
+  }
+  template <int S>
+  static void store_c(int32_t (*out)[16]) {
+    State& s = state();
+    for (int r = 0; r < s.config.rows[S]; ++r) std::memcpy(out[r], s.tile[S][r], s.config.colsb[S]);
+  }
+};
+
+// Block b's 256 integer dots (c) into the 16 rows' sums, the steps of avx2_quant.h's AmxType.
+template <bool HasMin, bool MinTimesDs>
+[[gnu::always_inline]] inline void scale_block(__m512* acc, const int32_t (*c)[16], const AmxPanelBlock& w, const Q8Block* x, int64_t nb,
+                                               int64_t b, int offset) {
+  const __m512 ws = _mm512_loadu_ps(w.scale), mins = _mm512_loadu_ps(w.min);
+  for (int r = 0; r < 16; ++r) {
+    const Q8Block& xb = x[r * nb + b];
+    const __m512i dot = _mm512_add_epi32(_mm512_load_si512(c[r]), _mm512_set1_epi32(-offset * xb.sum));
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws, _mm512_set1_ps(xb.d)), acc[r]);
+    if constexpr (HasMin) acc[r] = _mm512_fmadd_ps(mins, _mm512_set1_ps(MinTimesDs ? xb.ds : xb.s), acc[r]);
+  }
+}
+
+// Activation rows [0, 16 * groups) against weight rows [n0, n1), n1 - n0 a multiple of 16.
+template <class Tiles, bool Signed, bool HasMin, bool MinTimesDs>
+void gemm(DType wt, const AmxType& type, const Q8Block* xq, int64_t groups, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0,
+          int64_t n1, float* y, int64_t ldy) {
+  thread_local std::vector<AmxPanelBlock> panel;
+  panel.resize(size_t(nb));
+  alignas(64) float row_scale[16];
+  alignas(64) int32_t sums[2][16][16];
+  const int64_t a_stride = nb * int64_t(sizeof(Q8Block));
+  Tiles::configure(gemm_config());
+  for (int64_t n = n0; n < n1; n += 16) {
+    avx512vnni::amx_pack_panel(wt, w, row_bytes, n, nb, panel.data(), row_scale);
+    for (int64_t g = 0; g < groups; ++g) {
+      const Q8Block* x = xq + g * 16 * nb;
+      auto issue = [&]<int S>(int64_t b) {
+        Tiles::template load_a<S>(x[b].q, a_stride);
+        Tiles::template load_b<S>(panel[size_t(b)].b_tile);
+        Tiles::template dot<S, Signed>();
+      };
+      __m512 acc[16];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      issue.template operator()<0>(0);
+      if (nb > 1) issue.template operator()<1>(1);
+      for (int64_t b = 0; b < nb; b += 2) {
+        Tiles::template store_c<0>(sums[0]);
+        if (b + 1 < nb) Tiles::template store_c<1>(sums[1]);
+        if (b + 2 < nb) issue.template operator()<0>(b + 2);
+        if (b + 3 < nb) issue.template operator()<1>(b + 3);
+        scale_block<HasMin, MinTimesDs>(acc, sums[0], panel[size_t(b)], x, nb, b, type.offset);
+        if (b + 1 < nb) scale_block<HasMin, MinTimesDs>(acc, sums[1], panel[size_t(b + 1)], x, nb, b + 1, type.offset);
+      }
+      const __m512 rs = _mm512_load_ps(row_scale);
+      for (int r = 0; r < 16; ++r) _mm512_storeu_ps(y + (g * 16 + r) * ldy + n, type.row_scale ? _mm512_mul_ps(rs, acc[r]) : acc[r]);
+    }
+  }
+  Tiles::release();
+}
+
+template <class Tiles>
+void gemm_of_type(DType wt, const AmxType& t, const Q8Block* xq, int64_t groups, int64_t nb, const uint8_t* w, size_t row_bytes,
+                  int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  if (t.is_signed) return gemm<Tiles, true, false, false>(wt, t, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
+  if (!t.has_min) return gemm<Tiles, false, false, false>(wt, t, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
+  if (t.min_times_ds) return gemm<Tiles, false, true, true>(wt, t, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
+  return gemm<Tiles, false, true, false>(wt, t, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
+}
+
+// The VNNI table's matmul, with whole 16 x 16 tiles of the block types on AMX.
+template <class Tiles>
+void matmul(DType wt, const float* x, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
+            int64_t ldy) {
+  const Kernels& vnni = avx512vnni_kernel_table();
+  const AmxType type = avx512vnni::amx_type(wt);
+  const int64_t m16 = M / 16 * 16, n16 = n0 + (n1 - n0) / 16 * 16;
+  if (!type.supported || m16 == 0 || n16 == n0) return vnni.matmul(wt, x, xq, M, K, w, n0, n1, y, ldy);
+  const int64_t nb = K / 32;
+  gemm_of_type<Tiles>(wt, type, xq, m16 / 16, nb, static_cast<const uint8_t*>(w), row_bytes(wt, K), n0, n16, y, ldy);
+  if (n16 < n1) vnni.matmul(wt, x, xq, m16, K, w, n16, n1, y, ldy);
+  if (m16 < M) vnni.matmul(wt, x + m16 * K, xq + m16 * nb, M - m16, K, w, n0, n1, y + m16 * ldy, ldy);
+}
+
+template <class Tiles>
+Kernels amx_table(const char* name) {
+  Kernels k = avx512vnni_kernel_table();
+  k.name = name;
+  k.matmul = matmul<Tiles>;
+  return k;
+}
+
+}  // namespace
+
+const Kernels& avx512amx_kernel_table() {
+  static const Kernels k = amx_table<Hardware>("avx512amx");
+  return k;
+}
+
+const Kernels& avx512amx_emulated_kernel_table() {
+  static const Kernels k = amx_table<Emulated>("avx512amx-emulated");
+  return k;
+}
+
+// Q4_0 (unsigned weights, an offset) and Q8_0 (signed), 48 x 48 by K = 96: two activation groups and
+// three panels of tiles, an odd block count (the pipeline's tail); the AMX table must give the VNNI
+// table's bits.
+bool avx512amx_matches_vnni() {
+  const Kernels& vnni = avx512vnni_kernel_table();
+  const Kernels& amx = avx512amx_kernel_table();
+  const int64_t M = 48, N = 48, K = 96, nb = K / 32;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<float> x(size_t(M * K));
+  for (float& v : x) v = value(rng);
+  std::vector<Q8Block> xq(size_t(M * nb));
+  for (int64_t m = 0; m < M; ++m) vnni.quantize_q8(x.data() + m * K, K, xq.data() + m * nb);
+  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+    std::vector<uint8_t> w(size_t(N) * row_bytes(t, K));
+    for (uint8_t& byte : w) byte = uint8_t(rng());
+    const size_t block = row_bytes(t, 32);
+    for (size_t at = 0; at < w.size(); at += block) {  // every block's float16 scale a finite 2^-8 .. 2^-5
+      const uint16_t d = uint16_t((7 + rng() % 4) << 10 | (rng() & 0x3ff));
+      std::memcpy(&w[at], &d, 2);
+    }
+    std::vector<float> want(size_t(M * N)), got(size_t(M * N));
+    vnni.matmul(t, x.data(), xq.data(), M, K, w.data(), 0, N, want.data(), N);
+    amx.matmul(t, x.data(), xq.data(), M, K, w.data(), 0, N, got.data(), N);
+    if (std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace ftllm::cpu
