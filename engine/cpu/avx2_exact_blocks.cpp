@@ -1082,7 +1082,34 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
 template <DType T>
 AmxType amx_type_t() {
   using Wt = Weights<T>;
-  return AmxType{true, Wt::kSigned, Wt::kHasMin, kMinTimesDs<T>, T == DType::I8, Wt::kOffset};
+  return AmxType{.supported = true, .is_signed = Wt::kSigned, .has_min = Wt::kHasMin, .min_times_ds = kMinTimesDs<T>, .row_scale = T == DType::I8, .offset = Wt::kOffset};
+}
+
+// Word k of row r of `values` (r's 32 bytes at row_stride bytes apart) for r = 0..15, as a tile's row k.
+inline void amx_transpose16(const uint8_t* values, int row_stride, uint8_t (*b_tile)[64]) {
+  const __m512i word_of_row = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(row_stride / 4));
+  for (int k = 0; k < 8; ++k)
+    _mm512_store_si512(b_tile[k], _mm512_i32gather_epi32(_mm512_add_epi32(word_of_row, _mm512_set1_epi32(k)), values, 4));
+}
+
+template <DType T>
+void amx_pack_super_panel_t(const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxSuperBlock* out) {
+  using K = Weights<T>;
+  alignas(64) uint8_t values[16][8][32];
+  for (int64_t sb = 0; sb < super_blocks; ++sb) {
+    AmxSuperBlock& p = out[sb];
+    for (int r = 0; r < 16; ++r) {
+      const auto& blk = K::block(w + size_t(n + r) * row_bytes, sb);
+      K::unpack(blk, values[r]);
+      uint8_t sc[8], mn[8];
+      k_scale_bytes(blk.scales, sc, mn);
+      for (int j = 0; j < 8; ++j) p.scale[j][r] = sc[j];
+      for (int k = 0; k < 4; ++k) p.min_pairs[k][r] = int32_t(mn[2 * k] | uint32_t(mn[2 * k + 1]) << 16);
+      p.d[r] = h2f(blk.d);
+      p.neg_dmin[r] = -h2f(blk.dmin);
+    }
+    for (int j = 0; j < 8; ++j) amx_transpose16(values[0][j], int(sizeof values[0]), p.b_tile[j]);
+  }
 }
 
 template <DType T>
@@ -1094,8 +1121,6 @@ void amx_pack_panel_t(const uint8_t* w, size_t row_bytes, int64_t n, int64_t nb,
     row_scale[r] = 1.0f;
     if constexpr (T == DType::I8) std::memcpy(&row_scale[r], rows[r], 4);
   }
-  // Word k of row r sits at int32 index 8r + k of `values`; gathering index 8r + k over r makes row k of the tile.
-  const __m512i word_of_row = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(8));
   alignas(64) uint8_t values[16][32];
   for (int64_t b = 0; b < nb; ++b) {
     AmxPanelBlock& p = out[b];
@@ -1105,8 +1130,7 @@ void amx_pack_panel_t(const uint8_t* w, size_t row_bytes, int64_t n, int64_t nb,
       if constexpr (Wt::kHasMin) p.min[r] = Wt::min(rows[r], b);
       else p.min[r] = 0.0f;
     }
-    for (int k = 0; k < 8; ++k)
-      _mm512_store_si512(p.b_tile[k], _mm512_i32gather_epi32(_mm512_add_epi32(word_of_row, _mm512_set1_epi32(k)), values, 4));
+    amx_transpose16(values[0], 32, p.b_tile);
   }
 }
 
@@ -1135,7 +1159,13 @@ R with_block_type(DType wt, F&& f, R otherwise) {
 
 #ifdef FTLLM_VNNI
 AmxType amx_type(DType wt) {
+  if (wt == DType::Q4_K || wt == DType::Q5_K) return AmxType{.supported = true, .super = true};
   return with_block_type(wt, []<DType T>() { return amx_type_t<T>(); }, AmxType{});
+}
+
+void amx_pack_super_panel(DType wt, const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxSuperBlock* out) {
+  if (wt == DType::Q4_K) return amx_pack_super_panel_t<DType::Q4_K>(w, row_bytes, n, super_blocks, out);
+  if (wt == DType::Q5_K) return amx_pack_super_panel_t<DType::Q5_K>(w, row_bytes, n, super_blocks, out);
 }
 
 void amx_pack_panel(DType wt, const uint8_t* w, size_t row_bytes, int64_t n, int64_t nb, AmxPanelBlock* out, float* row_scale) {

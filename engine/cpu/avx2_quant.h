@@ -32,8 +32,11 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
 //     acc = fma(float(x_q . u + start), scale * x.d, acc); acc = fma(min, x.s or x.ds, acc) where has_min
 // with u the block's bytes (signed, or unsigned holding value + offset: start = -offset * x.sum), and
 // the row's result times its row scale at the end where row_scale.
+// Q4_K and Q5_K (`super`) take super-blocks of eight such blocks with 6-bit scales and minimums instead
+// (avx2_exact_blocks.cpp, Weights<Q4_K>): acc = fma(float(sum_j sc_j (x_j . u_j)), d * x.d, acc), then
+// acc = fma(-dmin * x.d, float(sum_j mn_j sum(x_j)), acc).
 struct AmxType {
-  bool supported = false, is_signed = false, has_min = false, min_times_ds = false, row_scale = false;
+  bool supported = false, is_signed = false, has_min = false, min_times_ds = false, row_scale = false, super = false;
   int offset = 0;
 };
 AmxType amx_type(DType wt);
@@ -47,6 +50,16 @@ struct AmxPanelBlock {
 // Weight rows n..n+15 of w (row_bytes each, nb blocks) into out[0..nb), their row scales into row_scale
 // (1 where the type has none).
 void amx_pack_panel(DType wt, const uint8_t* w, size_t row_bytes, int64_t n, int64_t nb, AmxPanelBlock* out, float* row_scale);
+// A super-block of 16 weight rows: its eight blocks' tiles, each row's scales and minimums per block
+// (minimums as pairs of int16, blocks 2k and 2k + 1), d and -dmin.
+struct AmxSuperBlock {
+  alignas(64) uint8_t b_tile[8][8][64];
+  int32_t scale[8][16];
+  int32_t min_pairs[4][16];
+  float d[16];
+  float neg_dmin[16];
+};
+void amx_pack_super_panel(DType wt, const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxSuperBlock* out);
 
 // avx512_float_gemm.cpp: F32, F16 or BF16 weight rows [n0, n1) against M float activation rows, summed as
 // the AVX2 kernel sums them (the same bits), four by four.

@@ -9,8 +9,8 @@
 // (amx_pack_panel); every group of 16 activation rows is read in place from its Q8Blocks (a strided tile
 // load), and two blocks are in flight in two sets of tiles so the tile unit works on the next pair while
 // the vector unit scales the last. Rows that do not fill 16 (the batch's last M % 16 activation rows, a
-// thread's last weight rows) go through the VNNI kernels, as do the K-quants (their scales are per 16 or
-// 32 values inside a super-block; not done here).
+// thread's last weight rows) go through the VNNI kernels, as does Q6_K (scales per 16 values: not done
+// here). Q4_K and Q5_K take eight tiles per super-block, whose dots are then scaled in integers.
 //
 // The tile instructions come through a policy: Hardware issues them (GNU as knows them, no -mamx flags
 // needed), Emulated carries them out in C++ exactly as the Intel SDM defines them. The emulated table is
@@ -31,6 +31,7 @@ namespace ftllm::cpu {
 
 const Kernels& avx512vnni_kernel_table();  // avx2_kernels.cpp
 using avx512vnni::AmxPanelBlock;
+using avx512vnni::AmxSuperBlock;
 using avx512vnni::AmxType;
 
 namespace {
@@ -189,9 +190,63 @@ void gemm(DType wt, const AmxType& type, const Q8Block* xq, int64_t groups, int6
   Tiles::release();
 }
 
+// Q4_K and Q5_K: activation rows [0, 16 * groups) against weight rows [n0, n1), a super-block at a time:
+// its eight blocks' dots from the tiles, then in integers times their 6-bit scales and summed, the
+// minimums' integer from the activations' block sums (vpdpwssd on pairs), and the two float steps.
+template <class Tiles>
+void gemm_super(DType wt, const Q8Block* xq, int64_t groups, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
+                float* y, int64_t ldy) {
+  const int64_t super_blocks = nb / 8;
+  thread_local std::vector<AmxSuperBlock> panel;
+  panel.resize(size_t(super_blocks));
+  alignas(64) int32_t sums[8][16][16];
+  const int64_t a_stride = nb * int64_t(sizeof(Q8Block));
+  Tiles::configure(gemm_config());
+  for (int64_t n = n0; n < n1; n += 16) {
+    avx512vnni::amx_pack_super_panel(wt, w, row_bytes, n, super_blocks, panel.data());
+    for (int64_t g = 0; g < groups; ++g) {
+      const Q8Block* x = xq + g * 16 * nb;
+      __m512 acc[16];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t sb = 0; sb < super_blocks; ++sb) {
+        const AmxSuperBlock& p = panel[size_t(sb)];
+        auto issue = [&]<int S>(int j) {
+          Tiles::template load_a<S>(x[sb * 8 + j].q, a_stride);
+          Tiles::template load_b<S>(p.b_tile[j]);
+          Tiles::template dot<S, false>();
+        };
+        issue.template operator()<0>(0);
+        issue.template operator()<1>(1);
+        for (int j = 0; j < 8; j += 2) {
+          Tiles::template store_c<0>(sums[j]);
+          Tiles::template store_c<1>(sums[j + 1]);
+          if (j + 2 < 8) issue.template operator()<0>(j + 2), issue.template operator()<1>(j + 3);
+        }
+        const __m512 d = _mm512_loadu_ps(p.d), neg_dmin = _mm512_loadu_ps(p.neg_dmin);
+        for (int r = 0; r < 16; ++r) {
+          const Q8Block* xr = x + r * nb + sb * 8;
+          __m512i isum = _mm512_setzero_si512(), msum = _mm512_setzero_si512();
+          for (int j = 0; j < 8; ++j)
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(sums[j][r]), _mm512_loadu_si512(p.scale[j])));
+          for (int k = 0; k < 4; ++k) {
+            const int32_t pair = int32_t(uint32_t(uint16_t(xr[2 * k].sum)) | uint32_t(xr[2 * k + 1].sum) << 16);
+            msum = _mm512_dpwssd_epi32(msum, _mm512_set1_epi32(pair), _mm512_loadu_si512(p.min_pairs[k]));
+          }
+          const __m512 xd = _mm512_set1_ps(xr[0].d);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, xd), acc[r]);
+          acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(neg_dmin, xd), _mm512_cvtepi32_ps(msum), acc[r]);
+        }
+      }
+      for (int r = 0; r < 16; ++r) _mm512_storeu_ps(y + (g * 16 + r) * ldy + n, acc[r]);
+    }
+  }
+  Tiles::release();
+}
+
 template <class Tiles>
 void gemm_of_type(DType wt, const AmxType& t, const Q8Block* xq, int64_t groups, int64_t nb, const uint8_t* w, size_t row_bytes,
                   int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  if (t.super) return gemm_super<Tiles>(wt, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
   if (t.is_signed) return gemm<Tiles, true, false, false>(wt, t, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
   if (!t.has_min) return gemm<Tiles, false, false, false>(wt, t, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
   if (t.min_times_ds) return gemm<Tiles, false, true, true>(wt, t, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
@@ -232,26 +287,27 @@ const Kernels& avx512amx_emulated_kernel_table() {
   return k;
 }
 
-// Q4_0 (unsigned weights, an offset) and Q8_0 (signed), 48 x 48 by K = 96: two activation groups and
-// three panels of tiles, an odd block count (the pipeline's tail); the AMX table must give the VNNI
-// table's bits.
-bool avx512amx_matches_vnni() {
+// Q4_0 (unsigned weights, an offset), Q8_0 (signed) and Q4_K (super-blocks), 48 x 48 by K = 768: three
+// activation groups and three panels of tiles, an odd super-block count; the AMX table must give the
+// VNNI table's bits (kernel_select.cpp asks before using the hardware table; tests ask of the emulated one).
+bool avx512amx_matches_vnni(const Kernels& amx) {
   const Kernels& vnni = avx512vnni_kernel_table();
-  const Kernels& amx = avx512amx_kernel_table();
-  const int64_t M = 48, N = 48, K = 96, nb = K / 32;
+  const int64_t M = 48, N = 48, K = 768, nb = K / 32;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   std::vector<float> x(size_t(M * K));
   for (float& v : x) v = value(rng);
   std::vector<Q8Block> xq(size_t(M * nb));
-  for (int64_t m = 0; m < M; ++m) vnni.quantize_q8(x.data() + m * K, K, xq.data() + m * nb);
-  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
+    for (int64_t m = 0; m < M; ++m) quantize_activations(vnni, t, x.data() + m * K, K, xq.data() + m * nb);
     std::vector<uint8_t> w(size_t(N) * row_bytes(t, K));
     for (uint8_t& byte : w) byte = uint8_t(rng());
-    const size_t block = row_bytes(t, 32);
-    for (size_t at = 0; at < w.size(); at += block) {  // every block's float16 scale a finite 2^-8 .. 2^-5
-      const uint16_t d = uint16_t((7 + rng() % 4) << 10 | (rng() & 0x3ff));
-      std::memcpy(&w[at], &d, 2);
+    const size_t block = t == DType::Q4_K ? row_bytes(t, 256) : row_bytes(t, 32);
+    for (size_t at = 0; at < w.size(); at += block) {  // every block's float16 scales (Q4_K: d and dmin) finite, 2^-8 .. 2^-5
+      for (int f = 0; f < (t == DType::Q4_K ? 2 : 1); ++f) {
+        const uint16_t d = uint16_t((7 + rng() % 4) << 10 | (rng() & 0x3ff));
+        std::memcpy(&w[at + 2 * size_t(f)], &d, 2);
+      }
     }
     std::vector<float> want(size_t(M * N)), got(size_t(M * N));
     vnni.matmul(t, x.data(), xq.data(), M, K, w.data(), 0, N, want.data(), N);

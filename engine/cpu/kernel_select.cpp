@@ -17,7 +17,6 @@ const Kernels& avx2_kernel_table();        // avx2_kernels.cpp, built with -mavx
 const Kernels& avx512vnni_kernel_table();  // the same, with the integer dots built for AVX-512 VNNI
 const Kernels& avx512amx_kernel_table();   // avx512_amx_gemm.cpp: the VNNI table with its block-type GEMM on AMX tiles
 const Kernels& avx512amx_emulated_kernel_table();
-bool avx512amx_matches_vnni();
 
 namespace {
 
@@ -66,7 +65,7 @@ const std::string& amx_refusal() {
     constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) != 0)
       return std::string("the kernel refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM: ") + std::strerror(errno) + ")";
-    if (!avx512amx_matches_vnni()) return "its self-check did not match the AVX-512 VNNI kernels bit for bit";
+    if (!avx512amx_matches_vnni(avx512amx_kernel_table())) return "its self-check did not match the AVX-512 VNNI kernels bit for bit";
     return "";
   }();
   return why;

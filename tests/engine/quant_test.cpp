@@ -287,21 +287,24 @@ BOOST_AUTO_TEST_CASE(amx_tiles_give_the_vnni_kernels_bits) {
   // The AMX GEMM (in hardware where this CPU has it, emulated wherever AVX-512 VNNI is) against the VNNI
   // table, bit for bit: several panels of 16 weight rows and groups of 16 activation rows, with the
   // leftovers of both (M % 16 rows, weight rows past the last panel, a panel starting at an odd row),
-  // odd and even block counts (its two-block pipeline's tail), every type it takes.
+  // odd and even block and super-block counts (its two-block pipeline's tail), every type it takes.
   const cpu::Kernels* vnni = cpu::avx512vnni_kernels();
   if (!vnni) {
     BOOST_TEST_MESSAGE("no AVX-512 VNNI here: the AMX GEMM (emulated or not) cannot run");
     return;
   }
+  // The self-check that gates the hardware table passes on the emulated one.
+  if (const cpu::Kernels* emulated = cpu::avx512amx_emulated_kernels()) BOOST_TEST(cpu::avx512amx_matches_vnni(*emulated));
   BOOST_TEST_MESSAGE("AMX in hardware: " << (cpu::avx512amx_kernels() ? "yes" : "no") << " (" << cpu::kernels_description(*vnni) << ")");
   const std::vector<DType> types = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::MXFP4,
-                                    DType::I8,   DType::I4,   DType::I4G32, DType::I4G64, DType::I4G128, DType::I4G256};
+                                    DType::I8,   DType::I4,   DType::I4G32, DType::I4G64, DType::I4G128, DType::I4G256,
+                                    DType::Q4_K, DType::Q5_K};
   std::mt19937 rng(33);
   for (const cpu::Kernels* amx : {cpu::avx512amx_kernels(), cpu::avx512amx_emulated_kernels()}) {
     if (!amx) continue;
     for (DType t : types) {
       BOOST_REQUIRE_MESSAGE(cpu::avx512vnni::amx_type(t).supported, dtype_name(t) << " should take the AMX path");
-      for (int64_t K : {32, 288, 512}) {
+      for (int64_t K : {32, 288, 512, 768}) {  // 768: three super-blocks
         if (!fits_rows(t, K)) continue;
         const int64_t N = 53, nb = K / 32;
         std::vector<uint8_t> w = random_rows(t, N, K, rng);
@@ -321,8 +324,8 @@ BOOST_AUTO_TEST_CASE(amx_tiles_give_the_vnni_kernels_bits) {
       }
     }
   }
-  // The K-quants are not AMX's (scales inside the block); they pass to the VNNI kernels.
-  BOOST_TEST(!cpu::avx512vnni::amx_type(DType::Q4_K).supported);
+  // Q6_K (a scale per 16 values) is not AMX's; it passes to the VNNI kernels.
+  BOOST_TEST(!cpu::avx512vnni::amx_type(DType::Q6_K).supported);
 }
 
 BOOST_AUTO_TEST_CASE(amx_is_named_and_explained) {
