@@ -1085,10 +1085,10 @@ AmxType amx_type_t() {
   return AmxType{.supported = true, .is_signed = Wt::kSigned, .has_min = Wt::kHasMin, .min_times_ds = kMinTimesDs<T>, .row_scale = T == DType::I8, .offset = Wt::kOffset};
 }
 
-// Word k of row r of `values` (r's 32 bytes at row_stride bytes apart) for r = 0..15, as a tile's row k.
-inline void amx_transpose16(const uint8_t* values, int row_stride, uint8_t (*b_tile)[64]) {
+// Word k of row r of `values` (rows row_stride bytes apart) for r = 0..15, as a tile's row k, k < words.
+inline void amx_transpose16(const uint8_t* values, int row_stride, uint8_t (*b_tile)[64], int words = 8) {
   const __m512i word_of_row = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(row_stride / 4));
-  for (int k = 0; k < 8; ++k)
+  for (int k = 0; k < words; ++k)
     _mm512_store_si512(b_tile[k], _mm512_i32gather_epi32(_mm512_add_epi32(word_of_row, _mm512_set1_epi32(k)), values, 4));
 }
 
@@ -1160,7 +1160,25 @@ R with_block_type(DType wt, F&& f, R otherwise) {
 #ifdef FTLLM_VNNI
 AmxType amx_type(DType wt) {
   if (wt == DType::Q4_K || wt == DType::Q5_K) return AmxType{.supported = true, .super = true};
+  if (wt == DType::Q6_K) return AmxType{.supported = true, .q6k = true};
   return with_block_type(wt, []<DType T>() { return amx_type_t<T>(); }, AmxType{});
+}
+
+void amx_pack_q6k_panel(const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxQ6Block* out) {
+  using K = Weights<DType::Q6_K>;
+  alignas(64) uint8_t values[16][8][32];
+  for (int64_t sb = 0; sb < super_blocks; ++sb) {
+    AmxQ6Block& p = out[sb];
+    for (int r = 0; r < 16; ++r) {
+      const auto& blk = K::block(w + size_t(n + r) * row_bytes, sb);
+      K::unpack(blk, values[r]);
+      for (int run = 0; run < 16; ++run) p.scale[run][r] = blk.scales[run];
+      for (int j = 0; j < 8; ++j)
+        p.scale_pairs[j][r] = int32_t(uint32_t(uint16_t(int16_t(blk.scales[2 * j]))) | uint32_t(uint16_t(int16_t(blk.scales[2 * j + 1]))) << 16);
+      p.d[r] = h2f(blk.d);
+    }
+    for (int run = 0; run < 16; ++run) amx_transpose16(values[0][run / 2] + 16 * (run % 2), int(sizeof values[0]), p.b_tile[run], 4);
+  }
 }
 
 void amx_pack_super_panel(DType wt, const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxSuperBlock* out) {

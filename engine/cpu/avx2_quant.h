@@ -32,11 +32,11 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
 //     acc = fma(float(x_q . u + start), scale * x.d, acc); acc = fma(min, x.s or x.ds, acc) where has_min
 // with u the block's bytes (signed, or unsigned holding value + offset: start = -offset * x.sum), and
 // the row's result times its row scale at the end where row_scale.
-// Q4_K and Q5_K (`super`) take super-blocks of eight such blocks with 6-bit scales and minimums instead
+// Q6_K is `q6k`; Q4_K and Q5_K (`super`) take super-blocks of eight such blocks with 6-bit scales and minimums instead
 // (avx2_exact_blocks.cpp, Weights<Q4_K>): acc = fma(float(sum_j sc_j (x_j . u_j)), d * x.d, acc), then
 // acc = fma(-dmin * x.d, float(sum_j mn_j sum(x_j)), acc).
 struct AmxType {
-  bool supported = false, is_signed = false, has_min = false, min_times_ds = false, row_scale = false, super = false;
+  bool supported = false, is_signed = false, has_min = false, min_times_ds = false, row_scale = false, super = false, q6k = false;
   int offset = 0;
 };
 AmxType amx_type(DType wt);
@@ -60,6 +60,16 @@ struct AmxSuperBlock {
   float neg_dmin[16];
 };
 void amx_pack_super_panel(DType wt, const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxSuperBlock* out);
+// Q6_K's super-block of 16 weight rows: sixteen runs of 16 values (run r: block r / 2, half r % 2) as
+// tiles of 4 x 64 bytes, each row's int8 run scales as int32 and as pairs of int16 (runs 2j, 2j + 1), d.
+// Its step: acc = fma(float(sum_r sc_r (x_r . q_r) - 32 sum_r sc_r sum(x_r)), d * x.d, acc).
+struct AmxQ6Block {
+  alignas(64) uint8_t b_tile[16][4][64];
+  int32_t scale[16][16];
+  int32_t scale_pairs[8][16];
+  float d[16];
+};
+void amx_pack_q6k_panel(const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxQ6Block* out);
 
 // avx512_float_gemm.cpp: F32, F16 or BF16 weight rows [n0, n1) against M float activation rows, summed as
 // the AVX2 kernel sums them (the same bits), four by four.

@@ -9,8 +9,8 @@
 // (amx_pack_panel); every group of 16 activation rows is read in place from its Q8Blocks (a strided tile
 // load), and two blocks are in flight in two sets of tiles so the tile unit works on the next pair while
 // the vector unit scales the last. Rows that do not fill 16 (the batch's last M % 16 activation rows, a
-// thread's last weight rows) go through the VNNI kernels, as does Q6_K (scales per 16 values: not done
-// here). Q4_K and Q5_K take eight tiles per super-block, whose dots are then scaled in integers.
+// thread's last weight rows) go through the VNNI kernels. Q4_K and Q5_K take eight tiles per super-block,
+// Q6_K sixteen of 16-value runs, whose dots are then scaled in integers.
 //
 // The tile instructions come through a policy: Hardware issues them (GNU as knows them, no -mamx flags
 // needed), Emulated carries them out in C++ exactly as the Intel SDM defines them. The emulated table is
@@ -21,16 +21,19 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "../quant/ggml_blocks.h"
 #include "avx2_quant.h"
 
 namespace ftllm::cpu {
 
 const Kernels& avx512vnni_kernel_table();  // avx2_kernels.cpp
 using avx512vnni::AmxPanelBlock;
+using avx512vnni::AmxQ6Block;
 using avx512vnni::AmxSuperBlock;
 using avx512vnni::AmxType;
 
@@ -243,9 +246,69 @@ void gemm_super(DType wt, const Q8Block* xq, int64_t groups, int64_t nb, const u
   Tiles::release();
 }
 
+// Q6_K: as gemm_super, with tiles of runs of 16 values (activation tiles 16 x 16 bytes, weight tiles
+// 4 x 64), each run's dots times its int8 scale, and the -32 offset from the activations' half-block
+// sums (computed once per call, as int16 pairs) times the scales.
+template <class Tiles>
+void gemm_q6k(const Q8Block* xq, int64_t groups, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
+              int64_t ldy) {
+  const int64_t super_blocks = nb / 8;
+  thread_local std::vector<AmxQ6Block> panel;
+  thread_local std::vector<int32_t> half_sums;
+  panel.resize(size_t(super_blocks));
+  half_sums.resize(size_t(groups * 16 * nb));
+  for (size_t i = 0; i < half_sums.size(); ++i) {
+    int32_t low = 0, high = 0;
+    for (int j = 0; j < 16; ++j) low += xq[i].q[j], high += xq[i].q[16 + j];
+    half_sums[i] = int32_t(uint32_t(uint16_t(low)) | uint32_t(high) << 16);
+  }
+  alignas(64) int32_t sums[16][16][16];
+  const int64_t a_stride = nb * int64_t(sizeof(Q8Block));
+  TileConfig config = gemm_config();
+  for (int s = 0; s < 2; ++s) config.colsb[2 + s] = 16, config.rows[4 + s] = 4;
+  Tiles::configure(config);
+  for (int64_t n = n0; n < n1; n += 16) {
+    avx512vnni::amx_pack_q6k_panel(w, row_bytes, n, super_blocks, panel.data());
+    for (int64_t g = 0; g < groups; ++g) {
+      const Q8Block* x = xq + g * 16 * nb;
+      const int32_t* halves = half_sums.data() + g * 16 * nb;
+      __m512 acc[16];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t sb = 0; sb < super_blocks; ++sb) {
+        const AmxQ6Block& p = panel[size_t(sb)];
+        auto issue = [&]<int S>(int run) {
+          Tiles::template load_a<S>(x[sb * 8 + run / 2].q + 16 * (run % 2), a_stride);
+          Tiles::template load_b<S>(p.b_tile[run]);
+          Tiles::template dot<S, false>();
+        };
+        issue.template operator()<0>(0);
+        issue.template operator()<1>(1);
+        for (int run = 0; run < 16; run += 2) {
+          Tiles::template store_c<0>(sums[run]);
+          Tiles::template store_c<1>(sums[run + 1]);
+          if (run + 2 < 16) issue.template operator()<0>(run + 2), issue.template operator()<1>(run + 3);
+        }
+        const __m512 d = _mm512_loadu_ps(p.d);
+        for (int r = 0; r < 16; ++r) {
+          __m512i isum = _mm512_setzero_si512(), offset = _mm512_setzero_si512();
+          for (int run = 0; run < 16; ++run)
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(sums[run][r]), _mm512_loadu_si512(p.scale[run])));
+          for (int j = 0; j < 8; ++j)
+            offset = _mm512_dpwssd_epi32(offset, _mm512_set1_epi32(halves[r * nb + sb * 8 + j]), _mm512_loadu_si512(p.scale_pairs[j]));
+          const __m512i total = _mm512_sub_epi32(isum, _mm512_slli_epi32(offset, 5));
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, _mm512_set1_ps(x[r * nb + sb * 8].d)), acc[r]);
+        }
+      }
+      for (int r = 0; r < 16; ++r) _mm512_storeu_ps(y + (g * 16 + r) * ldy + n, acc[r]);
+    }
+  }
+  Tiles::release();
+}
+
 template <class Tiles>
 void gemm_of_type(DType wt, const AmxType& t, const Q8Block* xq, int64_t groups, int64_t nb, const uint8_t* w, size_t row_bytes,
                   int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  if (t.q6k) return gemm_q6k<Tiles>(xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
   if (t.super) return gemm_super<Tiles>(wt, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
   if (t.is_signed) return gemm<Tiles, true, false, false>(wt, t, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
   if (!t.has_min) return gemm<Tiles, false, false, false>(wt, t, xq, groups, nb, w, row_bytes, n0, n1, y, ldy);
@@ -287,9 +350,9 @@ const Kernels& avx512amx_emulated_kernel_table() {
   return k;
 }
 
-// Q4_0 (unsigned weights, an offset), Q8_0 (signed) and Q4_K (super-blocks), 48 x 48 by K = 768: three
-// activation groups and three panels of tiles, an odd super-block count; the AMX table must give the
-// VNNI table's bits (kernel_select.cpp asks before using the hardware table; tests ask of the emulated one).
+// Q4_0 (unsigned weights, an offset), Q8_0 (signed), Q4_K and Q6_K (super-blocks), 48 x 48 by K = 768:
+// three activation groups and three panels of tiles, an odd super-block count; the AMX table must give
+// the VNNI table's bits (kernel_select.cpp asks before using the hardware table; tests ask of the emulated one).
 bool avx512amx_matches_vnni(const Kernels& amx) {
   const Kernels& vnni = avx512vnni_kernel_table();
   const int64_t M = 48, N = 48, K = 768, nb = K / 32;
@@ -298,17 +361,23 @@ bool avx512amx_matches_vnni(const Kernels& amx) {
   std::vector<float> x(size_t(M * K));
   for (float& v : x) v = value(rng);
   std::vector<Q8Block> xq(size_t(M * nb));
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
+  // Random bytes, but every block's float16 scales (where the block holds them) finite, 2^-8 .. 2^-5.
+  struct Case {
+    DType type;
+    int64_t block_values;
+    std::vector<size_t> scales;
+  };
+  for (const Case& c : {Case{DType::Q4_0, 32, {0}}, Case{DType::Q8_0, 32, {0}}, Case{DType::Q4_K, 256, {0, 2}},
+                        Case{DType::Q6_K, 256, {offsetof(quant::BlockQ6_K, d)}}}) {
+    const DType t = c.type;
     for (int64_t m = 0; m < M; ++m) quantize_activations(vnni, t, x.data() + m * K, K, xq.data() + m * nb);
     std::vector<uint8_t> w(size_t(N) * row_bytes(t, K));
     for (uint8_t& byte : w) byte = uint8_t(rng());
-    const size_t block = t == DType::Q4_K ? row_bytes(t, 256) : row_bytes(t, 32);
-    for (size_t at = 0; at < w.size(); at += block) {  // every block's float16 scales (Q4_K: d and dmin) finite, 2^-8 .. 2^-5
-      for (int f = 0; f < (t == DType::Q4_K ? 2 : 1); ++f) {
+    for (size_t at = 0; at < w.size(); at += row_bytes(t, c.block_values))
+      for (size_t field : c.scales) {
         const uint16_t d = uint16_t((7 + rng() % 4) << 10 | (rng() & 0x3ff));
-        std::memcpy(&w[at + 2 * size_t(f)], &d, 2);
+        std::memcpy(&w[at + field], &d, 2);
       }
-    }
     std::vector<float> want(size_t(M * N)), got(size_t(M * N));
     vnni.matmul(t, x.data(), xq.data(), M, K, w.data(), 0, N, want.data(), N);
     amx.matmul(t, x.data(), xq.data(), M, K, w.data(), 0, N, got.data(), N);

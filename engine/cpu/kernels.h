@@ -98,7 +98,7 @@ const Kernels* avx512amx_kernels();
 // without AMX (slow; never chosen to serve). nullptr where the VNNI table is.
 const Kernels* avx512amx_emulated_kernels();
 // The self-check the AMX table passes before it is used: amx (an AMX table) gives the VNNI table's bits
-// on Q4_0, Q8_0 and Q4_K tiles.
+// on Q4_0, Q8_0, Q4_K and Q6_K tiles.
 bool avx512amx_matches_vnni(const Kernels& amx);
 // The fastest table this processor runs; chosen once from cpuid.
 const Kernels& best_kernels();
