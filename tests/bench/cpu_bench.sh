@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prefill (128, 512 and 2048 tokens) and decode speed of ftllm next to llama.cpp's llama-bench on the
 # same GGUF files, same threads, same run, as ratios, with ftllm's fraction of the memory-bandwidth
-# roofline (ftllm-bench measures it).
+# roofline (ftllm-bench measures it). Both feed a prompt in passes of 512 tokens (ftllm-bench's --slice,
+# the daemon's max_batch_tokens; llama-bench's n_ubatch).
 # Also decode on one thread (the 1 -> 2 thread scaling) and batched decode of 4 and 16 sequences next to
 # llama-batched-bench (aggregate tokens/s; the roofline there is in steps, each reading the weights once).
 #   tests/bench/cpu_bench.sh LLAMA_CPP_BIN_DIR [-t THREADS] [-r ROUNDS] MODEL.gguf ...

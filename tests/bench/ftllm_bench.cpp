@@ -1,6 +1,6 @@
 // ftllm-bench: prefill and decode speed and memory of one model on the CPU. A program, not a test.
 //
-//   ftllm-bench MODEL [-t THREADS] [--prompt N] [--decode N] [--repeat R] [--batch B] [--dtype D] [--kernels K]
+//   ftllm-bench MODEL [-t THREADS] [--prompt N] [--slice N] [--decode N] [--repeat R] [--batch B] [--dtype D] [--kernels K]
 //               [--device cpu|cuda|{'cuda:0':3,'cpu':1}] [--moe_device cpu|cuda] [--bandwidth GBPS]
 //               [--kv_dtype f16|bf16|f32|q8_0|fp8] [--context N]
 //               [--adapters N [--lora_rank R] [--lora_targets q_proj,v_proj|all] [--lora_dtype bf16|f32]]
@@ -11,6 +11,10 @@
 //   ftllm-bench --make-random DIR [--shape qwen2.5-0.5b|smollm2-135m|qwen3-0.6b|qwen3-8b|qwen3-30b-a3b|gemma-3-1b|
 //                                  phi-4-mini|gpt-oss-20b|qwen3-next-80b-a3b-16l]
 //               [--dtype bf16|f16|f32|int8|int4gN]
+//
+// The prompt is fed as the daemon feeds one, in forward passes of --slice tokens (512, the scheduler's
+// max_batch_tokens; llama-bench's n_ubatch is 512 as well), each attending to the ones before through
+// the KV cache.
 //
 // --context N adds a row for decode at a long context: N tokens prefilled (in 2048-token slices, not
 // timed), then --decode single-token steps timed one by one through the forward pass (attention then
@@ -40,6 +44,7 @@
 #include "model/lora.h"
 #include "model/safetensors.h"
 #include "runner/model_instance.h"
+#include "scheduler/scheduler.h"
 #include "../common/model_run.h"
 
 using namespace ftllm;
@@ -352,27 +357,48 @@ std::vector<std::shared_ptr<const model::LoraAdapter>> random_adapters(ModelInst
   return out;
 }
 
+// tokens[from, to) of one sequence (the ones before already in kv) in forward passes of at most `slice`
+// tokens, each asking for the logits of its last token only.
+void feed(const ForwardPass& pass, kvcache::SequenceKv& kv, const std::vector<int32_t>& tokens, int64_t from, int64_t to, int64_t slice) {
+  for (int64_t p = from; p < to; p += slice) {
+    model::Batch batch;
+    for (int64_t i = p; i < std::min(to, p + slice); ++i) {
+      batch.tokens.push_back(tokens[size_t(i)]);
+      batch.positions.push_back(i);
+      batch.seq.push_back(0);
+    }
+    batch.logit_rows = {int64_t(batch.tokens.size()) - 1};
+    pass.forward(batch, {&kv});
+  }
+}
+
+// Seconds to prefill `tokens` as one fresh sequence, fed as the daemon's scheduler feeds a prompt: in
+// slices of `slice` tokens (SchedulerLimits::max_batch_tokens; llama-bench's n_ubatch is 512 too).
+double prefill_seconds(ModelInstance& m, const std::vector<int32_t>& tokens, int64_t slice) {
+  double seconds = 0;
+  m.runner().exclusive([&](const ForwardPass& pass) {
+    kvcache::SequenceKv kv;
+    if (!kv.reserve(pass.kv, int64_t(tokens.size()))) throw EngineError("the prompt does not fit in the KV cache");
+    const double a = now();
+    feed(pass, kv, tokens, 0, int64_t(tokens.size()), slice);
+    seconds = now() - a;
+    kv.release(pass.kv);
+  });
+  return seconds;
+}
+
 double decode_at_context(ModelInstance& m, int64_t context, int64_t steps, int repeat) {
   std::vector<double> rates;
   std::mt19937 rng(5);
-  const int64_t vocab = m.config().vocab_size;
+  std::vector<int32_t> tokens(size_t(context + steps));
+  for (int32_t& t : tokens) t = int32_t(rng() % uint32_t(m.config().vocab_size));
   for (int r = 0; r < repeat; ++r)
     m.runner().exclusive([&](const ForwardPass& pass) {
       kvcache::SequenceKv kv;
       if (!kv.reserve(pass.kv, context + steps)) throw EngineError("the context does not fit in the KV cache");
-      auto feed = [&](int64_t from, int64_t n) {
-        model::Batch batch;
-        for (int64_t i = from; i < from + n; ++i) {
-          batch.tokens.push_back(int32_t(rng() % uint32_t(vocab)));
-          batch.positions.push_back(i);
-          batch.seq.push_back(0);
-        }
-        batch.logit_rows = {n - 1};
-        pass.forward(batch, {&kv});
-      };
-      for (int64_t p = 0; p < context; p += 2048) feed(p, std::min<int64_t>(2048, context - p));
+      feed(pass, kv, tokens, 0, context, 2048);
       const double a = now();
-      for (int64_t s = 0; s < steps; ++s) feed(context + s, 1);
+      feed(pass, kv, tokens, context, context + steps, 1);
       rates.push_back(double(steps) / (now() - a));
       kv.release(pass.kv);
     });
@@ -387,12 +413,13 @@ int main(int argc, char** argv) {
   double bandwidth_given = 0;  // GB/s for the roofline instead of measuring the host's
   int threads = 0, repeat = 3, batch = 1, adapters = 0, lora_rank = 16;
   std::string lora_targets = "q_proj,v_proj", lora_dtype = "bf16";
-  int64_t prompt = 128, decode = 64, context = 0;
+  int64_t prompt = 128, decode = 64, context = 0, slice = scheduler::SchedulerLimits().max_batch_tokens;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (a == "-t" || a == "--threads") threads = std::stoi(value());
     else if (a == "--prompt") prompt = std::stoll(value());
+    else if (a == "--slice") slice = std::stoll(value());
     else if (a == "--decode") decode = std::stoll(value());
     else if (a == "--repeat") repeat = std::stoi(value());
     else if (a == "--batch") batch = std::stoi(value());
@@ -413,7 +440,8 @@ int main(int argc, char** argv) {
     else model = a;
   }
   if (!make_dir.empty()) return make_random(make_dir, shape, dtype);
-  if (model.empty()) return std::fprintf(stderr, "usage: ftllm-bench MODEL [-t N] [--prompt N] [--decode N] [--repeat R] [--batch B]\n"), 2;
+  if (model.empty()) return std::fprintf(stderr, "usage: ftllm-bench MODEL [-t N] [--prompt N] [--slice N] [--decode N] [--repeat R] [--batch B]\n"), 2;
+  if (slice < 1) return std::fprintf(stderr, "ftllm-bench: --slice takes a positive token count\n"), 2;
 
   size_t rss_before = rss_bytes();
   double t0 = now();
@@ -455,10 +483,7 @@ int main(int argc, char** argv) {
 
   std::vector<double> prefill, decode_rates, lora_rates;
   for (int r = 0; r < repeat; ++r) {
-    double a = now();
-    test::prompt_logits(*m, tokens, {prompt - 1});
-    prefill.push_back(double(prompt) / (now() - a));
-
+    prefill.push_back(double(prompt) / prefill_seconds(*m, tokens, slice));
     std::vector<GenerationRequest> reqs(static_cast<size_t>(batch));
     for (auto& q : reqs) {
       q.prompt = {tokens[0]};
@@ -466,7 +491,7 @@ int main(int argc, char** argv) {
       q.max_tokens = int32_t(decode);
       q.ignore_eos = true;
     }
-    a = now();
+    double a = now();
     test::generate(*m, reqs);
     decode_rates.push_back(double(decode * batch) / (now() - a));
     if (loras.empty()) continue;
