@@ -918,7 +918,7 @@ template <int W, int G>
         // The offset: 32 * sum_runs sc_r * sum(x)_r, two runs per block as int16 pairs.
         __m256i offset = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
-          const int32_t sc_pair = int32_t(uint32_t(uint16_t(int16_t(blk.scales[2 * j]))) | uint32_t(uint16_t(int16_t(blk.scales[2 * j + 1]))) << 16);
+          const int32_t sc_pair = int16_pair(blk.scales[2 * j], blk.scales[2 * j + 1]);
           offset = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(x[g][sb * 8 + j].half_sums)),
                                                               _mm256_set1_epi32(sc_pair)));
         }
@@ -971,14 +971,8 @@ void transpose_rows(const Q8Block* xq, int64_t M, int64_t nb, std::vector<Octet>
         o.d[i] = x ? x->d : 0.0f;
         o.s[i] = x ? min_operand<T>(*x) : 0.0f;
         o.start[i] = x ? -kTransposeOffset<T> * x->sum : 0;
-        o.sum_pairs[i] = x && b % 2 == 0 && b + 1 < nb ? int32_t(uint32_t(uint16_t(x->sum)) | uint32_t(x[1].sum) << 16) : 0;
-        o.half_sums[i] = 0;
-        if constexpr (T == DType::Q6_K)
-          if (x) {
-            int32_t low = 0, high = 0;
-            for (int j = 0; j < 16; ++j) low += x->q[j], high += x->q[16 + j];
-            o.half_sums[i] = int32_t(uint32_t(uint16_t(low)) | uint32_t(high) << 16);
-          }
+        o.sum_pairs[i] = x && b % 2 == 0 && b + 1 < nb ? int16_pair(x->sum, x[1].sum) : 0;
+        o.half_sums[i] = T == DType::Q6_K && x ? half_sums(*x) : 0;
       }
     }
   }
@@ -1104,7 +1098,7 @@ void amx_pack_super_panel_t(const uint8_t* w, size_t row_bytes, int64_t n, int64
       uint8_t sc[8], mn[8];
       k_scale_bytes(blk.scales, sc, mn);
       for (int j = 0; j < 8; ++j) p.scale[j][r] = sc[j];
-      for (int k = 0; k < 4; ++k) p.min_pairs[k][r] = int32_t(mn[2 * k] | uint32_t(mn[2 * k + 1]) << 16);
+      for (int k = 0; k < 4; ++k) p.min_pairs[k][r] = int16_pair(mn[2 * k], mn[2 * k + 1]);
       p.d[r] = h2f(blk.d);
       p.neg_dmin[r] = -h2f(blk.dmin);
     }
@@ -1134,34 +1128,24 @@ void amx_pack_panel_t(const uint8_t* w, size_t row_bytes, int64_t n, int64_t nb,
   }
 }
 
-// The types with one integer dot per 32-value block; f<T>() for wt, or `otherwise` for the rest.
-template <typename F, typename R>
-R with_block_type(DType wt, F&& f, R otherwise) {
-  switch (wt) {
-    case DType::Q4_0: return f.template operator()<DType::Q4_0>();
-    case DType::Q4_1: return f.template operator()<DType::Q4_1>();
-    case DType::Q5_0: return f.template operator()<DType::Q5_0>();
-    case DType::Q5_1: return f.template operator()<DType::Q5_1>();
-    case DType::Q8_0: return f.template operator()<DType::Q8_0>();
-    case DType::MXFP4: return f.template operator()<DType::MXFP4>();
-    case DType::I8: return f.template operator()<DType::I8>();
-    case DType::I4: return f.template operator()<DType::I4>();
-    case DType::I4G32: return f.template operator()<DType::I4G32>();
-    case DType::I4G64: return f.template operator()<DType::I4G64>();
-    case DType::I4G128: return f.template operator()<DType::I4G128>();
-    case DType::I4G256: return f.template operator()<DType::I4G256>();
-    default: return otherwise;
-  }
-}
+// The types with one integer dot per 32-value block (the AMX GEMM's plain case).
+template <DType T>
+constexpr bool kOneDotPerBlock = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q8_0 ||
+                                 T == DType::MXFP4 || T == DType::I8 || T == DType::I4 || T == DType::I4G32 || T == DType::I4G64 ||
+                                 T == DType::I4G128 || T == DType::I4G256;
 #endif
 
 }  // namespace
 
 #ifdef FTLLM_VNNI
 AmxType amx_type(DType wt) {
-  if (wt == DType::Q4_K || wt == DType::Q5_K) return AmxType{.supported = true, .super = true};
-  if (wt == DType::Q6_K) return AmxType{.supported = true, .q6k = true};
-  return with_block_type(wt, []<DType T>() { return amx_type_t<T>(); }, AmxType{});
+  AmxType type;
+  quant::decode::with_dtype(wt, [&]<DType T>() {
+    if constexpr (kSuper<T>) type = AmxType{.supported = true, .super = true};
+    else if constexpr (T == DType::Q6_K) type = AmxType{.supported = true, .q6k = true};
+    else if constexpr (kOneDotPerBlock<T>) type = amx_type_t<T>();
+  });
+  return type;
 }
 
 void amx_pack_q6k_panel(const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxQ6Block* out) {
@@ -1173,8 +1157,7 @@ void amx_pack_q6k_panel(const uint8_t* w, size_t row_bytes, int64_t n, int64_t s
       const auto& blk = K::block(w + size_t(n + r) * row_bytes, sb);
       K::unpack(blk, values[r]);
       for (int run = 0; run < 16; ++run) p.scale[run][r] = blk.scales[run];
-      for (int j = 0; j < 8; ++j)
-        p.scale_pairs[j][r] = int32_t(uint32_t(uint16_t(int16_t(blk.scales[2 * j]))) | uint32_t(uint16_t(int16_t(blk.scales[2 * j + 1]))) << 16);
+      for (int j = 0; j < 8; ++j) p.scale_pairs[j][r] = int16_pair(blk.scales[2 * j], blk.scales[2 * j + 1]);
       p.d[r] = h2f(blk.d);
     }
     for (int run = 0; run < 16; ++run) amx_transpose16(values[0][run / 2] + 16 * (run % 2), int(sizeof values[0]), p.b_tile[run], 4);
@@ -1182,12 +1165,15 @@ void amx_pack_q6k_panel(const uint8_t* w, size_t row_bytes, int64_t n, int64_t s
 }
 
 void amx_pack_super_panel(DType wt, const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxSuperBlock* out) {
-  if (wt == DType::Q4_K) return amx_pack_super_panel_t<DType::Q4_K>(w, row_bytes, n, super_blocks, out);
-  if (wt == DType::Q5_K) return amx_pack_super_panel_t<DType::Q5_K>(w, row_bytes, n, super_blocks, out);
+  quant::decode::with_dtype(wt, [&]<DType T>() {
+    if constexpr (kSuper<T>) amx_pack_super_panel_t<T>(w, row_bytes, n, super_blocks, out);
+  });
 }
 
 void amx_pack_panel(DType wt, const uint8_t* w, size_t row_bytes, int64_t n, int64_t nb, AmxPanelBlock* out, float* row_scale) {
-  with_block_type(wt, [&]<DType T>() { return amx_pack_panel_t<T>(w, row_bytes, n, nb, out, row_scale), 0; }, 0);
+  quant::decode::with_dtype(wt, [&]<DType T>() {
+    if constexpr (kOneDotPerBlock<T>) amx_pack_panel_t<T>(w, row_bytes, n, nb, out, row_scale);
+  });
 }
 #endif
 

@@ -4,6 +4,19 @@
 
 #include "kernels.h"
 
+namespace ftllm::cpu {
+
+// Two int16 side by side in one int32 (lo in the low half), the operand vpmaddwd / vpdpwssd pair up.
+inline int32_t int16_pair(int32_t lo, int32_t hi) { return int32_t(uint32_t(uint16_t(lo)) | uint32_t(uint16_t(hi)) << 16); }
+// An activation block's sums of its first and last 16 values as an int16_pair (Q6_K's runs).
+inline int32_t half_sums(const Q8Block& x) {
+  int32_t low = 0, high = 0;
+  for (int j = 0; j < 16; ++j) low += x.q[j], high += x.q[16 + j];
+  return int16_pair(low, high);
+}
+
+}  // namespace ftllm::cpu
+
 namespace ftllm::cpu::avx2 {
 
 // avx2_quantize.cpp: the weight types with an integer kernel, and the activations they take.

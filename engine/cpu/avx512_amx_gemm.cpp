@@ -193,6 +193,19 @@ void gemm(DType wt, const AmxType& type, const Q8Block* xq, int64_t groups, int6
   Tiles::release();
 }
 
+// Count tiles' dots into sums[0..Count), two in flight: issue<S>(i) loads tile i's operands into slot S
+// and takes its dot; each slot is stored before it is issued again.
+template <class Tiles, int Count, typename Issue>
+[[gnu::always_inline]] inline void dots_into(int32_t (*sums)[16][16], Issue&& issue) {
+  issue.template operator()<0>(0);
+  issue.template operator()<1>(1);
+  for (int i = 0; i < Count; i += 2) {
+    Tiles::template store_c<0>(sums[i]);
+    Tiles::template store_c<1>(sums[i + 1]);
+    if (i + 2 < Count) issue.template operator()<0>(i + 2), issue.template operator()<1>(i + 3);
+  }
+}
+
 // Q4_K and Q5_K: activation rows [0, 16 * groups) against weight rows [n0, n1), a super-block at a time:
 // its eight blocks' dots from the tiles, then in integers times their 6-bit scales and summed, the
 // minimums' integer from the activations' block sums (vpdpwssd on pairs), and the two float steps.
@@ -213,18 +226,11 @@ void gemm_super(DType wt, const Q8Block* xq, int64_t groups, int64_t nb, const u
       for (auto& a : acc) a = _mm512_setzero_ps();
       for (int64_t sb = 0; sb < super_blocks; ++sb) {
         const AmxSuperBlock& p = panel[size_t(sb)];
-        auto issue = [&]<int S>(int j) {
+        dots_into<Tiles, 8>(sums, [&]<int S>(int j) {
           Tiles::template load_a<S>(x[sb * 8 + j].q, a_stride);
           Tiles::template load_b<S>(p.b_tile[j]);
           Tiles::template dot<S, false>();
-        };
-        issue.template operator()<0>(0);
-        issue.template operator()<1>(1);
-        for (int j = 0; j < 8; j += 2) {
-          Tiles::template store_c<0>(sums[j]);
-          Tiles::template store_c<1>(sums[j + 1]);
-          if (j + 2 < 8) issue.template operator()<0>(j + 2), issue.template operator()<1>(j + 3);
-        }
+        });
         const __m512 d = _mm512_loadu_ps(p.d), neg_dmin = _mm512_loadu_ps(p.neg_dmin);
         for (int r = 0; r < 16; ++r) {
           const Q8Block* xr = x + r * nb + sb * 8;
@@ -232,8 +238,8 @@ void gemm_super(DType wt, const Q8Block* xq, int64_t groups, int64_t nb, const u
           for (int j = 0; j < 8; ++j)
             isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_load_si512(sums[j][r]), _mm512_loadu_si512(p.scale[j])));
           for (int k = 0; k < 4; ++k) {
-            const int32_t pair = int32_t(uint32_t(uint16_t(xr[2 * k].sum)) | uint32_t(xr[2 * k + 1].sum) << 16);
-            msum = _mm512_dpwssd_epi32(msum, _mm512_set1_epi32(pair), _mm512_loadu_si512(p.min_pairs[k]));
+            const __m512i pair = _mm512_set1_epi32(int16_pair(xr[2 * k].sum, xr[2 * k + 1].sum));
+            msum = _mm512_dpwssd_epi32(msum, pair, _mm512_loadu_si512(p.min_pairs[k]));
           }
           const __m512 xd = _mm512_set1_ps(xr[0].d);
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, xd), acc[r]);
@@ -254,14 +260,10 @@ void gemm_q6k(const Q8Block* xq, int64_t groups, int64_t nb, const uint8_t* w, s
               int64_t ldy) {
   const int64_t super_blocks = nb / 8;
   thread_local std::vector<AmxQ6Block> panel;
-  thread_local std::vector<int32_t> half_sums;
+  thread_local std::vector<int32_t> halves_of_rows;
   panel.resize(size_t(super_blocks));
-  half_sums.resize(size_t(groups * 16 * nb));
-  for (size_t i = 0; i < half_sums.size(); ++i) {
-    int32_t low = 0, high = 0;
-    for (int j = 0; j < 16; ++j) low += xq[i].q[j], high += xq[i].q[16 + j];
-    half_sums[i] = int32_t(uint32_t(uint16_t(low)) | uint32_t(high) << 16);
-  }
+  halves_of_rows.resize(size_t(groups * 16 * nb));
+  for (size_t i = 0; i < halves_of_rows.size(); ++i) halves_of_rows[i] = half_sums(xq[i]);
   alignas(64) int32_t sums[16][16][16];
   const int64_t a_stride = nb * int64_t(sizeof(Q8Block));
   TileConfig config = gemm_config();
@@ -271,23 +273,16 @@ void gemm_q6k(const Q8Block* xq, int64_t groups, int64_t nb, const uint8_t* w, s
     avx512vnni::amx_pack_q6k_panel(w, row_bytes, n, super_blocks, panel.data());
     for (int64_t g = 0; g < groups; ++g) {
       const Q8Block* x = xq + g * 16 * nb;
-      const int32_t* halves = half_sums.data() + g * 16 * nb;
+      const int32_t* halves = halves_of_rows.data() + g * 16 * nb;
       __m512 acc[16];
       for (auto& a : acc) a = _mm512_setzero_ps();
       for (int64_t sb = 0; sb < super_blocks; ++sb) {
         const AmxQ6Block& p = panel[size_t(sb)];
-        auto issue = [&]<int S>(int run) {
+        dots_into<Tiles, 16>(sums, [&]<int S>(int run) {
           Tiles::template load_a<S>(x[sb * 8 + run / 2].q + 16 * (run % 2), a_stride);
           Tiles::template load_b<S>(p.b_tile[run]);
           Tiles::template dot<S, false>();
-        };
-        issue.template operator()<0>(0);
-        issue.template operator()<1>(1);
-        for (int run = 0; run < 16; run += 2) {
-          Tiles::template store_c<0>(sums[run]);
-          Tiles::template store_c<1>(sums[run + 1]);
-          if (run + 2 < 16) issue.template operator()<0>(run + 2), issue.template operator()<1>(run + 3);
-        }
+        });
         const __m512 d = _mm512_loadu_ps(p.d);
         for (int r = 0; r < 16; ++r) {
           __m512i isum = _mm512_setzero_si512(), offset = _mm512_setzero_si512();
