@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <boost/test/unit_test.hpp>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -189,7 +190,11 @@ void send_and_vanish(int port, const std::string& bytes) {
   ::close(fd);
 }
 
-std::string raw_exchange(int port, const std::string& bytes) {
+namespace {
+
+// Sends the bytes and reads until done(received) says the reply is whole, the server closes, or 5 s pass.
+template <typename Done>
+std::string exchange_until(int port, const std::string& bytes, Done done) {
   int fd = connect_loopback(port);
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -197,9 +202,27 @@ std::string raw_exchange(int port, const std::string& bytes) {
   std::string got;
   char buf[4096];
   ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, size_t(n));
+  while (!done(got) && (n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, size_t(n));
   ::close(fd);
   return got;
+}
+
+}  // namespace
+
+std::string raw_exchange(int port, const std::string& bytes) {
+  return exchange_until(port, bytes, [](const std::string&) { return false; });
+}
+
+std::string raw_reply(int port, const std::string& bytes) {
+  return exchange_until(port, bytes, [](const std::string& got) {
+    const size_t head_end = got.find("\r\n\r\n");
+    if (head_end == std::string::npos) return false;
+    std::string head = got.substr(0, head_end);
+    for (char& c : head) c = char(std::tolower(static_cast<unsigned char>(c)));
+    const size_t at = head.find("\r\ncontent-length:");
+    if (at == std::string::npos) return false;  // no length: the body ends where the connection does
+    return got.size() >= head_end + 4 + std::stoul(head.substr(at + 17));
+  });
 }
 
 }  // namespace ftllm::test

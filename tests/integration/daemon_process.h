@@ -74,6 +74,11 @@ int connect_loopback(int port);
 // Sends raw bytes to 127.0.0.1:port and returns everything received until the server closes (5 s cap).
 std::string raw_exchange(int port, const std::string& bytes);
 
+// Sends raw bytes to 127.0.0.1:port and returns the first response: its head and the Content-Length bytes
+// of body after it, or what came until the server closed (5 s cap). For a server that keeps the
+// connection open after answering, where raw_exchange would wait out its cap.
+std::string raw_reply(int port, const std::string& bytes);
+
 // Connects to 127.0.0.1:port, sends the bytes and closes without reading: a client that vanishes.
 void send_and_vanish(int port, const std::string& bytes);
 
