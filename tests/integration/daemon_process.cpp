@@ -219,9 +219,10 @@ std::string raw_reply(int port, const std::string& bytes) {
     if (head_end == std::string::npos) return false;
     std::string head = got.substr(0, head_end);
     for (char& c : head) c = char(std::tolower(static_cast<unsigned char>(c)));
-    const size_t at = head.find("\r\ncontent-length:");
+    const std::string length_field = "\r\ncontent-length:";
+    const size_t at = head.find(length_field);
     if (at == std::string::npos) return false;  // no length: the body ends where the connection does
-    return got.size() >= head_end + 4 + std::stoul(head.substr(at + 17));
+    return got.size() >= head_end + 4 + std::stoul(head.substr(at + length_field.size()));
   });
 }
 

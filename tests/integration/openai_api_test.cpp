@@ -846,7 +846,7 @@ BOOST_AUTO_TEST_CASE(big_bodies_do_not_block_the_event_loop) {
   DaemonProcess d(dir, {smollm2_gguf_path(), "--name", "smollm2", "-t", "1", "--ctx", "512"});
   // The default max_body_bytes, sixteen times; in a sanitized build four 4 MiB bodies (the full load
   // took it 7.5 minutes), enough to check the workers and the loop side by side; under ThreadSanitizer,
-  // whose tokenizer is three times slower again, four of 1 MiB (~25 s; 4 MiB took 112 s).
+  // whose tokenizer is three times slower again, four of 1 MiB (33 s; 4 MiB took 112 s).
 #if defined(__SANITIZE_THREAD__)
   const size_t limit = 1024 * 1024;
 #else
