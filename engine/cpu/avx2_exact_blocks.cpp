@@ -60,6 +60,14 @@ inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
+// u1 . s1 + u2 . s2 per int32 lane; without VNNI the two meet in int16, exact while 4 * max(u) * max|s| <= 32767.
+inline __m256i dot_u8s8_twice(__m256i u1, __m256i s1, __m256i u2, __m256i s2) {
+#ifdef FTLLM_VNNI
+  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u1, s1), u2, s2);
+#else
+  return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u1, s1), _mm256_maddubs_epi16(u2, s2)), _mm256_set1_epi16(1));
+#endif
+}
 // Signed by signed (|a| <= 128, |b| <= 127): a's sign moved onto b, |a| as the unsigned operand.
 inline __m256i dot_s8s8(__m256i acc, __m256i a, __m256i b) {
   return dot_u8s8(acc, _mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
@@ -134,6 +142,7 @@ struct NibbleBlocks {
   static float min(const uint8_t* row, int64_t b) { return h2f(m16(row, b)); }
   static __m128 scales4(const uint8_t* const* r, int64_t b) { return widen4(d16(r[0], b), d16(r[1], b), d16(r[2], b), d16(r[3], b)); }
   static __m128 mins4(const uint8_t* const* r, int64_t b) { return widen4(m16(r[0], b), m16(r[1], b), m16(r[2], b), m16(r[3], b)); }
+  static const uint8_t* nibble_bytes(const uint8_t* row, int64_t b) { return block(row, b).qs; }
   static __m256i bytes(const uint8_t* row, int64_t b) {
     if constexpr (FifthBit) return _mm256_or_si256(nibbles(block(row, b).qs), fifth_bits(block(row, b).qh));
     else return nibbles(block(row, b).qs);
@@ -223,6 +232,7 @@ struct I4Row {
   static __m128 scales4(const uint8_t* const* r, int64_t) { return _mm_setr_ps(scale(r[0], 0), scale(r[1], 0), scale(r[2], 0), scale(r[3], 0)); }
   static __m128 mins4(const uint8_t* const* r, int64_t) { return _mm_setr_ps(min(r[0], 0), min(r[1], 0), min(r[2], 0), min(r[3], 0)); }
   static const uint8_t* at(const uint8_t* row, int64_t b) { return row + 8 + 16 * b; }
+  static const uint8_t* nibble_bytes(const uint8_t* row, int64_t b) { return at(row, b); }
   static __m256i bytes(const uint8_t* row, int64_t b) { return nibbles(at(row, b)); }
 };
 
@@ -246,6 +256,7 @@ struct I4Groups {
   static __m128 scales4(const uint8_t* const* r, int64_t b) { return widen4(d16(r[0], b), d16(r[1], b), d16(r[2], b), d16(r[3], b)); }
   static __m128 mins4(const uint8_t* const* r, int64_t b) { return widen4(m16(r[0], b), m16(r[1], b), m16(r[2], b), m16(r[3], b)); }
   static const uint8_t* at(const uint8_t* row, int64_t b) { return group(row, b) + 4 + 16 * (b % (N / 32)); }
+  static const uint8_t* nibble_bytes(const uint8_t* row, int64_t b) { return at(row, b); }
   static __m256i bytes(const uint8_t* row, int64_t b) { return nibbles(at(row, b)); }
 };
 
@@ -375,6 +386,81 @@ inline __m128i sum_lanes4(__m256i a, __m256i b, __m256i c, __m256i d) {
   return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));  // a, b, c, d
 }
 
+// The one-row kernel's eight-row shapes, for unsigned weights of at most 31 against activations of
+// magnitude at most 128, where a lane of four products (or a pair of lanes) fits int16: their block dots
+// are reduced by narrowing to int16 and adding neighbours (vpackssdw, vpmaddwd), exact within that bound
+// and cheaper on the shuffle ports than sum_lanes4's unpacks, which set the one-row pace.
+// - kHalfRows (plain 4-bit nibbles, at most 15): a register holds two rows' 16 nibble bytes, [row j | row
+//   j + 4]; its low nibbles are values 0-15 of each row and meet activations 0-15 in both halves, its high
+//   ones values 16-31, so one dot chain leaves four lanes per row of eight products (at most 15360)
+//   and one narrowing round less to go;
+// - otherwise each row's 32 values in a register of its own, eight lanes of four products.
+// Without AVX-512's 32 vector registers eight rows of 32 values spill, and the types that need them
+// (Q5_*, MXFP4) ran slower than on the four-row kernel (measured, Zen 4, the AVX2 table).
+template <DType T>
+constexpr bool kHalfRows = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::I4 || T == DType::I4G32 || T == DType::I4G64 ||
+                           T == DType::I4G128 || T == DType::I4G256;
+#ifdef FTLLM_VNNI
+constexpr bool kEightRowsOfBytes = true;
+#else
+constexpr bool kEightRowsOfBytes = false;
+#endif
+template <DType T>
+constexpr bool kNarrowLanes = !Weights<T>::kSigned && Weights<T>::kMaxByte * 128 * 8 <= 32767 && (kHalfRows<T> || kEightRowsOfBytes);
+
+// Rows i and i + 4 (d[i], i < 4) each as four int32 lanes in their own 128-bit half, summed to row i in lane i.
+inline __m256i sum_half_rows(const __m256i* d) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i rows01 = _mm256_madd_epi16(_mm256_packs_epi32(d[0], d[1]), ones);  // [0 0 1 1 | 4 4 5 5]
+  const __m256i rows23 = _mm256_madd_epi16(_mm256_packs_epi32(d[2], d[3]), ones);  // [2 2 3 3 | 6 6 7 7]
+  return _mm256_madd_epi16(_mm256_packs_epi32(rows01, rows23), ones);
+}
+
+// Eight rows' dots d[0..7], eight int32 lanes each, summed to one lane per row, row i in lane i.
+inline __m256i sum_lanes8_narrow(const __m256i* d) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i pairs[4], quads[2];
+  for (int i = 0; i < 4; ++i)  // rows 2i, 2i + 1: lane pairs (0+1, 2+3 of each row | 4+5, 6+7)
+    pairs[i] = _mm256_madd_epi16(_mm256_packs_epi32(d[2 * i], d[2 * i + 1]), ones);
+  for (int i = 0; i < 2; ++i)  // rows 4i..4i + 3: lanes 0-3 of each | lanes 4-7
+    quads[i] = _mm256_madd_epi16(_mm256_packs_epi32(pairs[2 * i], pairs[2 * i + 1]), ones);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(quads[0], quads[1], 0x20), _mm256_permute2x128_si256(quads[0], quads[1], 0x31));
+}
+
+inline __m256i broadcast16(const void* p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p))); }
+
+// Block b of eight weight rows, unpacked once for every activation row (the shapes above).
+template <DType T>
+[[gnu::always_inline]] inline void unpack8(const uint8_t* const* r, int64_t b, __m256i* u) {
+  if constexpr (kHalfRows<T>) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = _mm256_blend_epi32(broadcast16(Weights<T>::nibble_bytes(r[j], b)), broadcast16(Weights<T>::nibble_bytes(r[j + 4], b)), 0xF0);
+      u[2 * j] = _mm256_and_si256(v, low);
+      u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    }
+  } else {
+    for (int j = 0; j < 8; ++j) u[j] = Weights<T>::bytes(r[j], b);
+  }
+}
+
+// The eight rows' exact block dots against activation block xb, row i in lane i (the offset included).
+template <DType T>
+[[gnu::always_inline]] inline __m256i dots8(const __m256i* u, const Q8Block& xb) {
+  __m256i d[8], dots;
+  if constexpr (kHalfRows<T>) {
+    const __m256i first = broadcast16(xb.q), second = broadcast16(xb.q + 16);
+    for (int j = 0; j < 4; ++j) d[j] = dot_u8s8_twice(u[2 * j], first, u[2 * j + 1], second);
+    dots = sum_half_rows(d);
+  } else {
+    const __m256i xv = load32(xb.q);
+    for (int j = 0; j < 8; ++j) d[j] = dot_u8s8(_mm256_setzero_si256(), u[j], xv);
+    dots = sum_lanes8_narrow(d);
+  }
+  if constexpr (Weights<T>::kOffset != 0) dots = _mm256_add_epi32(dots, _mm256_set1_epi32(-Weights<T>::kOffset * xb.sum));
+  return dots;
+}
+
 inline int32_t sum_lanes(__m256i a) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
@@ -401,6 +487,36 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
     else return _mm256_setzero_si256();
   };
   int64_t n = n0;
+  if constexpr (kNarrowLanes<T>)
+    for (; n + 8 <= n1; n += 8) {  // eight rows at a time (unpack8, dots8)
+      using Wt = Weights<T>;
+      const uint8_t* r[8];
+      for (int i = 0; i < 8; ++i) r[i] = w + size_t(n + i) * row_bytes;
+      AheadLines ahead(r[0] + size_t(8) * row_bytes, 8 * row_bytes, nb, n + 16 <= n1);
+      auto eight = [&](__m128 (*four)(const uint8_t* const*, int64_t), int64_t b) { return _mm256_set_m128(four(r + 4, b), four(r, b)); };
+      __m256 acc[R];
+      for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
+      __m256 wscales = _mm256_set1_ps(1.0f), wmins = _mm256_setzero_ps();
+      if constexpr (T == DType::I4) wscales = eight(Wt::scales4, 0), wmins = eight(Wt::mins4, 0);
+      for (int64_t b = 0; b < nb; ++b) {
+        ahead.step();
+        __m256i u[8];
+        unpack8<T>(r, b, u);
+        if constexpr (T != DType::I4) wscales = eight(Wt::scales4, b);
+        if constexpr (Wt::kHasMin && T != DType::I4) wmins = eight(Wt::mins4, b);
+        for (int i = 0; i < R; ++i) {
+          const Q8Block& xb = x[i * nb + b];
+          const __m256i dots = dots8<T>(u, xb);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(wscales, _mm256_set1_ps(xb.d)), acc[i]);
+          if constexpr (Wt::kHasMin) acc[i] = _mm256_fmadd_ps(wmins, _mm256_set1_ps(min_operand<T>(xb)), acc[i]);
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        alignas(32) float out[8];
+        _mm256_store_ps(out, acc[i]);
+        for (int j = 0; j < 8; ++j) y[i * ldy + n + j] = finish<T>(r[j], out[j]);
+      }
+    }
   for (; n + 4 <= n1; n += 4) {
     const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
                            w + size_t(n + 3) * row_bytes};

@@ -125,9 +125,8 @@ void DecoderModel::gqa_attention(ops::Context& ctx, const LayerWeights& L, int64
   if (L.sinks) shape.sinks = &*L.sinks;
   Tensor gate, qg;  // gated output: q_proj gives each head's query, then its gate
   if (L.gated_output) qg = ops::scratch(ctx, {T, 2 * q_dim});
-  ops::linear(ctx, h, L.q, opt(L.q_bias), L.gated_output ? qg : q);
-  ops::linear(ctx, h, L.k, opt(L.k_bias), k);
-  ops::linear(ctx, h, L.v, opt(L.v_bias), v);
+  const ops::LinearOut qkv[] = {{&L.q, opt(L.q_bias), L.gated_output ? &qg : &q}, {&L.k, opt(L.k_bias), &k}, {&L.v, opt(L.v_bias), &v}};
+  ops::linear_many(ctx, h, qkv);
   lora.apply(ctx, h, {{LoraTarget::Q, L.gated_output ? &qg : &q}, {LoraTarget::K, &k}, {LoraTarget::V, &v}});
   if (L.gated_output) {
     gate = ops::scratch(ctx, {T, q_dim});
@@ -152,8 +151,8 @@ void DecoderModel::dense_mlp(ops::Context& ctx, const LayerWeights& L, const Ten
   auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
   const int64_t T = h.dim(0), I = L.gate.dim(0);
   Tensor gate = ops::scratch(ctx, {T, I}), up = ops::scratch(ctx, {T, I});
-  ops::linear(ctx, h, L.gate, opt(L.gate_bias), gate);
-  ops::linear(ctx, h, L.up, opt(L.up_bias), up);
+  const ops::LinearOut gate_up[] = {{&L.gate, opt(L.gate_bias), &gate}, {&L.up, opt(L.up_bias), &up}};
+  ops::linear_many(ctx, h, gate_up);
   lora.apply(ctx, h, {{LoraTarget::Gate, &gate}, {LoraTarget::Up, &up}});
   if (config_.activation == Activation::GeluTanh) ops::gelu_tanh_mul(ctx, gate, up, gate);
   else ops::silu_mul(ctx, gate, up, gate);

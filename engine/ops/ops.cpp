@@ -86,12 +86,18 @@ std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x,
   return xq;
 }
 
-void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
-  const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
-  if (w.dim(1) != K || y.dim(0) != T || y.dim(1) != N)
+namespace {
+void check_linear(const Tensor& x, const Tensor& w, const Tensor& y) {
+  if (w.dim(1) != x.dim(1) || y.dim(0) != x.dim(0) || y.dim(1) != w.dim(0))
     throw EngineError("linear: shapes " + shape_string(x.shape) + " x " + shape_string(w.shape) + " -> " +
                       shape_string(y.shape) + " do not fit");
   same_device("linear", x, w);
+}
+}  // namespace
+
+void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+  const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
+  check_linear(x, w, y);
   FTLLM_ON_CUDA(x, cuda::linear(x, w, bias, y))
   const float* xs = x.as<float>();
   float* ys = y.as<float>();
@@ -104,6 +110,41 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
     if (bias)
       for (int64_t t = 0; t < T; ++t)
         for (int64_t n = n0; n < n1; ++n) ys[t * N + n] += bias->as<float>()[n];
+  });
+}
+
+void linear_many(Context& ctx, const Tensor& x, std::span<const LinearOut> outs) {
+  for (const LinearOut& o : outs) check_linear(x, *o.w, *o.y);
+  // On a GPU each is one launch anyway; weights split over NUMA nodes keep linear's per-node rows.
+  if (x.device.is_cuda() || ctx.pool.groups() > 1 || outs.size() == 1) {
+    for (const LinearOut& o : outs) linear(ctx, x, *o.w, o.bias, *o.y);
+    return;
+  }
+  const int64_t T = x.dim(0), K = x.dim(1);
+  const float* xs = x.as<float>();
+  // x quantized once for each activation format the weights want (none, per 32, per 256 values).
+  std::vector<cpu::Q8Block> formats[3];
+  std::vector<const cpu::Q8Block*> xq(outs.size());
+  std::vector<int64_t> first_row(outs.size() + 1, 0);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const DType t = outs[i].w->dtype;
+    const int format = ctx.kernels.uses_q8(t) ? (cpu::q8_per_256(t) ? 2 : 1) : 0;
+    if (format && formats[format].empty()) formats[format] = quantized_rows(ctx, t, xs, T, K);
+    xq[i] = formats[format].data();
+    first_row[i + 1] = first_row[i] + outs[i].w->dim(0);
+  }
+  ctx.pool.parallel_for(first_row.back(), 16, [&](int64_t r0, int64_t r1) {
+    for (size_t i = 0; i < outs.size(); ++i) {  // the part of [r0, r1) in output i's rows
+      const int64_t n0 = std::max(r0, first_row[i]) - first_row[i], n1 = std::min(r1, first_row[i + 1]) - first_row[i];
+      if (n0 >= n1) continue;
+      const LinearOut& o = outs[i];
+      const int64_t N = o.w->dim(0);
+      float* ys = o.y->as<float>();
+      ctx.kernels.matmul(o.w->dtype, xs, xq[i], T, K, o.w->data, n0, n1, ys, N);
+      if (o.bias)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t n = n0; n < n1; ++n) ys[t * N + n] += o.bias->as<float>()[n];
+    }
   });
 }
 

@@ -51,6 +51,16 @@ std::vector<cpu::Q8Block> quantized_rows(Context& ctx, DType wt, const float* x,
 // y[T, N] = x[T, K] · w[N, K]ᵀ (+ bias[N], float32). y must be float32 [T, N].
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
 
+// Several linear layers of one input (q, k and v; gate and up), each as linear() computes it, bit for
+// bit, in one job over all their rows on the CPU: x quantized once per activation format, and one wait
+// for the threads instead of one per layer (a decode step's small k and v layers were mostly waiting).
+struct LinearOut {
+  const Tensor* w;
+  const Tensor* bias;  // or null
+  Tensor* y;
+};
+void linear_many(Context& ctx, const Tensor& x, std::span<const LinearOut> outs);
+
 // Low-rank adapters' updates of linear layers' outputs: y[row] += scale · (x[row] · Aᵀ) · Bᵀ for every row of
 // every segment, each segment with its own output (the layers sharing the input x: q, k and v; gate and up),
 // a row of an output in one segment at most. a [r, K] and bt = Bᵀ [r, N] are float32, bfloat16 or float16

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "cpu/kernels.h"
 #include "cpu/numa_topology.h"
@@ -592,4 +593,49 @@ BOOST_AUTO_TEST_CASE(linear_on_node_groups_equals_plain_pool) {
     ops::linear(c2, x, w, nullptr, grouped);
     BOOST_TEST(std::memcmp(plain.data, grouped.data, size_t(T * N) * 4) == 0);
   }
+}
+
+// Layers sharing an input (q, k, v; gate, up) in one job give each output linear()'s bits: whichever
+// activation formats the weights want (int8 per 32 and per 256 values, floats), with and without bias,
+// for a decode row, a small batch and a GEMM's many rows, however the threads cut the joined rows.
+BOOST_AUTO_TEST_CASE(linear_many_gives_each_layer_the_bits_of_its_own_linear) {
+  std::mt19937 rng(31);
+  const cpu::Kernels& k = cpu::kernels_named("auto");
+  const int64_t K = 512;
+  const std::vector<std::pair<DType, int64_t>> layers = {{DType::Q4_0, 96}, {DType::Q4_K, 40}, {DType::F16, 17}, {DType::Q5_1, 33}, {DType::I8, 8}};
+  std::vector<Tensor> w, bias;
+  for (auto [t, N] : layers) {
+    std::vector<float> wf = random_floats(size_t(N * K), rng, 0.5f), bf = random_floats(size_t(N), rng);
+    w.push_back(Tensor::zeros(t, {N, K}));
+    for (int64_t r = 0; r < N; ++r)
+      quant::quantize_row(t, wf.data() + r * K, K, static_cast<uint8_t*>(w.back().data) + size_t(r) * row_bytes(t, K));
+    bias.push_back(Tensor::copy_of(DType::F32, {N}, bf.data()));
+  }
+  for (int threads : {1, 2, 3})
+    for (int64_t T : {1, 3, 9}) {
+      std::vector<float> xf = random_floats(size_t(T * K), rng);
+      Tensor x = Tensor::copy_of(DType::F32, {T, K}, xf.data());
+      cpu::ThreadPool pool(threads);
+      ops::Context ctx{pool, k};
+      std::vector<Tensor> alone, joined;
+      std::vector<ops::LinearOut> outs;
+      for (size_t i = 0; i < layers.size(); ++i) {
+        alone.push_back(Tensor::zeros_f32({T, layers[i].second}));
+        joined.push_back(Tensor::zeros_f32({T, layers[i].second}));
+      }
+      for (size_t i = 0; i < layers.size(); ++i) {
+        const Tensor* b = i % 2 ? nullptr : &bias[i];
+        ops::linear(ctx, x, w[i], b, alone[i]);
+        outs.push_back({&w[i], b, &joined[i]});
+      }
+      ops::linear_many(ctx, x, outs);
+      for (size_t i = 0; i < layers.size(); ++i)
+        BOOST_TEST(std::memcmp(alone[i].data, joined[i].data, size_t(T * layers[i].second) * 4) == 0,
+                   dtype_name(layers[i].first) << " T=" << T << " threads=" << threads);
+    }
+  Tensor x = Tensor::zeros_f32({1, K + 32}), y = Tensor::zeros_f32({1, 96});
+  cpu::ThreadPool pool(2);
+  ops::Context ctx{pool, k};
+  const ops::LinearOut misfit[] = {{&w[0], nullptr, &y}};
+  BOOST_CHECK_THROW(ops::linear_many(ctx, x, misfit), EngineError);
 }

@@ -241,6 +241,49 @@ BOOST_AUTO_TEST_CASE(every_dtype_matmul_matches_the_reference) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(four_and_five_bit_dots_stay_exact_at_their_extremes) {
+  // The one-row kernel narrows its block dots' lanes to int16 for weights of at most 31 (two rows of
+  // nibbles to a register, or sums of eight products): exact only within that bound, so here every
+  // weight but a block's first sits at its type's top value and every activation at +-127, the largest
+  // sums the narrowing can meet. (Q8_0 and int8 would overflow it: they are here to show they do not take it.)
+  const int64_t K = 512, N = 21, nb = K / 32;
+  std::vector<float> row(static_cast<size_t>(K));
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::MXFP4, DType::I4, DType::I4G32, DType::I4G128,
+                  DType::Q8_0, DType::I8}) {
+    std::vector<uint8_t> w(size_t(N) * row_bytes(t, K));
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < K; ++k) row[size_t(k)] = (k % 32 ? 0.875f : -1.0f) * float(1 + n % 3);
+      quant::quantize_row(t, row.data(), K, w.data() + size_t(n) * row_bytes(t, K));
+    }
+    for (const cpu::Kernels* table : fast_tables())
+      for (float sign : {1.0f, -1.0f}) {
+        const std::vector<float> x(size_t(K), sign);
+        std::vector<cpu::Q8Block> xq(static_cast<size_t>(nb));
+        cpu::quantize_activations(*table, t, x.data(), K, xq.data());
+        std::vector<float> got(static_cast<size_t>(N)), wrow(static_cast<size_t>(K));
+        table->matmul(t, x.data(), xq.data(), 1, K, w.data(), 0, N, got.data(), N);
+        for (int64_t n = 0; n < N; ++n) {
+          quant::dequantize_row(t, w.data() + size_t(n) * row_bytes(t, K), wrow.data(), K);
+          double oracle = 0, magnitude = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const cpu::Q8Block& blk = xq[size_t(k / 32)];
+            const double xv = table->uses_q8(t) ? double(blk.d) * blk.q[k % 32] : double(x[size_t(k)]);
+            oracle += double(wrow[size_t(k)]) * xv;
+            magnitude += std::fabs(double(wrow[size_t(k)]) * xv);
+          }
+          if (t == DType::Q4_1 || t == DType::Q5_1)  // the minimum meets d * sum(q) rounded to float16, as llama.cpp's q8_1
+            for (int64_t b = 0; b < nb; ++b) {
+              uint16_t m;  // Q4_1 and Q5_1 blocks start with float16 d, then m
+              std::memcpy(&m, w.data() + size_t(n) * row_bytes(t, K) + size_t(b) * row_bytes(t, 32) + 2, 2);
+              oracle += double(f16_to_f32(m)) * (double(xq[size_t(b)].s) - double(xq[size_t(b)].d) * xq[size_t(b)].sum);
+            }
+          BOOST_REQUIRE_MESSAGE(std::fabs(got[size_t(n)] - oracle) <= 2e-5 * magnitude + 1e-6,
+                                table->name << " " << dtype_name(t) << " row " << n << " x=" << sign << ": " << got[size_t(n)] << " vs " << oracle);
+        }
+      }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(every_row_is_the_same_alone_or_in_a_batch_of_1_to_64) {
   // The batching promise on the GEMM path: row m of a batch of M equals row m computed alone, bit for
   // bit, for every M the step may have (tails of the 8-row lane groups, the 2-group and 1-group tiles,
