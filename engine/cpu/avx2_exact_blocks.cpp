@@ -4,7 +4,8 @@
 //     acc = fma(float(dot_b), weight_scale_b * activation_scale_b, acc)
 // in block order (types with minimums add their step after each; int8 multiplies by its row scale at the end).
 // The integers are exact, so how a kernel finds them is free; that lets each batch size take its own shape:
-// - one activation row (decode): four weight rows' block dots side by side, reduced to four lanes;
+// - one activation row (decode): eight weight rows' block dots narrowed to int16 and added in pairs to
+//   eight lanes (weights of at most 31), or four rows' side by side reduced by unpacks (Q8_0, int8);
 // - two to five (small decode batches): eight weight rows, each block unpacked and turned once so that a
 //   vector lane is a weight row, then dotted against every activation row with nothing to reduce;
 // - more (prefill, batched decode): a GEMM whose vector lanes are eight activation rows. The

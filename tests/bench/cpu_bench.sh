@@ -5,22 +5,23 @@
 # the daemon's max_batch_tokens; llama-bench's n_ubatch).
 # Also decode on one thread (the 1 -> 2 thread scaling) and batched decode of 4 and 16 sequences next to
 # llama-batched-bench (aggregate tokens/s; the roofline there is in steps, each reading the weights once).
-#   tests/bench/cpu_bench.sh LLAMA_CPP_BIN_DIR [-t THREADS] [-r ROUNDS] MODEL.gguf ...
+#   tests/bench/cpu_bench.sh LLAMA_CPP_BIN_DIR [-t THREADS] [-r ROUNDS] [-c "CELL ..."] MODEL.gguf ...
 # Each cell runs ROUNDS (3) times on each engine, the two alternated and who goes first swapped each
 # round, so a shared machine's drift falls on both; a cell prints each engine's median (min-max) and the
-# ratio of the medians.
+# ratio of the medians. -c runs only the cells named (default: all seven, below).
 # LLAMA_CPP_BIN_DIR holds llama-bench and llama-batched-bench built from the llama.cpp sources of the PyPI
 # package llama-cpp-python, outside this tree. Random-weight models of real shapes:
 # tests/bench/make_random_gguf.py then llama-quantize.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-llama=${1:?usage: cpu_bench.sh LLAMA_CPP_BIN_DIR [-t N] [-r N] MODEL.gguf ...}
+llama=${1:?usage: cpu_bench.sh LLAMA_CPP_BIN_DIR [-t N] [-r N] [-c CELLS] MODEL.gguf ...}
 shift
-threads=2 rounds=3
+threads=2 rounds=3 cells="pp128 pp512 pp2048 tg64 tg64-1t x4 x16"
 while [[ $# -gt 0 && $1 == -* ]]; do
   case $1 in
     -t) threads=$2; shift 2 ;;
     -r) rounds=$2; shift 2 ;;
+    -c) cells=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -67,7 +68,7 @@ summary() {
 printf '%-28s %-8s %-24s %-24s %6s %9s\n' model test "ftllm tok/s" "llama.cpp tok/s" ratio roofline
 for model in "$@"; do
   name=$(basename "$model" .gguf)
-  for cell in pp128 pp512 pp2048 tg64 tg64-1t x4 x16; do
+  for cell in $cells; do
     a=() b=() roof=-
     for ((r = 0; r < rounds; ++r)); do
       if ((r % 2 == 1)); then b+=("$(theirs "$cell")"); fi
