@@ -111,6 +111,31 @@ BOOST_AUTO_TEST_CASE(seeded_draws_are_reproducible_and_follow_the_distribution) 
   BOOST_TEST(std::count(a.begin(), a.end(), 2) == 0);
 }
 
+BOOST_AUTO_TEST_CASE(draws_over_a_large_vocabulary_follow_the_distribution) {
+  // 1003 tokens (vectorised lanes and a tail): the likeliest one early, then late, then in the tail, the
+  // rest far below or removed, and a NaN the draw must pass over.
+  for (size_t likely : {size_t(5), size_t(700), size_t(1001)}) {
+    SamplingParams p;
+    p.seed = 42;
+    p.temperature = 0.5f;
+    Sampler s(p);
+    int hits = 0, other = 0;
+    const int draws = 20000;
+    for (int i = 0; i < draws; ++i) {
+      std::vector<float> logits(1003, -1000.0f);
+      logits[17] = -INFINITY;
+      logits[300] = std::nanf("");
+      logits[likely] = 10.0f + 0.5f * std::log(3.0f);  // at T = 0.5: weight 3 against token 512's 1
+      logits[512] = 10.0f;
+      const int32_t t = s.next(logits, {}, {});
+      hits += t == int32_t(likely);
+      other += t != int32_t(likely) && t != 512;
+    }
+    BOOST_TEST(std::fabs(double(hits) / draws - 0.75) < 0.015, "likely at " << likely << ": P = " << double(hits) / draws);
+    BOOST_TEST(other == 0);
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(scheduler)
