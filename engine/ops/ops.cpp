@@ -93,6 +93,16 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& y) {
                       shape_string(y.shape) + " do not fit");
   same_device("linear", x, w);
 }
+
+// Output features [n0, n1) of y[T, N] = x · wᵀ (+ bias): one thread's share of a linear layer.
+void linear_rows(Context& ctx, const float* xs, const cpu::Q8Block* xq, int64_t T, int64_t K, const Tensor& w, const Tensor* bias,
+                 int64_t n0, int64_t n1, float* ys) {
+  const int64_t N = w.dim(0);
+  ctx.kernels.matmul(w.dtype, xs, xq, T, K, w.data, n0, n1, ys, N);
+  if (bias)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = n0; n < n1; ++n) ys[t * N + n] += bias->as<float>()[n];
+}
 }  // namespace
 
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
@@ -105,12 +115,7 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, 
   const std::vector<cpu::Q8Block> xq = quantized_rows(ctx, w.dtype, xs, T, K);
   // Split the output features: each thread streams its own slice of the weight once (with --device numa,
   // a slice from its own node's share).
-  ctx.pool.parallel_for_groups(N, 16, [&](int64_t n0, int64_t n1) {
-    ctx.kernels.matmul(w.dtype, xs, xq.data(), T, K, w.data, n0, n1, ys, N);
-    if (bias)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t n = n0; n < n1; ++n) ys[t * N + n] += bias->as<float>()[n];
-  });
+  ctx.pool.parallel_for_groups(N, 16, [&](int64_t n0, int64_t n1) { linear_rows(ctx, xs, xq.data(), T, K, w, bias, n0, n1, ys); });
 }
 
 void linear_many(Context& ctx, const Tensor& x, std::span<const LinearOut> outs) {
@@ -136,14 +141,7 @@ void linear_many(Context& ctx, const Tensor& x, std::span<const LinearOut> outs)
   ctx.pool.parallel_for(first_row.back(), 16, [&](int64_t r0, int64_t r1) {
     for (size_t i = 0; i < outs.size(); ++i) {  // the part of [r0, r1) in output i's rows
       const int64_t n0 = std::max(r0, first_row[i]) - first_row[i], n1 = std::min(r1, first_row[i + 1]) - first_row[i];
-      if (n0 >= n1) continue;
-      const LinearOut& o = outs[i];
-      const int64_t N = o.w->dim(0);
-      float* ys = o.y->as<float>();
-      ctx.kernels.matmul(o.w->dtype, xs, xq[i], T, K, o.w->data, n0, n1, ys, N);
-      if (o.bias)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t n = n0; n < n1; ++n) ys[t * N + n] += o.bias->as<float>()[n];
+      if (n0 < n1) linear_rows(ctx, xs, xq[i], T, K, *outs[i].w, outs[i].bias, n0, n1, outs[i].y->as<float>());
     }
   });
 }
