@@ -53,6 +53,32 @@ inline float load1(const void* row, int64_t k) {
   else return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(static_cast<const uint16_t*>(row)[k]) << 16)));
 }
 
+// The horizontal sums of s[0..15] as hsum() adds them (the 512-bit halves, then 128-bit quarters, then
+// lanes two apart, then neighbours), four rows of y: y[r * ldy + i] = sum of s[4 * i + r]. Each step adds
+// two registers holding one tree level of several sums, so the bits are hsum's; 15 shuffle pairs and adds
+// instead of sixteen scalar hsums, which at K = 896 (56 steps of 16) weighed on every tile.
+inline void reduce16(const __m512* s, float* y, int64_t ldy) {
+  __m512 a[8], b[4], c[2];
+  for (int k = 0; k < 8; ++k)  // a(s)[j] = s[j] + s[j + 8]: two sums' eight lanes each
+    a[k] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int k = 0; k < 4; ++k)  // b[j] = a[j] + a[j + 4]: quarter q holds sum 4k + q's four lanes
+    b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int k = 0; k < 2; ++k) {  // c0 = b0 + b2, c1 = b1 + b3: quarter q holds sums 8k + q and 8k + 4 + q
+    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(b[2 * k]), _mm512_castps_pd(b[2 * k + 1]));
+    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(b[2 * k]), _mm512_castps_pd(b[2 * k + 1]));
+    c[k] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+  }
+  // d = c0 + c1: quarter q holds sums q, 4 + q, 8 + q, 12 + q.
+  const __m512 d = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm_storeu_ps(y, _mm512_castps512_ps128(d));
+  _mm_storeu_ps(y + ldy, _mm512_extractf32x4_ps(d, 1));
+  _mm_storeu_ps(y + 2 * ldy, _mm512_extractf32x4_ps(d, 2));
+  _mm_storeu_ps(y + 3 * ldy, _mm512_extractf32x4_ps(d, 3));
+}
+
 // R activation rows from x (rows K apart) against W weight rows: y[r * ldy + i] for r < R, i < W.
 template <DType T, int R, int W>
 inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy) {
@@ -77,6 +103,18 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
       const __m512 xv = _mm512_maskz_loadu_ps(0x00ff, x + r * K + K16);
       for (int i = 0; i < W; ++i) acc[r][i] = _mm512_mask3_fmadd_ps(xv, wv[i], acc[r][i], __mmask16(0x00ff));
     }
+  }
+  if constexpr (R == 4 && W == 4) {
+    // Sixteen sums at once: every step is one level of hsum's tree for four of them side by side.
+    __m512 s[16];
+    for (int r = 0; r < 4; ++r)
+      for (int i = 0; i < 4; ++i) s[4 * i + r] = acc[r][i];
+    reduce16(s, y, ldy);
+    if (K8 < K)
+      for (int r = 0; r < 4; ++r)
+        for (int i = 0; i < 4; ++i)
+          for (int64_t k = K8; k < K; ++k) y[r * ldy + i] = std::fma(x[r * K + k], load1<T>(rows[i], k), y[r * ldy + i]);
+    return;
   }
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < W; ++i) {
