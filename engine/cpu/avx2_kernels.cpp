@@ -147,16 +147,15 @@ void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, i
       [&](int64_t m, int64_t n) { dots.template operator()<1, 1>(m, n); });
 }
 
-// Float weights, all summed alike: one activation row goes through dot_rows' W-row form; with AVX-512
-// several go through its 4 x 4 register tiles; with AVX2 up to four share each weight row in dot_rows'
-// 4 x 1 form (the weights read once: what a small batch against weights from memory wants), more go
-// through the 2 x 3 register tiles (fewer loads per fma once the weights come from cache).
+// Float weights, all summed alike. With AVX-512 every batch size goes to avx512_float_gemm.cpp (one
+// activation row: one weight row after another, in 16-lane registers). With AVX2 one row goes through
+// dot_rows' W-row form, up to four share each weight row in its 4 x 1 form (the weights read once: what a
+// small batch against weights from memory wants), more go through the 2 x 3 register tiles (fewer loads
+// per fma once the weights come from cache).
 template <DType T, bool Vnni>
 void matmul_float(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  if (M > 1) {
-    if constexpr (Vnni) return avx512vnni::matmul_float(T, x, M, K, w, n0, n1, y, ldy);
-    if (M > 4) return gemm<T>(x, M, K, w, n0, n1, y, ldy);
-  }
+  if constexpr (Vnni) return avx512vnni::matmul_float(T, x, M, K, w, n0, n1, y, ldy);
+  if (M > 4) return gemm<T>(x, M, K, w, n0, n1, y, ldy);
   matmul_t<T>(x, M, K, w, n0, n1, y, ldy);
 }
 
