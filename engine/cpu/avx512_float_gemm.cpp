@@ -108,6 +108,11 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
       for (int i = 0; i < W; ++i) acc[r][i] = _mm512_mask3_fmadd_ps(xv, wv[i], acc[r][i], __mmask16(0x00ff));
     }
   }
+  // The last K % 8 values of output (r, i) onto its sum, one fma at a time (spelled out: no contraction choices).
+  auto tail = [&](int r, int i, float s) {
+    for (int64_t k = K8; k < K; ++k) s = std::fma(x[r * K + k], load1<T>(rows[i], k), s);
+    return s;
+  };
   if constexpr (R == 4 && W == 4) {
     // Sixteen sums at once: every step is one level of hsum's tree for four of them side by side.
     __m512 s[16];
@@ -116,17 +121,14 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
     reduce16(s, y, ldy);
     if (K8 < K)
       for (int r = 0; r < 4; ++r)
-        for (int i = 0; i < 4; ++i)
-          for (int64_t k = K8; k < K; ++k) y[r * ldy + i] = std::fma(x[r * K + k], load1<T>(rows[i], k), y[r * ldy + i]);
+        for (int i = 0; i < 4; ++i) y[r * ldy + i] = tail(r, i, y[r * ldy + i]);
     return;
   }
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < W; ++i) {
       alignas(64) float lanes[16];
       _mm512_store_ps(lanes, acc[r][i]);
-      float s = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
-      for (int64_t k = K8; k < K; ++k) s = std::fma(x[r * K + k], load1<T>(rows[i], k), s);  // spelled out: no contraction choices
-      y[r * ldy + i] = s;
+      y[r * ldy + i] = tail(r, i, hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))));
     }
 }
 
