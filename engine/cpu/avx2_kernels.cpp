@@ -40,44 +40,12 @@ inline float load1(const void* row, int64_t k) {
   else return bf16_to_f32(static_cast<const uint16_t*>(row)[k]);
 }
 
-// Every output is summed in the same order whatever M is (two 8-lane accumulators over 16-element
-// steps, then the tail), so a sequence decodes to the same bits alone or batched with others. Rows of
-// x come four at a time against one weight row, so the weight chunk is widened once and used four times;
-// a single row of x goes against W weight rows at once, their sums independent chains in flight
-// together, each 16-element step also asking for a share of the rows to come (`ahead`).
-template <DType T, int R, int W>
-inline void dot_rows(const float* x, int64_t K, const char* const* rows, AheadLines ahead, float* out) {
-  const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
-  __m256 a[W][R][2];
-  for (int w = 0; w < W; ++w)
-    for (int r = 0; r < R; ++r) a[w][r][0] = a[w][r][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K16; k += 16) {
-    ahead.step();
-    for (int w = 0; w < W; ++w) {
-      __m256 w0 = load8<T>(rows[w], k), w1 = load8<T>(rows[w], k + 8);
-      for (int r = 0; r < R; ++r) {
-        a[w][r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k), w0, a[w][r][0]);
-        a[w][r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k + 8), w1, a[w][r][1]);
-      }
-    }
-  }
-  for (int w = 0; w < W; ++w) {
-    if (K8 > K16) {
-      __m256 w0 = load8<T>(rows[w], K16);
-      for (int r = 0; r < R; ++r) a[w][r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + K16), w0, a[w][r][0]);
-    }
-    for (int r = 0; r < R; ++r) {
-      float s = hsum(_mm256_add_ps(a[w][r][0], a[w][r][1]));
-      for (int64_t k = K8; k < K; ++k) s = std::fma(x[r * K + k], load1<T>(rows[w], k), s);  // spelled out: no contraction choices
-      out[w * R + r] = s;
-    }
-  }
-}
-
-// Several activation rows: a register tile of R activation rows by W weight rows, the same sums as
-// dot_rows (two 8-lane accumulators per output), but each half-chunk of an activation row is loaded
-// once for all W weight rows and each weight half-chunk widened once for all R activation rows (dot_rows'
-// 4 x 1 tile reloads the activations for every weight row and was bound by its loads).
+// Float weights: a register tile of R activation rows by W weight rows. Every output is summed in the same
+// order whatever M is (two 8-lane accumulators over 16-element steps, 8 more elements into the first when
+// K leaves them, the halves added, hsum, the last K % 8 one fma at a time), so a sequence decodes to the
+// same bits alone or batched with others, and on either table (avx512_float_gemm.cpp adds alike). Each
+// half-chunk of an activation row is loaded once for all W weight rows and each weight half-chunk
+// widened once for all R activation rows.
 template <DType T, int R, int W>
 inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy) {
   const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
@@ -93,8 +61,8 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
     }
   };
   for (int64_t k = 0; k < K16; k += 16) {
-    if (ahead)  // the rows the next tile reads, at this place: streamed from memory for the first rows of x
-      for (int i = 0; i < W; ++i) _mm_prefetch(rows[i] + ahead + size_t(k) * dtype_size(T), _MM_HINT_T0);
+    if (ahead)  // the rows the next tile reads, at this place, into L2: streamed from memory for the first rows of x
+      for (int i = 0; i < W; ++i) _mm_prefetch(rows[i] + ahead + size_t(k) * dtype_size(T), _MM_HINT_T1);
     half(k, 0), half(k + 8, 1);
   }
   if (K8 > K16) half(K16, 0);
@@ -109,6 +77,12 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
 template <DType T>
 void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
+  if (M == 1) {  // decode: every weight read once, from memory
+    return for_each_weight_row(n0, n1, bytes, kAheadRows, [&](int64_t n, size_t ahead) {
+      const char* row = static_cast<const char*>(w) + size_t(n) * bytes;
+      tile<T, 1, 1>(x, K, &row, ahead, y + n, ldy);
+    });
+  }
   for_each_register_tile<2, 3>(M, n0, n1, bytes, [&](int64_t m, int r, int64_t n, int count) {
     const char* rows[3];
     for (int i = 0; i < count; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
@@ -128,35 +102,11 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64
   });
 }
 
-template <DType T>
-void matmul_t(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const size_t bytes = row_bytes(T, K);
-  // R rows of x from m against W weight rows from n.
-  auto dots = [&]<int R, int W>(int64_t m, int64_t n) {
-    const char* ws[W];
-    for (int i = 0; i < W; ++i) ws[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
-    const AheadLines ahead(ws[0] + kAheadRows * bytes, W * bytes, K / 16, n + W + kAheadRows <= n1);  // only this thread's rows
-    float out[R * W];
-    dot_rows<T, R, W>(x + m * K, K, ws, ahead, out);
-    for (int i = 0; i < W; ++i)
-      for (int r = 0; r < R; ++r) y[(m + r) * ldy + n + i] = out[i * R + r];
-  };
-  for_each_tile(
-      M, n0, n1, size_t(K) * sizeof(float), bytes, [&](int64_t m, int64_t n) { dots.template operator()<4, 1>(m, n); },
-      [&](int64_t m, int64_t n) { dots.template operator()<1, 4>(m, n); },
-      [&](int64_t m, int64_t n) { dots.template operator()<1, 1>(m, n); });
-}
-
-// Float weights, all summed alike. With AVX-512 every batch size goes to avx512_float_gemm.cpp (one
-// activation row: one weight row after another, in 16-lane registers). With AVX2 one row goes through
-// dot_rows' W-row form, up to four share each weight row in its 4 x 1 form (the weights read once: what a
-// small batch against weights from memory wants), more go through the 2 x 3 register tiles (fewer loads
-// per fma once the weights come from cache).
+// Float weights, all summed alike. With AVX-512 every batch size goes to avx512_float_gemm.cpp.
 template <DType T, bool Vnni>
 void matmul_float(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   if constexpr (Vnni) return avx512vnni::matmul_float(T, x, M, K, w, n0, n1, y, ldy);
-  if (M > 4) return gemm<T>(x, M, K, w, n0, n1, y, ldy);
-  matmul_t<T>(x, M, K, w, n0, n1, y, ldy);
+  gemm<T>(x, M, K, w, n0, n1, y, ldy);
 }
 
 // Block types without an integer kernel: weight rows are widened to float32 a few at a time (in cache)

@@ -1,14 +1,12 @@
 // Float weights (F32, F16, BF16) with AVX-512 registers. Several activation rows: a tile of four
 // activation rows by four weight rows keeps 16 sums in flight, so each weight chunk is widened once for
-// four rows and each activation chunk loaded once for four weight rows (the AVX2 kernel's 4 x 1 tile
-// reloads the activations for every weight row and was bound by its loads). One row (decode): one weight
-// row after another.
+// four rows and each activation chunk loaded once for four weight rows. One row (decode): one weight row
+// after another.
 //
-// The sums are the AVX2 kernel's to the bit (avx2_kernels.cpp, dot_rows), which the AVX2 table's
-// single-row path computes: per output two 8-lane accumulators over 16-element steps (here the low and high
-// halves of one 16-lane register), then 8 more elements into the first when K leaves them, the halves
-// added, the same horizontal sum, the last K % 8 elements one fma at a time. So a row's bits never
-// depend on how many rows share its call, nor on the table.
+// The sums are the AVX2 kernel's to the bit (avx2_kernels.cpp, tile): per output two 8-lane accumulators
+// over 16-element steps (here the low and high halves of one 16-lane register), then 8 more elements into
+// the first when K leaves them, the halves added, the same horizontal sum, the last K % 8 elements one fma
+// at a time. So a row's bits never depend on how many rows share its call, nor on the table.
 // GCC 12's AVX-512 headers pass _mm512_undefined_*() as the unused merge source of unmasked conversions,
 // which its own flow analysis then reports as uninitialized (a known false positive of those headers).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -145,16 +143,12 @@ inline void tile_rows(const float* x, int64_t K, const char* const* rows, int w,
 template <DType T>
 void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
-  if (M == 1) {
-    // Decode reads every weight once, from memory: one row after another is one sequential stream, which
-    // the hardware prefetchers follow (F16 0.5B decode on one Zen 4 thread: 21 tok/s reading four rows
-    // side by side, 27 one at a time). The one dependent chain per row (4 cycles per 16 values) still
-    // outruns one core's share of the memory.
-    for (int64_t n = n0; n < n1; ++n) {
+  if (M == 1) {  // decode: every weight read once, from memory (the one dependent chain per row, 4 cycles
+                 // per 16 values, still outruns one core's share of the memory)
+    return for_each_weight_row(n0, n1, bytes, kAheadRows, [&](int64_t n, size_t ahead) {
       const char* row = static_cast<const char*>(w) + size_t(n) * bytes;
-      tile<T, 1, 1>(x, K, &row, n + kAheadRows < n1 ? size_t(kAheadRows) * bytes : 0, y + n, ldy);
-    }
-    return;
+      tile<T, 1, 1>(x, K, &row, ahead, y + n, ldy);
+    });
   }
   for_each_register_tile<4, 4>(M, n0, n1, bytes, [&](int64_t m, int r, int64_t n, int count) {
     const char* rows[4];
