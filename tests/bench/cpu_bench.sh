@@ -5,38 +5,42 @@
 # the daemon's max_batch_tokens; llama-bench's n_ubatch).
 # Also decode on one thread (the 1 -> 2 thread scaling) and batched decode of 4 and 16 sequences next to
 # llama-batched-bench (aggregate tokens/s; the roofline there is in steps, each reading the weights once).
-#   tests/bench/cpu_bench.sh LLAMA_CPP_BIN_DIR [-t THREADS] [-r ROUNDS] [-c "CELL ..."] MODEL.gguf ...
+#   tests/bench/cpu_bench.sh LLAMA_CPP_BIN_DIR [-t THREADS] [-r ROUNDS] [-c "CELL ..."] [-k KERNELS] MODEL.gguf ...
 # Each cell runs ROUNDS (3) times on each engine, the two alternated and who goes first swapped each
 # round, so a shared machine's drift falls on both; a cell prints each engine's median (min-max) and the
-# ratio of the medians. -c runs only the cells named (default: all seven, below).
+# ratio of the medians. -c runs only the cells named (default: all seven, below). -k forces ftllm's kernel
+# table (ftllm-bench --kernels): `-k avx2` next to a llama.cpp built for AVX2 alone (cmake -DGGML_NATIVE=OFF
+# -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF) is the AVX2-only machine (Zen 3) on this one.
 # LLAMA_CPP_BIN_DIR holds llama-bench and llama-batched-bench built from the llama.cpp sources of the PyPI
 # package llama-cpp-python, outside this tree. Random-weight models of real shapes:
 # tests/bench/make_random_gguf.py then llama-quantize.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-llama=${1:?usage: cpu_bench.sh LLAMA_CPP_BIN_DIR [-t N] [-r N] [-c CELLS] MODEL.gguf ...}
+llama=${1:?usage: cpu_bench.sh LLAMA_CPP_BIN_DIR [-t N] [-r N] [-c CELLS] [-k KERNELS] MODEL.gguf ...}
 shift
-threads=2 rounds=3 cells="pp128 pp512 pp2048 tg64 tg64-1t x4 x16"
+threads=2 rounds=3 cells="pp128 pp512 pp2048 tg64 tg64-1t x4 x16" kernels=auto
 while [[ $# -gt 0 && $1 == -* ]]; do
   case $1 in
     -t) threads=$2; shift 2 ;;
     -r) rounds=$2; shift 2 ;;
     -c) cells=$2; shift 2 ;;
+    -k) kernels=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-bench="${FTLLM_BENCH:-$root/build/tests/bench/ftllm-bench}"
+bench_bin="${FTLLM_BENCH:-$root/build/tests/bench/ftllm-bench}"
+bench() { "$bench_bin" "$@" --kernels "$kernels"; }
 
 # One measurement of a cell, tokens/s. ours CELL / theirs CELL; a cell is pp128, pp512, pp2048, tg64,
 # tg64-1t, x4 or x16. ours prints the roofline fraction of its decode cells after the rate.
 ours() {
   local out
   case $1 in
-    pp*) out=$("$bench" "$model" -t "$threads" --prompt "${1#pp}" --decode 1 --repeat 2)
+    pp*) out=$(bench "$model" -t "$threads" --prompt "${1#pp}" --decode 1 --repeat 2)
          awk '/^prefill/ {print $3, "-"}' <<<"$out"; return ;;
-    tg64) out=$("$bench" "$model" -t "$threads" --prompt 16 --decode 64 --repeat 2) ;;
-    tg64-1t) out=$("$bench" "$model" -t 1 --prompt 16 --decode 64 --repeat 2) ;;
-    x*) out=$("$bench" "$model" -t "$threads" --prompt 16 --decode 32 --batch "${1#x}" --repeat 2) ;;
+    tg64) out=$(bench "$model" -t "$threads" --prompt 16 --decode 64 --repeat 2) ;;
+    tg64-1t) out=$(bench "$model" -t 1 --prompt 16 --decode 64 --repeat 2) ;;
+    x*) out=$(bench "$model" -t "$threads" --prompt 16 --decode 32 --batch "${1#x}" --repeat 2) ;;
   esac
   awk '/^decode/ {print $4, $6}' <<<"$out"
 }
@@ -81,4 +85,4 @@ for model in "$@"; do
     printf '%-28s %-8s %-24s %-24s %6.2f %9s\n' "$name" "$cell" "$sa" "$sb" "$(echo "$ma / $mb" | bc -l)" "$roof"
   done
 done
-"$bench" "$model" -t "$threads" --prompt 1 --decode 1 --repeat 1 | grep '^read bandwidth' || true
+bench "$model" -t "$threads" --prompt 1 --decode 1 --repeat 1 | grep '^read bandwidth' || true
