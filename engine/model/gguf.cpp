@@ -25,6 +25,7 @@ class Cursor {
  public:
   Cursor(const MappedFile& f) : f_(f) {}
   size_t pos() const { return pos_; }
+  uint64_t left() const { return f_.size() - pos_; }
 
   template <typename T>
   T read() {
@@ -91,6 +92,10 @@ GgufValue read_value(Cursor& c, uint32_t type) {
       uint32_t item = c.read<uint32_t>();
       uint64_t n = c.read<uint64_t>();
       if (n > kMaxArray) throw c.error("an array of " + std::to_string(n) + " entries is implausibly long");
+      // Checked before anything is reserved for it: a lying count must not cost memory. Every entry takes
+      // at least a byte, a string its 8-byte length.
+      if (n > c.left() / (item == STRING ? 8 : 1))
+        throw c.error("an array of " + std::to_string(n) + " entries runs past the end of the file");
       if (item == STRING) {
         std::vector<std::string> out;
         out.reserve(n);

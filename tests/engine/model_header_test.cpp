@@ -63,6 +63,14 @@ BOOST_AUTO_TEST_CASE(gguf_dimensions_whose_product_overflows_are_refused) {
   BOOST_TEST(e.find("tensor w has an implausible shape") != std::string::npos, e);
 }
 
+BOOST_AUTO_TEST_CASE(gguf_array_longer_than_the_file_is_refused_before_it_is_allocated) {
+  // The fuzzer's input (under its 2 GiB allocation limit): 2^26 strings claimed in a 60-byte file once reserved
+  // 2 GiB of std::string before the first entry was read.
+  TempFile f("GGUF" + u32(3) + u64(0) + u64(1) + str("tokenizer.ggml.tokens") + u32(9) + u32(8) + u64(uint64_t(1) << 26) + str("a"));
+  std::string e = error_of([&] { model::GgufFile::open(f.path.string()); });
+  BOOST_TEST(e.find("an array of 67108864 entries runs past the end of the file") != std::string::npos, e);
+}
+
 BOOST_AUTO_TEST_CASE(gguf_offset_that_wraps_around_is_truncation) {
   TempFile f(gguf_with_tensor({2, 2}, ~uint64_t(0) - 8));
   std::string e = error_of([&] { model::GgufFile::open(f.path.string()); });
