@@ -100,6 +100,9 @@ const Kernels* avx512amx_emulated_kernels();
 // The self-check the AMX table passes before it is used: amx (an AMX table) gives the VNNI table's bits
 // on Q4_0, Q8_0, Q4_K and Q6_K tiles.
 bool avx512amx_matches_vnni(const Kernels& amx);
+// The fewest activation rows the AMX table takes to its tiles for weights of type wt (fewer go through
+// the VNNI kernels).
+int64_t amx_min_rows(DType wt);
 // The fastest table this processor runs; chosen once from cpuid.
 const Kernels& best_kernels();
 // "auto" (best_kernels), "scalar", "avx2", "avx512vnni" or "avx512amx"; throws EngineError for a name this

@@ -1,6 +1,6 @@
 // One thread's matmul speed per weight dtype, with the weights in cache (hot: what the kernel computes,
 // memory aside) and streamed from memory (cold), for M = 1 (decode), M = 2, 4, 5 and 8 (small decode batches), M = 64
-// (a batch) and M = 512 against one thread's share of a 0.5B model's MLP rows (a prefill).
+// (a batch), M = 16 and 32 streamed (a decode batch where AMX's tiles begin to fill) and M = 512 against one thread's share of a 0.5B model's MLP rows (a prefill).
 //   ftllm-kernel-bench [--kernels auto|avx512amx|avx512vnni|avx2|scalar] [--k K] [DTYPE ...]
 // Prints Gweights/s (weights x activation rows per second / 1e9): best of five runs, each ~0.1 s.
 #include <algorithm>
@@ -55,8 +55,9 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(512 * K));
   for (float& v : x) v = normal(rng);
-  std::printf("%s kernels, one thread, K = %lld; Gweights/s\n%-10s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", k.name, (long long)K, "dtype",
-              "M=1 hot", "M=1 cold", "M=2 cold", "M=4 hot", "M=4 cold", "M=5 cold", "M=8 cold", "M=64 hot", "M=512");
+  std::printf("%s kernels, one thread, K = %lld; Gweights/s\n%-10s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", k.name, (long long)K,
+              "dtype", "M=1 hot", "M=1 cold", "M=2 cold", "M=4 hot", "M=4 cold", "M=5 cold", "M=8 cold", "M=16 cold", "M=32 cold",
+              "M=64 hot", "M=512");
   for (const std::string& name : names) {
     const std::optional<DType> parsed = parse_dtype(name);
     if (!parsed) return std::fprintf(stderr, "ftllm-kernel-bench: unknown dtype %s\n", name.c_str()), 2;
@@ -78,8 +79,9 @@ int main(int argc, char** argv) {
     auto run = [&](int64_t M, int64_t rows) {
       return best_rate(double(M * rows * K), [&] { k.matmul(t, x.data(), xq.data(), M, K, w.data, 0, rows, y.data(), cold_rows); });
     };
-    std::printf("%-10s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(), run(1, hot_rows), run(1, cold_rows),
-                run(2, cold_rows), run(4, hot_rows), run(4, cold_rows), run(5, cold_rows), run(8, cold_rows), run(64, hot_rows), run(512, 2432));
+    std::printf("%-10s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(), run(1, hot_rows),
+                run(1, cold_rows), run(2, cold_rows), run(4, hot_rows), run(4, cold_rows), run(5, cold_rows), run(8, cold_rows),
+                run(16, cold_rows), run(32, cold_rows), run(64, hot_rows), run(512, 2432));
   }
   return 0;
 }

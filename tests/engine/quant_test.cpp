@@ -351,10 +351,12 @@ BOOST_AUTO_TEST_CASE(amx_tiles_give_the_vnni_kernels_bits) {
         if (!fits_rows(t, K)) continue;
         const int64_t N = 53, nb = K / 32;
         std::vector<uint8_t> w = random_rows(t, N, K, rng);
-        auto x = random_floats(size_t(50 * K), rng);
-        std::vector<cpu::Q8Block> xq(size_t(50 * nb));
-        for (int64_t m = 0; m < 50; ++m) cpu::quantize_activations(*vnni, t, x.data() + m * K, K, xq.data() + m * nb);
-        for (int64_t M : {16, 33, 50})
+        // Rows from the fewest the tiles take: whole groups of 16 and a leftover, and more groups.
+        const int64_t least = cpu::amx_min_rows(t), most = least + 18;
+        auto x = random_floats(size_t(most * K), rng);
+        std::vector<cpu::Q8Block> xq(size_t(most * nb));
+        for (int64_t m = 0; m < most; ++m) cpu::quantize_activations(*vnni, t, x.data() + m * K, K, xq.data() + m * nb);
+        for (int64_t M : {least, least + 1, most})
           for (int64_t n0 : {0, 3}) {
             std::vector<float> want(size_t(M * N), -1.0f), got(size_t(M * N), -1.0f);
             vnni->matmul(t, x.data(), xq.data(), M, K, w.data(), n0, N, want.data(), N);
