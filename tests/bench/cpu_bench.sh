@@ -82,7 +82,7 @@ for model in "$@"; do
     done
     summary "${a[@]}" >/dev/null; ma=$med; sa=$(summary "${a[@]}")
     summary "${b[@]}" >/dev/null; mb=$med; sb=$(summary "${b[@]}")
-    printf '%-28s %-8s %-24s %-24s %6.2f %9s\n' "$name" "$cell" "$sa" "$sb" "$(echo "$ma / $mb" | bc -l)" "$roof"
+    printf '%-28s %-8s %-24s %-24s %6.2f %9s\n' "$name" "$cell" "$sa" "$sb" "$(awk -v a="$ma" -v b="$mb" 'BEGIN {print (b > 0) ? a / b : 0}')" "$roof"
   done
 done
 bench "$model" -t "$threads" --prompt 1 --decode 1 --repeat 1 | grep '^read bandwidth' || true

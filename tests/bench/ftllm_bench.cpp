@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "cpu/kernels.h"
 #include "model/lora.h"
 #include "model/safetensors.h"
 #include "runner/model_instance.h"
@@ -514,7 +515,7 @@ int main(int argc, char** argv) {
   const double bandwidth = bandwidth_given > 0 ? bandwidth_given : read_bandwidth(nthreads);
   std::printf("model %s (%s, %lld layers, hidden %lld, %s), %zu file bytes, %d threads, %s kernels, on %s\n",
               model.c_str(), c.architecture.c_str(), (long long)c.num_layers, (long long)c.hidden_size, m->dtypes().c_str(),
-              m->weight_file_bytes(), nthreads, m->kernels().name, m->placement().to_string().c_str());
+              m->weight_file_bytes(), nthreads, cpu::kernels_description(m->kernels()).c_str(), m->placement().to_string().c_str());
   std::printf("load %.2f s; RSS after load and one prefill: %.1f MiB = %.2f x the weight file\n", load_s,
               double(rss) / 1048576.0, double(rss) / double(m->weight_file_bytes()));
   std::printf("read bandwidth %.1f GB/s; a decode step reads %.1f MB of weights%s: ceiling %.1f tokens/s\n", bandwidth,

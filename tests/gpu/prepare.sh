@@ -15,7 +15,7 @@ command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
 if [ ! -f build-gpu/meson-private/coredata.dat ]; then
   .venv/bin/meson setup build-gpu --buildtype=release -Dcuda=enabled -Dgpu_archs="$arch" >/dev/null
 fi
-programs=(tests/test_engine tests/test_integration tests/bench/ftllm-bench tests/bench/ftllm-gpu-bench daemon/ftllmd client/ftllmctl engine/ftllm-export)
+programs=(tests/test_engine tests/test_integration tests/bench/ftllm-bench tests/bench/ftllm-kernel-bench tests/bench/ftllm-gpu-bench daemon/ftllmd client/ftllmctl engine/ftllm-export)
 .venv/bin/meson compile -C build-gpu "${programs[@]}"
 carry=build-gpu/carry
 rm -rf "$carry" && mkdir -p "$carry/bin" "$carry/libs"
@@ -32,6 +32,6 @@ done
 # The tests find their fixtures under the source root compiled into them; run.sh links it there.
 echo "$root" >"$carry/source_root"
 tar -C build-gpu -czf build-gpu/carry.tar.gz carry  # about a third of the size: the tool carries 64 MiB in all
-tree=$(git ls-files -z | xargs -0 du -cb | tail -n 1 | cut -f1)
+tree=$(git ls-files -z | du -cb --files0-from=- | tail -n 1 | cut -f1)
 extra=$(du -cb build-gpu/carry.tar.gz | tail -n 1 | cut -f1)
 echo "tree $((tree >> 20)) MiB + build-gpu/carry.tar.gz $((extra >> 20)) MiB (the device tool carries 64 MiB)"
