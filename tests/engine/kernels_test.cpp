@@ -471,10 +471,17 @@ BOOST_AUTO_TEST_CASE(thread_pool_leaves_out_threads_the_machine_has_no_core_for)
     free_cores = cores;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the pool looks every 200 ms
   };
+  // A woken worker may be scheduled late on a loaded machine and find a short job done: a few jobs in a
+  // row, one of which it must join.
+  auto worker_joins = [&] {
+    for (int job = 0; job < 10; ++job)
+      if (worker_share() > 0) return true;
+    return false;
+  };
   BOOST_TEST(worker_share() == 0);
   BOOST_TEST(pool.active() == 1);
   after_next_check(2.0);
-  BOOST_TEST(worker_share() > 0);
+  BOOST_TEST(worker_joins());
   BOOST_TEST(pool.active() == 2);
   after_next_check(0.2);
   BOOST_TEST(worker_share() == 0);
