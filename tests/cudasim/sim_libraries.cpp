@@ -58,7 +58,9 @@ extern "C" void* ftllm_sim_dlsym(void* handle, const char* symbol) {
   return dlsym(handle, symbol);
 }
 
-// ---- cuBLAS: GemmEx by its definition, column-major, accumulated in double.
+// ---- cuBLAS: GemmEx by its definition, column-major, summed in float over K in parts whose number
+// the shape decides (more for fewer columns), as cuBLAS picks split-K kernels by shape: a row's bits
+// depend on the batch it is in, as on a GPU, so no test can lean on their being the same.
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -117,16 +119,21 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
   }
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
   float* c = static_cast<float*>(C);
+  const int parts = n <= 16 ? 4 : n <= 64 ? 2 : 1, part = (k + parts - 1) / parts;
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
-      double s = 0;
-      for (int l = 0; l < k; ++l) {
-        const size_t ai = ta ? size_t(l) + size_t(i) * lda : size_t(i) + size_t(l) * lda;
-        const size_t bi = tb ? size_t(j) + size_t(l) * ldb : size_t(l) + size_t(j) * ldb;
-        s += element(A, Atype, ai) * element(B, Btype, bi);
+      float s = 0;
+      for (int l0 = 0; l0 < k; l0 += part) {
+        float partial = 0;
+        for (int l = l0; l < std::min(k, l0 + part); ++l) {
+          const size_t ai = ta ? size_t(l) + size_t(i) * lda : size_t(i) + size_t(l) * lda;
+          const size_t bi = tb ? size_t(j) + size_t(l) * ldb : size_t(l) + size_t(j) * ldb;
+          partial += float(element(A, Atype, ai) * element(B, Btype, bi));
+        }
+        s += partial;
       }
       float& out = c[size_t(i) + size_t(j) * ldc];
-      out = float(a * s + (b == 0.0f ? 0.0 : double(b) * out));  // beta 0: C is not read, as cuBLAS does
+      out = a * s + (b == 0.0f ? 0.0f : b * out);  // beta 0: C is not read, as cuBLAS does
     }
   return CUBLAS_STATUS_SUCCESS;
 }
