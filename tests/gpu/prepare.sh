@@ -3,8 +3,11 @@
 # an H200; -a ARCH for another) and gathers into build-gpu/carry/ what tests/gpu/run.sh runs there: the
 # test and benchmark programs, ftllmd, ftllmctl and ftllm-export, and the shared libraries that machine lacks (Debian's
 # simdjson, Boost.Test, ...; the CUDA libraries are there already). Then, through the device tool:
-#   run(command="bash tests/gpu/run.sh", carry=["build-gpu/carry.tar.gz"], timeout_s=540)
-# The tree and the carried folder must stay under the tool's 64 MiB; this prints their size.
+#   tests/gpu/slim.sh out      (the tracked tree, 73 MiB, is over what the tool sends)
+#   run(command="bash tests/gpu/run.sh --quick", carry=["build-gpu/carry.tar.gz"], timeout_s=300)
+#   tests/gpu/slim.sh back
+# For the host CPU too: tests/gpu/host_cpu.sh LLAMA_DIR in the same command (its header says what to carry).
+# The tree and the carried files must stay under the tool's 64 MiB; this prints their size.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
