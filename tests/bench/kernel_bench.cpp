@@ -1,6 +1,7 @@
 // One thread's matmul speed per weight dtype, with the weights in cache (hot: what the kernel computes,
-// memory aside) and streamed from memory (cold), for M = 1 (decode), M = 2, 4, 5 and 8 (small decode batches), M = 64
-// (a batch), M = 16 and 32 streamed (a decode batch where AMX's tiles begin to fill) and M = 512 against one thread's share of a 0.5B model's MLP rows (a prefill).
+// memory aside) and streamed from memory (cold), for M = 1 (decode), M = 2, 4, 5 and 8 (small decode
+// batches), 16 and 32 (larger ones, where AMX's tiles begin to pay), M = 64 (a batch) and M = 512 against
+// one thread's share of a 0.5B model's MLP rows (a prefill).
 //   ftllm-kernel-bench [--kernels auto|avx512amx|avx512vnni|avx2|scalar] [--k K] [DTYPE ...]
 // Prints Gweights/s (weights x activation rows per second / 1e9): best of five runs, each ~0.1 s.
 #include <algorithm>

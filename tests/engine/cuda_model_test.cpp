@@ -174,8 +174,8 @@ BOOST_AUTO_TEST_CASE(rebalance_between_cpu_and_cuda_during_a_stream) {
 // moved with their layers to another GPU (on a one-GPU machine: to the host and back), and gets the
 // tokens and log-probabilities, to the bit, of a model that kept them where they were. (Not those of a
 // model without the cache: that one computes the prompt's last tokens in a larger batch, and cuBLAS picks
-// its kernels, and so its sums' order, by shape; an H200 differed in the seventh digit. The simulator's
-// GEMM sums every row alike.) Dense, MoE and latent attention.
+// its kernels, and so its sums' order, by shape: an H200 differed in the seventh digit, and the simulator's
+// GEMM, which splits its sums by shape too, alike.) Dense, MoE and latent attention.
 BOOST_AUTO_TEST_CASE(prefix_cache_pages_on_the_gpu_stay_exact_across_a_rebalance) {
   for (const char* name : {"qwen3-f32", "qwen2-moe-f32", "deepseek-v2-f32"}) {
     BOOST_TEST_CONTEXT(name) {
