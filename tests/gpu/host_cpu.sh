@@ -2,8 +2,8 @@
 # On a lent GPU machine, its host CPU, often a Xeon with AMX (which this project's own machines lack): the CPU,
 # the kernel table ftllm picks there and why, the AMX cases of the engine's tests on real tiles, then
 # tests/bench/cpu_bench.sh with the AMX table and with the AVX-512 VNNI table next to llama.cpp on the same
-# random-weight GGUF files (0.5B shape, llama-quantize's Q4_0, Q8_0 and Q4_K_S: the block types the AMX table
-# takes; CELLS, default "pp512 x16", picks cpu_bench's cells).
+# random-weight GGUF files of the 0.5B shape: TYPES, default "q4_0 q8_0 q4_k_s" (llama-quantize's names, or f16;
+# the block types are what the AMX table takes), and CELLS, default "pp512 x16", cpu_bench's cells.
 #   tests/gpu/host_cpu.sh LLAMA_DIR [THREADS]     (THREADS: default the machine's cores, at most 16)
 # Uses what tests/gpu/prepare.sh packed (build-gpu/carry.tar.gz). LLAMA_DIR holds llama-bench,
 # llama-batched-bench and llama-quantize with their shared libraries, built here (that machine reaches no
@@ -37,14 +37,20 @@ m=/tmp/ftllm-host-cpu
 mkdir -p "$m"
 xz -dc tests/data/vocab/ggml-vocab-qwen2.gguf.xz >"$m/vocab.gguf"
 python3 tests/bench/make_random_gguf.py qwen2.5-0.5b "$m/q05-f16.gguf" "$m/vocab.gguf" >/dev/null || exit 1
-for t in q4_0 q8_0 q4_k_s; do
-  "$llama/llama-quantize" "$m/q05-f16.gguf" "$m/q05-$t.gguf" "$t" "$threads" >/dev/null 2>&1 || echo "llama-quantize $t failed"
+models=()
+for t in ${TYPES:-q4_0 q8_0 q4_k_s}; do
+  [ "$t" = f16 ] || "$llama/llama-quantize" "$m/q05-f16.gguf" "$m/q05-$t.gguf" "$t" "$threads" >/dev/null 2>&1 ||
+    echo "llama-quantize $t failed"
+  models+=("$m/q05-$t.gguf")
 done
-models=("$m/q05-q4_0.gguf" "$m/q05-q8_0.gguf" "$m/q05-q4_k_s.gguf")
 # The table this machine picks on its own, and why it is not AMX where it is not.
-"$C/bin/ftllm-bench" "$m/q05-q4_0.gguf" -t "$threads" --prompt 1 --decode 1 --repeat 1 2>&1 | head -n 1 | tee -a "$OUT/cpu.txt"
+"$C/bin/ftllm-bench" "${models[0]}" -t "$threads" --prompt 1 --decode 1 --repeat 1 2>&1 | head -n 1 | tee -a "$OUT/cpu.txt"
 
-for kernels in avx512amx avx512vnni; do
+# The AMX table where this CPU grants it (ftllm-bench refuses it, saying why, where not).
+tables=avx512vnni
+"$C/bin/ftllm-bench" "${models[0]}" -t "$threads" --prompt 1 --decode 1 --repeat 1 --kernels avx512amx >/dev/null 2>&1 &&
+  tables="avx512amx avx512vnni"
+for kernels in $tables; do
   echo "== cpu_bench -k $kernels ($(elapsed))"
   FTLLM_BENCH="$C/bin/ftllm-bench" timeout 150 bash tests/bench/cpu_bench.sh "$llama" -t "$threads" -r 2 -k "$kernels" \
     -c "${CELLS:-pp512 x16}" "${models[@]}" 2>&1 | tee "$OUT/cpu-bench-$kernels.txt"
