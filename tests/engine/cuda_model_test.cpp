@@ -206,8 +206,9 @@ BOOST_AUTO_TEST_CASE(prefix_cache_pages_on_the_gpu_stay_exact_across_a_rebalance
       same(test::generate_traced(*cached, {request(1)})[0], test::generate_traced(*stayed, {request(1)})[0]);
       // To the second GPU; on a machine with one, to the host and back (the pages cross devices twice).
       for (const char* to : cuda::device_count() >= 2 ? std::vector<const char*>{"cuda:1"} : std::vector<const char*>{"cpu", "cuda:0"}) {
-        const std::string want = Placement::parse(to, cached->config().num_layers).to_string();
-        cached->runner().set_placement(Placement::parse(to, cached->config().num_layers));
+        const Placement placement = Placement::parse(to, cached->config().num_layers);
+        const std::string want = placement.to_string();
+        cached->runner().set_placement(placement);
         for (int i = 0; i < 500 && cached->placement().to_string() != want; ++i) usleep(10000);
         BOOST_REQUIRE_EQUAL(cached->placement().to_string(), want);
       }

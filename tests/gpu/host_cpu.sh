@@ -43,13 +43,11 @@ for t in ${TYPES:-q4_0 q8_0 q4_k_s}; do
     echo "llama-quantize $t failed"
   models+=("$m/q05-$t.gguf")
 done
-# The table this machine picks on its own, and why it is not AMX where it is not.
-"$C/bin/ftllm-bench" "${models[0]}" -t "$threads" --prompt 1 --decode 1 --repeat 1 2>&1 | head -n 1 | tee -a "$OUT/cpu.txt"
-
-# The AMX table where this CPU grants it (ftllm-bench refuses it, saying why, where not).
+# The table this machine picks on its own (AMX wherever the CPU grants it), or why not AMX.
+picked=$("$C/bin/ftllm-bench" "${models[0]}" -t "$threads" --prompt 1 --decode 1 --repeat 1 2>&1 | head -n 1)
+echo "$picked" | tee -a "$OUT/cpu.txt"
 tables=avx512vnni
-"$C/bin/ftllm-bench" "${models[0]}" -t "$threads" --prompt 1 --decode 1 --repeat 1 --kernels avx512amx >/dev/null 2>&1 &&
-  tables="avx512amx avx512vnni"
+[[ $picked == *" avx512amx kernels"* ]] && tables="avx512amx avx512vnni"
 for kernels in $tables; do
   echo "== cpu_bench -k $kernels ($(elapsed))"
   FTLLM_BENCH="$C/bin/ftllm-bench" timeout 150 bash tests/bench/cpu_bench.sh "$llama" -t "$threads" -r 2 -k "$kernels" \

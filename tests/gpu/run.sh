@@ -28,7 +28,7 @@ echo "== tests ($(elapsed))"
 "$C/bin/test_engine" --run_test='cuda_*' --log_level=message --report_level=short 2>&1 | tee "$OUT/tests.log"
 tests_rc=${PIPESTATUS[0]}
 # The whole engine suite too: with a GPU present nothing skips, and the CPU cases must not mind it. Not with
-# --quick, which also suits a tree sent without the fixtures only CPU cases read (see prepare.sh).
+# --quick, which also suits a tree sent without the fixtures only CPU cases read (tests/gpu/slim.sh).
 all_rc=0
 if [ "${1:-}" != --quick ]; then
   "$C/bin/test_engine" --report_level=short 2>&1 | tail -n 3 | tee -a "$OUT/tests.log"
