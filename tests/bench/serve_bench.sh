@@ -7,7 +7,8 @@
 # servers stay up side by side (the idle one sleeps) and take each cell in turn, who goes first swapping
 # each round, so the machine's drift falls on both; the last table has medians over ROUNDS (3) and the
 # ratio. MODEL defaults to the SmolLM2 GGUF the setup installs. CHAT_TEMPLATE: a .jinja file for a GGUF
-# that carries none (the random-weight ones from make_random_gguf.py).
+# that carries none (the random-weight ones from make_random_gguf.py). FTLLMD names another ftllmd binary (say,
+# one tests/gpu/prepare.sh carried to a lent machine).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 llama_server=${1:-}
@@ -22,7 +23,7 @@ trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$run_dir"' EXIT
 
 wait_ready() { for _ in $(seq 300); do curl -sf "$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
 
-"$root/build/daemon/ftllmd" "$gguf" --name m -t 2 --ctx 640 --max_sequences 16 ${template:+--chat_template "$template"} \
+"${FTLLMD:-$root/build/daemon/ftllmd}" "$gguf" --name m -t 2 --ctx 640 --max_sequences 16 ${template:+--chat_template "$template"} \
   --listen 127.0.0.1:18080 --admin-socket "$run_dir/admin.sock" --log-level warn &
 pids+=($!)
 wait_ready http://127.0.0.1:18080

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 hold=/tmp/ftllm-slim.tar
-keep='^tests/data/(models/|gguf/(qwen3moe|deepseek-v3)-f32\.gguf$|vocab/ggml-vocab-qwen2\.gguf\.xz$|quantized/gpt-oss-mxfp4/|lora/)'
+keep='^tests/data/(models/|gguf/(qwen3moe|deepseek-v3)-f32\.gguf$|vocab/ggml-vocab-(qwen2|gpt-2)\.gguf\.xz$|chat-templates/Qwen-Qwen2\.5-7B-Instruct\.jinja$|quantized/gpt-oss-mxfp4/|lora/)'
 case "${1:-}" in
   out)
     [ ! -e "$hold" ] || { echo "$hold exists: run 'slim.sh back' first" >&2; exit 1; }
