@@ -5,19 +5,16 @@
 # random-weight GGUF files of the 0.5B shape: TYPES, default "q4_0 q8_0 q4_k_s" (llama-quantize's names, or f16;
 # the block types are what the AMX table takes), and CELLS, default "pp512 x16", cpu_bench's cells.
 #   tests/gpu/host_cpu.sh LLAMA_DIR [THREADS]     (THREADS: default the machine's cores, at most 16)
-# Uses what tests/gpu/prepare.sh packed (build-gpu/carry.tar.gz). LLAMA_DIR holds llama-bench,
+# Uses what tests/gpu/prepare.sh packed (build-gpu/carry.tar.gz; host_common.sh). LLAMA_DIR holds llama-bench,
 # llama-batched-bench and llama-quantize with their shared libraries, built here (that machine reaches no
-# registry). python3 there needs numpy and gguf (carry the wheel; PYTHONPATH) for tests/bench/make_random_gguf.py.
-# Logs go to $OUT.
+# registry). python3 there needs numpy and gguf (carry the wheel; PYTHONPATH). Logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 llama=$(cd "${1:?usage: host_cpu.sh LLAMA_DIR [THREADS]}" && pwd)
 threads=${2:-$(($(nproc) < 16 ? $(nproc) : 16))}
 OUT=${OUT:-/tmp/ftllm-gpu}
 mkdir -p "$OUT"
-C=/tmp/ftllm-gpu-carry/carry
-[ -d "$C" ] || { mkdir -p /tmp/ftllm-gpu-carry && tar -C /tmp/ftllm-gpu-carry -xzf build-gpu/carry.tar.gz; } || exit 1
-export LD_LIBRARY_PATH="$C/libs:$llama:${LD_LIBRARY_PATH:-}"
+. tests/gpu/host_common.sh
 start=$(date +%s)
 elapsed() { echo $(($(date +%s) - start))s; }
 
@@ -33,16 +30,8 @@ echo "== AMX test cases ($(elapsed))"
 tests_rc=${PIPESTATUS[0]}
 
 echo "== models ($(elapsed))"
-m=/tmp/ftllm-host-cpu
-mkdir -p "$m"
-xz -dc tests/data/vocab/ggml-vocab-qwen2.gguf.xz >"$m/vocab.gguf"
-python3 tests/bench/make_random_gguf.py qwen2.5-0.5b "$m/q05-f16.gguf" "$m/vocab.gguf" >/dev/null || exit 1
-models=()
-for t in ${TYPES:-q4_0 q8_0 q4_k_s}; do
-  [ "$t" = f16 ] || "$llama/llama-quantize" "$m/q05-f16.gguf" "$m/q05-$t.gguf" "$t" "$threads" >/dev/null 2>&1 ||
-    echo "llama-quantize $t failed"
-  models+=("$m/q05-$t.gguf")
-done
+mapfile -t models < <(random_models /tmp/ftllm-host-cpu qwen2.5-0.5b qwen2 ${TYPES:-q4_0 q8_0 q4_k_s})
+[ ${#models[@]} -gt 0 ] || exit 1
 # The table this machine picks on its own (AMX wherever the CPU grants it), or why not AMX.
 picked=$("$C/bin/ftllm-bench" "${models[0]}" -t "$threads" --prompt 1 --decode 1 --repeat 1 2>&1 | head -n 1)
 echo "$picked" | tee -a "$OUT/cpu.txt"
