@@ -6,7 +6,8 @@
 #   tests/gpu/slim.sh out      (the tracked tree, 73 MiB, is over what the tool sends)
 #   run(command="bash tests/gpu/run.sh --quick", carry=["build-gpu/carry.tar.gz"], timeout_s=300)
 #   tests/gpu/slim.sh back
-# For the host CPU too: tests/gpu/host_cpu.sh LLAMA_DIR in the same command (its header says what to carry).
+# For the host CPU too: tests/gpu/host_cpu.sh LLAMA_DIR (AMX) or tests/gpu/host_bench.sh LLAMA_DIR (the other CPU
+# benchmarks, about 7 minutes) in the same command; their headers say what to carry.
 # The tree and the carried files must stay under the tool's 64 MiB; this prints their size.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
