@@ -2,8 +2,8 @@
 # The checkout's tracked files (about 73 MiB, most of it fixtures) are more than the device tool sends
 # (64 MiB, with what a call carries). Before a call, `tests/gpu/slim.sh out` moves the fixtures that only the
 # CPU cases read into /tmp/ftllm-slim.tar, keeping what tests/gpu/run.sh --quick, host_cpu.sh and host_bench.sh read
-# (the models/ fixtures and the few others the CUDA cases read, Qwen2's vocabulary); after the call,
-# `tests/gpu/slim.sh back` restores them (git status is clean again).
+# (the models/ fixtures, the few others the CUDA cases read, Qwen2's and GPT-2's vocabularies and Qwen2.5's chat
+# template); after the call, `tests/gpu/slim.sh back` restores them (git status is clean again).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 hold=/tmp/ftllm-slim.tar
