@@ -1,19 +1,31 @@
-// Flash attention's step on AVX2 (both kernel tables): every query row of the call is scored against a
-// block of cached keys and folded into its running softmax. Rows go in pairs, so each loaded key or
-// value chunk serves two rows; the cache is read as stored (F16C and friends widen as they load, which
-// measured faster than widening the block into a float copy once: 144 against 105 GFLOP/s). A row's
-// arithmetic is the same alone or paired, so its bits depend on nothing but its own query and keys.
+// Flash attention's step on AVX2: every query row of the call is scored against a block of cached keys
+// and folded into its running softmax. Rows go in groups, so each loaded key or value chunk serves
+// several rows; the cache is read as stored (F16C and friends widen as they load, which measured faster
+// than widening the block into a float copy once: 144 against 105 GFLOP/s). A row's arithmetic is the
+// same alone or grouped, so its bits depend on nothing but its own query and keys, in either build.
+//
+// Built twice (meson.build): for the AVX2 table, groups of two rows (their accumulators, keys and query
+// fill AVX2's 16 vector registers); with FTLLM_VNNI for the AVX-512 tables, the same code in groups of
+// four, whose 21 registers fit AVX-512VL's 32. Decode's seven query heads per key-value head (Qwen2.5)
+// then read each key twice rather than four times.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "avx2_kv.h"
 #include "avx2_quant.h"
 #include "avx2_util.h"
 
+#ifdef FTLLM_VNNI
+namespace ftllm::cpu::avx512vnni {
+constexpr int kGroup = 4;
+#else
 namespace ftllm::cpu::avx2 {
+constexpr int kGroup = 2;
+#endif
 
 namespace {
 
@@ -36,7 +48,7 @@ void widen(const uint8_t* const* rows, kvcache::KvDtype t, int64_t j0, int64_t j
   }
 }
 
-// Q rows (1 or 2, queries q[0], q[1]) against keys k[0..3] (rows read by L, `width` values, a
+// Q rows (queries q[0..Q)) against keys k[0..3] (rows read by L, `width` values, a
 // multiple of 8), times scale, into s[r] + j. Each key's eight lanes are summed by the same hadd tree
 // whatever its neighbours, so a score's bits depend only on its query and key.
 template <int Q, typename L>
@@ -139,6 +151,14 @@ struct Scratch {
   std::vector<uint8_t> zeros;
 };
 
+// Row groups of Q (1..kGroup) rows: the compile-time Q the group's size asks for.
+template <int Q = kGroup, typename F>
+inline void with_group_size(int q, F&& f) {
+  if constexpr (Q > 1)
+    if (q < Q) return with_group_size<Q - 1>(q, f);
+  f(std::integral_constant<int, Q>{});
+}
+
 // The rows' scores, softmax step and weighted values, reading keys and values through L from the row
 // pointers (cache rows as stored, or float rows widened from them). q: the rows' queries; width: the
 // key values read (a multiple of 8, zeros past d); vwidth: the values weighed.
@@ -147,15 +167,14 @@ void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t 
                  const float* const* q) {
   const int64_t n8 = round_up(b.n, 8), vw = r.acc_stride;
   const std::vector<int64_t>& live = t.live;
-  for (size_t x = 0; x < live.size(); x += 2) {
-    const bool pair = x + 1 < live.size();
-    const int64_t a = live[x], c = pair ? live[x + 1] : a;
-    float* s[2] = {t.s.data() + a * n8, t.s.data() + c * n8};
-    const float* qs[2] = {q[a], q[c]};
-    for (int64_t j = j0 & ~int64_t(3); j < j1; j += 4) {
-      if (pair) scores4<2, L>(qs, t.krows.data() + j, width, b.scale, s, j);
-      else scores4<1, L>(qs, t.krows.data() + j, width, b.scale, s, j);
-    }
+  for (size_t x = 0; x < live.size(); x += kGroup) {
+    const int g = int(std::min<size_t>(kGroup, live.size() - x));
+    float* s[kGroup];
+    const float* qs[kGroup];
+    for (int i = 0; i < g; ++i) s[i] = t.s.data() + live[x + size_t(i)] * n8, qs[i] = q[live[x + size_t(i)]];
+    with_group_size(g, [&](auto Q) {
+      for (int64_t j = j0 & ~int64_t(3); j < j1; j += 4) scores4<Q(), L>(qs, t.krows.data() + j, width, b.scale, s, j);
+    });
   }
   if (b.softcap)
     for (int64_t i : live) softcap_scores(t.s.data() + i * n8, j0 & ~int64_t(7), round_up(j1, 8), b.softcap);
@@ -166,15 +185,18 @@ void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t 
     r.l[i] = r.l[i] * t.alpha[size_t(i)] + sum;
     r.m[i] = m;
   }
-  for (size_t x = 0; x < live.size(); x += 2) {
-    const bool pair = x + 1 < live.size();
-    const int64_t a = live[x], c = pair ? live[x + 1] : a;
-    const float* p[2] = {t.p.data() + a * n8, t.p.data() + c * n8};
-    const float al[2] = {t.alpha[size_t(a)], t.alpha[size_t(c)]};
-    float* acc[2] = {r.acc + a * vw, r.acc + c * vw};
-    const int64_t k0 = std::min(r.lo[a], r.lo[c]), k1 = std::max(r.hi[a], r.hi[c]);
-    if (pair) weigh_rows<2, L>(p, al, t.vrows.data(), vwidth, k0, k1, acc);
-    else weigh_rows<1, L>(p, al, t.vrows.data(), vwidth, k0, k1, acc);
+  for (size_t x = 0; x < live.size(); x += kGroup) {
+    const int g = int(std::min<size_t>(kGroup, live.size() - x));
+    const float* p[kGroup];
+    float al[kGroup];
+    float* acc[kGroup];
+    int64_t k0 = b.n, k1 = 0;
+    for (int i = 0; i < g; ++i) {
+      const int64_t a = live[x + size_t(i)];
+      p[i] = t.p.data() + a * n8, al[i] = t.alpha[size_t(a)], acc[i] = r.acc + a * vw;
+      k0 = std::min<int64_t>(k0, r.lo[a]), k1 = std::max<int64_t>(k1, r.hi[a]);
+    }
+    with_group_size(g, [&](auto Q) { weigh_rows<Q(), L>(p, al, t.vrows.data(), vwidth, k0, k1, acc); });
   }
 }
 
@@ -235,4 +257,4 @@ void attend_block(const AttendBlock& b, const AttendRows& r) {
   }
 }
 
-}  // namespace ftllm::cpu::avx2
+}  // namespace ftllm::cpu::avx2 or avx512vnni

@@ -235,9 +235,10 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
 }  // namespace
 
 // The AVX-512 VNNI table differs in the matmuls of several rows (integer dots on VNNI, float tiles on
-// AVX-512 registers); everything else, the one-row matmul included, is the AVX2 code.
+// AVX-512 registers) and attention (the AVX2 code in wider row groups, the same bits); everything else, the
+// one-row matmul included, is the AVX2 code.
 const Kernels& avx512vnni_kernel_table() {
-  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, gelu_tanh_mul, to_f32, avx2::attend_block};
+  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, gelu_tanh_mul, to_f32, avx512vnni::attend_block};
   return k;
 }
 

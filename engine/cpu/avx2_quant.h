@@ -28,7 +28,7 @@ void quantize_q8_256(const float* x, int64_t K, Q8Block* out);
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                int64_t ldy);
 
-// avx2_attention.cpp: flash attention's step (both tables).
+// avx2_attention.cpp: flash attention's step (the AVX2 table's; the AVX-512 tables take its build below).
 void attend_block(const AttendBlock& block, const AttendRows& rows);
 
 }  // namespace ftllm::cpu::avx2
@@ -39,6 +39,9 @@ namespace ftllm::cpu::avx512vnni {
 
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                int64_t ldy);
+
+// avx2_attention.cpp built for AVX-512VL: the same step in groups of four rows (the same bits).
+void attend_block(const AttendBlock& block, const AttendRows& rows);
 
 // For the AMX GEMM (avx512_amx_gemm.cpp): what it needs of a weight type whose every 32-value block has
 // one integer dot (not the K-quants), in the steps the other kernels sum it with:

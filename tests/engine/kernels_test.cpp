@@ -189,11 +189,14 @@ BOOST_AUTO_TEST_CASE(gelu_tanh_matches_the_formula) {
 // Every KV dtype: attend_block's online softmax against the scalar reference over two blocks (a fresh
 // state, then a running one), rows seeing different ranges of keys (none, some, all); a row computed
 // alone gets the bits it got beside the others; and rows no query sees are never read (they hold NaN).
-// Gemma 2's soft-capped scores on float32 caches.
+// Gemma 2's soft-capped scores on float32 caches. Where the CPU has AVX-512, its table (rows in groups
+// of four, AVX2's in pairs) gives AVX2's bits, alone and beside the others.
 BOOST_AUTO_TEST_CASE(attend_block_matches_the_reference_and_rows_do_not_depend_on_each_other) {
   using kvcache::KvDtype;
   const Kernels& ref = cpu::scalar_kernels();
   const Kernels& fast = *cpu::avx2_kernels();
+  const Kernels* wide = cpu::avx512vnni_kernels();
+  if (!wide) BOOST_TEST_MESSAGE("no AVX-512 here: only the AVX2 attention checked");
   std::mt19937 rng(4);
   for (KvDtype t : {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::Q8_0, KvDtype::FP8}) {
     for (auto [d, vd] : {std::pair<int64_t, int64_t>{8, 8}, {60, 60}, {64, 64}, {128, 128}, {200, 200}, {576, 512}}) {
@@ -250,11 +253,21 @@ BOOST_AUTO_TEST_CASE(attend_block_matches_the_reference_and_rows_do_not_depend_o
                 BOOST_REQUIRE_MESSAGE(std::fabs(got.acc[size_t(i * width + x)] - want.acc[size_t(i * width + x)]) <= 1e-4 * want.l[size_t(i)],
                                       "row " << i << " value " << x << ": " << got.acc[size_t(i * width + x)] << " vs "
                                              << want.acc[size_t(i * width + x)]);
-              State alone = fresh();
-              run(fast, alone, i, 1);
-              BOOST_TEST(float_bits(alone.m[size_t(i)]) == float_bits(got.m[size_t(i)]));
-              BOOST_TEST(float_bits(alone.l[size_t(i)]) == float_bits(got.l[size_t(i)]));
-              BOOST_TEST(std::memcmp(alone.acc.data() + i * width, got.acc.data() + i * width, size_t(width) * 4) == 0);
+              for (const Kernels* k : {&fast, wide}) {
+                if (!k) continue;
+                State alone = fresh();
+                run(*k, alone, i, 1);
+                BOOST_TEST(float_bits(alone.m[size_t(i)]) == float_bits(got.m[size_t(i)]), k->name);
+                BOOST_TEST(float_bits(alone.l[size_t(i)]) == float_bits(got.l[size_t(i)]), k->name);
+                BOOST_TEST(std::memcmp(alone.acc.data() + i * width, got.acc.data() + i * width, size_t(width) * 4) == 0, k->name);
+              }
+            }
+            if (wide) {
+              State grouped = fresh();
+              run(*wide, grouped, 0, nq);
+              BOOST_TEST(std::memcmp(grouped.m.data(), got.m.data(), got.m.size() * 4) == 0);
+              BOOST_TEST(std::memcmp(grouped.l.data(), got.l.data(), got.l.size() * 4) == 0);
+              BOOST_TEST(std::memcmp(grouped.acc.data(), got.acc.data(), got.acc.size() * 4) == 0);
             }
           }
         }
