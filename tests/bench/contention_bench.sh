@@ -23,12 +23,19 @@ IFS=: read -r -a benches <<<"${FTLLM_BENCH:-$root/build/tests/bench/ftllm-bench}
 results=$(mktemp)
 trap 'rm -f "$results"; kill "${busy:-0}" 2>/dev/null || true' EXIT
 
+# Each run under a time limit (a run starved by its neighbour ends rather than taking the rest of a lent
+# machine's minutes: it records no figure and says so).
 ours() {  # bench threads -> decode tokens/s
-  "$1" "$model" -t "$2" --prompt 16 --decode "$tokens" --repeat 1 | awk '/^decode/ {print $4}'
+  timeout 60 "$1" "$model" -t "$2" --prompt 16 --decode "$tokens" --repeat 1 | awk '/^decode/ {print $4}'
 }
 theirs() {  # threads -> tokens/s
-  "$llama/llama-bench" -m "$model" -t "$1" -p 0 -n "$tokens" -r 1 -o csv 2>/dev/null |
+  timeout 60 "$llama/llama-bench" -m "$model" -t "$1" -p 0 -n "$tokens" -r 1 -o csv 2>/dev/null |
     awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) if ($i ~ /avg_ts/) c = i } NR == 2 { gsub(/"/, ""); print $c }'
+}
+# Each figure printed as it comes (a run cut short still shows what it measured) and kept for the medians.
+record() {  # "load program threads" tokens/s
+  echo "round $round: $1 ${2:-(no figure: timed out or failed)}" >&2
+  [[ -z $2 ]] || echo "$1 $2" >>"$results"
 }
 for ((round = 0; round < rounds; ++round)); do
   for load in quiet busy; do
@@ -39,9 +46,9 @@ for ((round = 0; round < rounds; ++round)); do
       sleep 1
     fi
     for i in "${!benches[@]}"; do
-      for t in 1 2; do echo "$load ftllm#$i ${t}t $(ours "${benches[$i]}" "$t")" >>"$results"; done
+      for t in 1 2; do record "$load ftllm#$i ${t}t" "$(ours "${benches[$i]}" "$t")"; done
     done
-    [[ -n $llama ]] && echo "$load llama.cpp 2t $(theirs 2)" >>"$results"
+    [[ -n $llama ]] && record "$load llama.cpp 2t" "$(theirs 2)"
     if ((busy)); then kill "$busy"; wait "$busy" 2>/dev/null || true; fi
   done
 done

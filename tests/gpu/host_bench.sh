@@ -7,11 +7,16 @@
 #     in Q4_1 (with GPT-2's vocabulary, 50257 tokens against SmolLM2's 49152): pp512, tg64, x16;
 #   decode while a loop keeps one of the two cores busy (tests/bench/contention_bench.sh);
 #   1-64 streaming clients against llama-server on the two cores (tests/bench/serve_bench.sh, 5 s a cell, one round).
-#   tests/gpu/host_bench.sh LLAMA_DIR
-# LLAMA_DIR as host_cpu.sh's, with llama-server and its libraries too. About 7 minutes on a 16-core Xeon.
+#   tests/gpu/host_bench.sh LLAMA_DIR [PART...]
+# LLAMA_DIR as host_cpu.sh's, with llama-server and its libraries too. About 9 minutes on a 16-core Xeon (a
+# whole call); PARTs (2t-decode all-f16 all-quantized 2t-x4 all-smollm2 contention serve) run only those, for a
+# second call that measures what the first did not reach.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-llama=$(cd "${1:?usage: host_bench.sh LLAMA_DIR}" && pwd)
+llama=$(cd "${1:?usage: host_bench.sh LLAMA_DIR [PART...]}" && pwd)
+shift
+parts=" ${*:-2t-decode all-f16 all-quantized 2t-x4 all-smollm2 contention serve} "
+wanted() { [[ $parts == *" $1 "* ]]; }
 all=$(($(nproc) < 16 ? $(nproc) : 16))
 OUT=${OUT:-/tmp/ftllm-gpu}
 mkdir -p "$OUT"
@@ -34,18 +39,22 @@ q4_0=${q05[0]} q8_0=${q05[1]} q4_k_s=${q05[2]} f16=${q05[3]}
 bench() {  # NAME SECONDS CPUS THREADS CELLS MODEL...
   local name=$1 seconds=$2 cpus=$3 threads=$4 cells=$5
   shift 5
+  wanted "$name" || return 0
   echo "== $name ($(elapsed))"
   timeout "$seconds" taskset -c "$cpus" bash tests/bench/cpu_bench.sh "$llama" -t "$threads" -r 2 -c "$cells" "$@" 2>&1 |
     tee "$OUT/$name.txt"
 }
-bench 2t-decode 100 0,1 2 "tg64 pp128" "$q4_0" "$q8_0" "$f16"
+bench 2t-decode 130 0,1 2 "tg64 pp128" "$q4_0" "$q8_0" "$f16"
 bench all-f16 60 "0-$((all - 1))" "$all" "pp128 pp512 x16" "$f16"
-bench all-quantized 110 "0-$((all - 1))" "$all" "pp128 pp2048 x4" "$q4_0" "$q8_0" "$q4_k_s"
+bench all-quantized 150 "0-$((all - 1))" "$all" "pp128 pp2048 x4" "$q4_0" "$q8_0" "$q4_k_s"
 bench 2t-x4 50 0,1 2 x4 "$q4_0" "$f16"
 bench all-smollm2 40 "0-$((all - 1))" "$all" "pp512 tg64 x16" "$smol"
-echo "== contention ($(elapsed))"
-timeout 60 taskset -c 0,1 bash tests/bench/contention_bench.sh -r 2 -l "$llama" "$q4_0" 2>&1 | tee "$OUT/contention.txt"
+if wanted contention; then
+  echo "== contention ($(elapsed))"
+  timeout 120 taskset -c 0,1 bash tests/bench/contention_bench.sh -r 2 -l "$llama" "$q4_0" 2>&1 | tee "$OUT/contention.txt"
+fi
+wanted serve || exit 0
 echo "== serve ($(elapsed))"
-timeout 170 taskset -c 0,1 bash tests/bench/serve_bench.sh "$llama/llama-server" 5 "$q4_0" 1 \
+timeout 200 taskset -c 0,1 bash tests/bench/serve_bench.sh "$llama/llama-server" 5 "$q4_0" 1 \
   tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja 2>&1 | grep -v "^ftllmd: warning" | tee "$OUT/serve.txt"
 echo "== done ($(elapsed))"
