@@ -8,11 +8,19 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "error.h"
 
 namespace ftllm {
+
+namespace {
+// The live mappings (start -> bytes), so release_pages can tell a file's pages from anything else.
+std::mutex live_mu;
+std::map<uintptr_t, size_t> live;
+}  // namespace
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -33,13 +41,32 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
       throw EngineError("cannot map " + path + ": " + std::strerror(e));
     }
     f->data_ = p;
+    std::lock_guard lock(live_mu);
+    live[reinterpret_cast<uintptr_t>(p)] = f->size_;
   }
   ::close(fd);
   return f;
 }
 
 MappedFile::~MappedFile() {
-  if (data_) munmap(data_, size_);
+  if (!data_) return;
+  {
+    std::lock_guard lock(live_mu);
+    live.erase(reinterpret_cast<uintptr_t>(data_));
+  }
+  munmap(data_, size_);
+}
+
+void MappedFile::release_pages(const void* p, size_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), page = uintptr_t(sysconf(_SC_PAGESIZE));
+  std::lock_guard lock(live_mu);
+  auto it = live.upper_bound(a);
+  if (it == live.begin()) return;
+  --it;
+  if (a + bytes > it->first + it->second) return;  // not inside one mapped file
+  const uintptr_t begin = (a + page - 1) / page * page, end = (a + bytes) / page * page;
+  // Read-only private pages of a file: dropped, a later read maps them again from the page cache.
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 std::string read_text_file(const std::filesystem::path& path) {

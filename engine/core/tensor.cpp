@@ -1,6 +1,7 @@
 #include "tensor.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -31,7 +32,33 @@ std::shared_ptr<void> aligned_buffer(size_t bytes) {
   if (!p) throw std::bad_alloc();
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
+
+// Zeroed pages for a buffer that lives as long as a model: 2 MiB-aligned and marked for transparent
+// huge pages (distributions default THP to madvise), so a stream over it neither misses the TLB every
+// 4 KiB nor restarts the hardware prefetchers at each 4 KiB page boundary.
+std::shared_ptr<void> huge_page_buffer(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t size = (bytes + kHuge - 1) / kHuge * kHuge, mapped = size + kHuge;
+  void* m = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw std::bad_alloc();
+  char* base = static_cast<char*>(m);
+  char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) / kHuge * kHuge);
+  if (p > base) munmap(base, size_t(p - base));
+  if (p + size < base + mapped) munmap(p + size, size_t(base + mapped - (p + size)));
+  madvise(p, size, MADV_HUGEPAGE);  // advice: without THP the pages are ordinary ones
+  return std::shared_ptr<void>(p, [size](void* q) { munmap(q, size); });
+}
 }  // namespace
+
+Tensor Tensor::resident_zeros(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  if (t.bytes() < (size_t(4) << 20)) return zeros(t.dtype, t.shape);  // a small one would round up to 2 MiB
+  t.owner = huge_page_buffer(t.bytes());
+  t.data = t.owner.get();
+  return t;
+}
 
 Tensor Tensor::uninitialized(DType dtype, std::vector<int64_t> shape) {
   Tensor t;

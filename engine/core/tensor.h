@@ -35,6 +35,9 @@ struct Tensor {
   // A fresh zero-filled tensor (64-byte aligned) of any dtype; matrices of block types hold whole rows.
   static Tensor zeros(DType dtype, std::vector<int64_t> shape);
   static Tensor zeros_f32(std::vector<int64_t> shape) { return zeros(DType::F32, std::move(shape)); }
+  // The same on transparent huge pages, for a large buffer kept as long as its model (a KV cache, repacked
+  // weights): the kernel's zero pages, no memset.
+  static Tensor resident_zeros(DType dtype, std::vector<int64_t> shape);
   // The same, its bytes left as they are: for an output the op writing it fills completely.
   static Tensor uninitialized(DType dtype, std::vector<int64_t> shape);
   // A fresh tensor of any dtype holding a copy of `bytes`.

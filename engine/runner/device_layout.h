@@ -59,6 +59,7 @@ class DeviceLayout {
   Tensor join_kv_shards(int64_t l);
   // --device numa (every matrix) or --moe_device numa (experts only): rows split over the nodes, once.
   void place_weights_on_nodes(bool experts_only);
+  void put_host_weights_on_huge_pages();
   void measure_memory();
 
   model::DecoderModel& model_;
@@ -80,6 +81,7 @@ class DeviceLayout {
   std::vector<int> split_nodes_;   // the nodes the rows were split over; empty until then
   int nodes_placed_ = 0;           // 0 nothing, 1 the experts, 2 every matrix
   bool experts_on_nodes_ = false;  // --moe_device numa on a machine of several nodes
+  bool host_weights_copied_ = false;  // put_host_weights_on_huge_pages has run
   mutable std::mutex memory_mu_;
   std::vector<DeviceMemory> memory_;
 };

@@ -112,6 +112,24 @@ int main(int argc, char** argv) {
       std::printf("%-10lld %-22s %10.3f %10.1f\n", (long long)n, name, s * 1e3, keys * double(heads * d) * 4 / s / 1e9);
     };
     run("decode 1", {n - 1}, {0}, double(n));
+    {  // each call another sequence's cache, as in a model, where a step's other layers push it out of cache
+      std::vector<float> q(size_t(heads * d));
+      for (float& x : q) x = normal(rng);
+      const Tensor qt = Tensor::copy_of(DType::F32, {1, heads * d}, q.data());
+      Tensor out = Tensor::zeros_f32({1, heads * d});
+      ops::AttentionBatch b;
+      b.block_table = all.block_table;
+      b.table_start = all.table_start;
+      const std::vector<int64_t> last{n - 1};
+      std::vector<int32_t> which{0};
+      b.pos = last;
+      b.seq = which;
+      const double s = best_seconds([&] {
+        which[0] = (which[0] + 1) % int32_t(seqs);
+        ops::paged_attention(ctx, qt, b, layer, shape, out);
+      });
+      std::printf("%-10lld %-22s %10.3f %10.1f\n", (long long)n, "decode 1 uncached", s * 1e3, double(n) * double(heads * d) * 4 / s / 1e9);
+    }
     std::vector<int64_t> pos;
     std::vector<int32_t> seq;
     for (int64_t s = 0; s < seqs; ++s) pos.push_back(n - 1), seq.push_back(int32_t(s));

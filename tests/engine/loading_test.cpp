@@ -2,14 +2,18 @@
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
 #include <tuple>
+#include <unistd.h>
 #include <sstream>
 
+#include "core/mapped_file.h"
+#include "core/tensor.h"
 #include "engine.h"
 #include "runner/loader.h"
 #include "runner/model_instance.h"
@@ -482,3 +486,58 @@ BOOST_AUTO_TEST_CASE(a_request_prepared_before_its_model_loaded_runs_on_it) {
   BOOST_REQUIRE(engine.load(opts(m.dir.string(), "llama")).ok);
   BOOST_TEST(run(before_reload) == 3u);
 }
+
+// The pieces that move a model's weights onto huge pages at load.
+BOOST_AUTO_TEST_SUITE(host_weights)
+
+// Resident bytes of this process's mapping that holds `p` (its Rss line in /proc/self/smaps).
+size_t mapping_rss(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) inside = a >= lo && a < hi;
+    else if (inside && line.starts_with("Rss:")) return size_t(std::stoul(line.substr(4))) * 1024;
+  }
+  return 0;
+}
+
+BOOST_AUTO_TEST_CASE(resident_zeros_are_aligned_to_huge_pages_and_zero) {
+  Tensor big = Tensor::resident_zeros(DType::F32, {3, (int64_t(5) << 20) / 4 + 7});
+  BOOST_TEST(reinterpret_cast<uintptr_t>(big.data) % (uintptr_t(2) << 20) == 0u);
+  const auto* b = big.as<uint8_t>();
+  BOOST_TEST(std::all_of(b, b + big.bytes(), [](uint8_t x) { return x == 0; }));
+  std::memset(big.data, 7, big.bytes());  // writable to its last byte
+  Tensor small = Tensor::resident_zeros(DType::F32, {100});  // below 4 MiB: an ordinary allocation, zeroed
+  BOOST_TEST(std::all_of(small.as<float>(), small.as<float>() + 100, [](float x) { return x == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(released_file_pages_leave_the_process_and_read_back_the_same) {
+  const fs::path path = fs::temp_directory_path() / ("ftllm-release-" + std::to_string(getpid()));
+  std::string bytes(size_t(8) << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char(i * 2654435761u >> 24);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  {
+    auto f = MappedFile::open(path.string());
+    BOOST_REQUIRE(std::memcmp(f->data(), bytes.data(), bytes.size()) == 0);  // every page read in
+    BOOST_TEST(mapping_rss(f->data()) >= bytes.size() / 2);
+    MappedFile::release_pages(f->data(), f->size());
+    BOOST_TEST(mapping_rss(f->data()) < bytes.size() / 8);
+    BOOST_TEST(std::memcmp(f->data(), bytes.data(), bytes.size()) == 0);  // mapped again from the file
+  }
+  fs::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(release_pages_leaves_memory_that_is_not_a_mapped_file_alone) {
+  // Pages of anything else (a converted weight in the heap) must keep their bytes: dropping them
+  // would read back zeros.
+  Tensor t = Tensor::resident_zeros(DType::F32, {int64_t(6) << 18});
+  std::memset(t.data, 0x5a, t.bytes());
+  MappedFile::release_pages(t.data, t.bytes());
+  const auto* b = t.as<uint8_t>();
+  BOOST_TEST(std::all_of(b, b + t.bytes(), [](uint8_t x) { return x == 0x5a; }));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -78,3 +78,25 @@ BOOST_AUTO_TEST_CASE(smollm2_fast_kernels_match_llamacpp_token_for_token) {
   BOOST_REQUIRE_EQUAL(want.size(), 32u);
   BOOST_TEST(c.greedy == want, boost::test_tools::per_element());
 }
+
+// The CPU's weights are copied out of the file's mapping onto 2 MiB-aligned memory marked for huge pages
+// (put_host_weights_on_huge_pages), and the copies are what the model computes with: the tests above
+// match transformers and llama.cpp token for token through them.
+BOOST_AUTO_TEST_CASE(smollm2_large_weights_leave_the_file_mapping_for_huge_pages) {
+  const std::string gguf = test::smollm2_gguf_path();
+  BOOST_REQUIRE_MESSAGE(!gguf.empty(), "SmolLM2 GGUF not found under .venv: run scripts/setup.sh");
+  ModelLoadOptions o = test::exact_options();
+  o.path = gguf;
+  o.threads = 2;
+  o.context_length = 64;
+  o.max_sequences = 1;
+  auto model = ModelInstance::load(o);
+  int large = 0;
+  for (const auto& [name, t] : model->model().named_tensors()) {
+    if (t->bytes() < (size_t(4) << 20)) continue;
+    ++large;
+    BOOST_TEST_INFO(name << ": " << t->bytes() << " bytes at " << t->data);
+    BOOST_TEST(reinterpret_cast<uintptr_t>(t->data) % (uintptr_t(2) << 20) == 0u);
+  }
+  BOOST_TEST(large >= 1);  // the tied embedding and LM head: 49152 x 576 in Q4_1, 17.7 MB
+}
