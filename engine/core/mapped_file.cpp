@@ -57,13 +57,24 @@ MappedFile::~MappedFile() {
   munmap(data_, size_);
 }
 
+namespace {
+bool in_live_mapping(uintptr_t a, size_t bytes) {
+  auto it = live.upper_bound(a);
+  if (it == live.begin()) return false;
+  --it;
+  return a + bytes <= it->first + it->second;
+}
+}  // namespace
+
+bool MappedFile::contains(const void* p, size_t bytes) {
+  std::lock_guard lock(live_mu);
+  return in_live_mapping(reinterpret_cast<uintptr_t>(p), bytes);
+}
+
 void MappedFile::release_pages(const void* p, size_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p), page = uintptr_t(sysconf(_SC_PAGESIZE));
   std::lock_guard lock(live_mu);
-  auto it = live.upper_bound(a);
-  if (it == live.begin()) return;
-  --it;
-  if (a + bytes > it->first + it->second) return;  // not inside one mapped file
+  if (!in_live_mapping(a, bytes)) return;
   const uintptr_t begin = (a + page - 1) / page * page, end = (a + bytes) / page * page;
   // Read-only private pages of a file: dropped, a later read maps them again from the page cache.
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);

@@ -22,6 +22,8 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Whether [p, p + bytes) lies in one live mapped file.
+  static bool contains(const void* p, size_t bytes);
   // Unmaps the whole pages of [p, p + bytes) when that range lies in a live mapped file (a weight copied
   // elsewhere), so they stop counting as the process's memory; anything else is left alone.
   static void release_pages(const void* p, size_t bytes);

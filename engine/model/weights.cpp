@@ -99,7 +99,7 @@ namespace {
 // rows x k values of `from` re-encoded as `to`, row by row through float32, spread over threads.
 Tensor convert_rows(const void* src, DType from, std::vector<int64_t> shape, DType to, int threads) {
   const int64_t rows = shape[0], k = shape[1];
-  Tensor t = Tensor::zeros(to, std::move(shape));
+  Tensor t = Tensor::resident_zeros(to, std::move(shape));
   const size_t in_row = row_bytes(from, k), out_row = row_bytes(to, k);
   auto work = [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(k));
@@ -154,7 +154,7 @@ Tensor WeightStore::from_fp8_blocks(const StoredTensor& w, const std::vector<int
     throw EngineError("tensor " + scales.name + " has shape " + shape_string(scales.shape) + " " + scales.dtype_name +
                       ", expected " + shape_string(want) + " floats (128 x 128 blocks)");
   if (k % 128 != 0) throw EngineError("tensor " + w.name + " rows of " + std::to_string(k) + " are not whole 128-value blocks");
-  Tensor t = Tensor::zeros(DType::FP8, shape);
+  Tensor t = Tensor::resident_zeros(DType::FP8, shape);
   const size_t out_row = row_bytes(DType::FP8, k);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < k / 128; ++b) {
@@ -200,7 +200,7 @@ Tensor WeightStore::from_awq(const std::string& prefix, const std::vector<int64_
   auto nibble_at = [&](const int32_t* m, int64_t row, int64_t col) {
     return int((uint32_t(m[row * (n_out / 8) + col / 8]) >> kShift[col % 8]) & 0xF);
   };
-  Tensor t = Tensor::zeros(type, shape);
+  Tensor t = Tensor::resident_zeros(type, shape);
   const size_t out_row = row_bytes(type, k), block = dtype_layout(type).block_bytes;
   for (int64_t n = 0; n < n_out; ++n)
     for (int64_t gi = 0; gi < groups; ++gi) {
