@@ -35,8 +35,8 @@ struct Tensor {
   // A fresh zero-filled tensor (64-byte aligned) of any dtype; matrices of block types hold whole rows.
   static Tensor zeros(DType dtype, std::vector<int64_t> shape);
   static Tensor zeros_f32(std::vector<int64_t> shape) { return zeros(DType::F32, std::move(shape)); }
-  // The same on transparent huge pages, for a large buffer kept as long as its model (a KV cache, repacked
-  // weights): the kernel's zero pages, no memset.
+  // The same on transparent huge pages, for a large buffer kept as long as its model (a KV cache, weights
+  // made at load): the kernel's zero pages, no memset. Under 4 MiB, as zeros() (a huge page would be waste).
   static Tensor resident_zeros(DType dtype, std::vector<int64_t> shape);
   // The same, its bytes left as they are: for an output the op writing it fills completely.
   static Tensor uninitialized(DType dtype, std::vector<int64_t> shape);

@@ -1,5 +1,6 @@
 // CPU attention alone (ops::paged_attention over a paged f16 cache), for one layer of a model's shape:
-// decode of one token at a context of N keys, a batch of 16 decoding sequences, and the last 512-token
+// decode of one token at a context of N keys (its cache in the CPU's caches, and uncached: another
+// sequence's each call, as inside a model), a batch of 16 decoding sequences, and the last 512-token
 // slice of an N-token prefill (the slice that sees the whole context; the cache is filled beforehand). Prints milliseconds per
 // call and GFLOP/s (4 flops per query head, key and head value: the two dot products).
 //   ftllm-attention-bench [-t THREADS] [--heads H --kv_heads K --head_dim D] [--kv_dtype f16|...] [N ...]
@@ -97,7 +98,9 @@ int main(int argc, char** argv) {
         ops::store_kv(ctx, fill, Tensor::copy_of(DType::F32, {m, row}, k.data()), &vt, layer, B, d);
       }
     const ops::AttentionShape shape{heads, kv_heads, d, B, 0, 1.0f / std::sqrt(float(d))};
-    auto run = [&](const char* name, std::vector<int64_t> pos, std::vector<int32_t> seq, double keys) {
+    // each_call_another: the one sequence's cache is another each call, as inside a model, where the
+    // step's other layers push a layer's cache out of the CPU's caches.
+    auto run = [&](const char* name, std::vector<int64_t> pos, std::vector<int32_t> seq, double keys, bool each_call_another = false) {
       const int64_t T = int64_t(pos.size());
       std::vector<float> q(size_t(T * heads * d));
       for (float& x : q) x = normal(rng);
@@ -108,28 +111,14 @@ int main(int argc, char** argv) {
       b.table_start = all.table_start;
       b.pos = pos;
       b.seq = seq;
-      const double s = best_seconds([&] { ops::paged_attention(ctx, qt, b, layer, shape, out); });
+      const double s = best_seconds([&] {
+        if (each_call_another) seq[0] = (seq[0] + 1) % int32_t(seqs);
+        ops::paged_attention(ctx, qt, b, layer, shape, out);
+      });
       std::printf("%-10lld %-22s %10.3f %10.1f\n", (long long)n, name, s * 1e3, keys * double(heads * d) * 4 / s / 1e9);
     };
     run("decode 1", {n - 1}, {0}, double(n));
-    {  // each call another sequence's cache, as in a model, where a step's other layers push it out of cache
-      std::vector<float> q(size_t(heads * d));
-      for (float& x : q) x = normal(rng);
-      const Tensor qt = Tensor::copy_of(DType::F32, {1, heads * d}, q.data());
-      Tensor out = Tensor::zeros_f32({1, heads * d});
-      ops::AttentionBatch b;
-      b.block_table = all.block_table;
-      b.table_start = all.table_start;
-      const std::vector<int64_t> last{n - 1};
-      std::vector<int32_t> which{0};
-      b.pos = last;
-      b.seq = which;
-      const double s = best_seconds([&] {
-        which[0] = (which[0] + 1) % int32_t(seqs);
-        ops::paged_attention(ctx, qt, b, layer, shape, out);
-      });
-      std::printf("%-10lld %-22s %10.3f %10.1f\n", (long long)n, "decode 1 uncached", s * 1e3, double(n) * double(heads * d) * 4 / s / 1e9);
-    }
+    run("decode 1 uncached", {n - 1}, {0}, double(n), true);
     std::vector<int64_t> pos;
     std::vector<int32_t> seq;
     for (int64_t s = 0; s < seqs; ++s) pos.push_back(n - 1), seq.push_back(int32_t(s));
