@@ -54,7 +54,7 @@ Tensor Tensor::resident_zeros(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  if (t.bytes() < (size_t(4) << 20)) return zeros(t.dtype, t.shape);  // a small one would round up to 2 MiB
+  if (t.bytes() < kHugePageMinBytes) return zeros(t.dtype, t.shape);
   t.owner = huge_page_buffer(t.bytes());
   t.data = t.owner.get();
   return t;

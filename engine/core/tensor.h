@@ -36,7 +36,9 @@ struct Tensor {
   static Tensor zeros(DType dtype, std::vector<int64_t> shape);
   static Tensor zeros_f32(std::vector<int64_t> shape) { return zeros(DType::F32, std::move(shape)); }
   // The same on transparent huge pages, for a large buffer kept as long as its model (a KV cache, weights
-  // made at load): the kernel's zero pages, no memset. Under 4 MiB, as zeros() (a huge page would be waste).
+  // made at load): the kernel's zero pages, no memset. Under kHugePageMinBytes, as zeros() (a 2 MiB page
+  // would be mostly waste).
+  static constexpr size_t kHugePageMinBytes = size_t(4) << 20;
   static Tensor resident_zeros(DType dtype, std::vector<int64_t> shape);
   // The same, its bytes left as they are: for an output the op writing it fills completely.
   static Tensor uninitialized(DType dtype, std::vector<int64_t> shape);

@@ -92,7 +92,6 @@ void DeviceLayout::apply(const Placement& placement, int threads) {
     }
   }
   placement_ = placement;
-  put_host_weights_on_huge_pages();
 }
 
 // Every step streams the host's weights. Mapped from the file they sit on 4 KiB pages, and a stream
@@ -100,12 +99,11 @@ void DeviceLayout::apply(const Placement& placement, int threads) {
 // transparent huge pages, single decode on two threads of an AMD EPYC (Zen 4) went from 84.5 to 92.4
 // tokens/s (0.5B Q4_0) and 72.0 to 83.4 (Q8_0), medians of alternated runs. The load checked that the
 // weights fit in memory; their file's pages stay in the page cache, which the kernel reclaims as needed.
-// Weights converted at load were made on huge pages already. Once, at the first placement; not the
-// host copies of layers split over GPUs (nothing computes with them), nor weights split over NUMA nodes.
+// Weights converted at load were made on huge pages already. At the first placement; not the host
+// copies of layers split over GPUs (nothing computes with them), nor weights split over NUMA nodes.
 void DeviceLayout::put_host_weights_on_huge_pages() {
-  if (host_weights_copied_ || nodes_placed_ > 0) return;
-  host_weights_copied_ = true;
-  constexpr size_t kWorthIt = size_t(4) << 20;  // smaller ones would round up to a 2 MiB page
+  if (nodes_placed_ > 0) return;
+  constexpr size_t kWorthIt = Tensor::kHugePageMinBytes, kChunk = kWorthIt;
   auto each_mapped_host_weight = [&](const std::function<void(Tensor&)>& fn) {
     auto visit = [&](Tensor& w) {
       if (!w.device.is_cuda() && w.bytes() >= kWorthIt && MappedFile::contains(w.data, w.bytes())) fn(w);
@@ -123,9 +121,9 @@ void DeviceLayout::put_host_weights_on_huge_pages() {
   }
   each_mapped_host_weight([&](Tensor& w) {
     Tensor copy = Tensor::resident_zeros(w.dtype, w.shape);
-    const int64_t chunks = int64_t((w.bytes() + kWorthIt - 1) / kWorthIt);
+    const int64_t chunks = int64_t((w.bytes() + kChunk - 1) / kChunk);
     pool_->parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
-      const size_t from = size_t(c0) * kWorthIt, to = std::min(w.bytes(), size_t(c1) * kWorthIt);
+      const size_t from = size_t(c0) * kChunk, to = std::min(w.bytes(), size_t(c1) * kChunk);
       std::memcpy(copy.as<uint8_t>() + from, w.as<uint8_t>() + from, to - from);
     });
     MappedFile::release_pages(w.data, w.bytes());
@@ -225,6 +223,7 @@ void DeviceLayout::move_to_devices(const Placement& placement) {
     layer_place_[size_t(l)] = to;
   }
   placed_ = true;
+  if (first_placement) put_host_weights_on_huge_pages();
   if (!(model_.head_device() == head)) model_.move_head(move_to(head));
   measure_memory();
 }

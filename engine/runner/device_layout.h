@@ -81,7 +81,6 @@ class DeviceLayout {
   std::vector<int> split_nodes_;   // the nodes the rows were split over; empty until then
   int nodes_placed_ = 0;           // 0 nothing, 1 the experts, 2 every matrix
   bool experts_on_nodes_ = false;  // --moe_device numa on a machine of several nodes
-  bool host_weights_copied_ = false;  // put_host_weights_on_huge_pages has run
   mutable std::mutex memory_mu_;
   std::vector<DeviceMemory> memory_;
 };
