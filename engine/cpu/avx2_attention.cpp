@@ -1,6 +1,7 @@
 // Flash attention's step on AVX2: every query row of the call is scored against a block of cached keys
-// and folded into its running softmax. Rows go in groups, so each loaded key or value chunk serves
-// several rows; the cache is read as stored (F16C and friends widen as they load, which measured faster
+// and folded into its running softmax. Rows go in groups of one key-value head, so each loaded key or
+// value chunk serves several rows, and the groups of every head take the block a few keys at a time in
+// turn, so its cache rows are read once, in order; the cache is read as stored (F16C and friends widen as they load, which measured faster
 // than widening the block into a float copy once: 144 against 105 GFLOP/s). A row's arithmetic is the
 // same alone or grouped, so its bits depend on nothing but its own query and keys, in either build.
 //
@@ -143,11 +144,32 @@ void softcap_scores(float* s, int64_t j0, int64_t j1, float cap) {
   }
 }
 
+// Keys per chunk of the weighing pass: every group of rows (of every head) weighs a chunk's values in
+// turn, so the block's value rows are read in order, as the scores read its key rows four at a time.
+// Reading one head's part of each row over the whole block, then the next head's, measured 3-4x slower
+// from memory (a long context's cache does not stay in the CPU's caches): the prefetchers follow
+// ascending streams, not a stride that goes back.
+constexpr int64_t kWeighKeys = 16;
+
+// Up to kGroup live rows of one head, with what the passes read and write for them.
+struct Group {
+  int q;
+  int64_t head;
+  int64_t row[kGroup];
+  const float* query[kGroup];
+  float* s[kGroup];
+  const float* p[kGroup];
+  float* acc[kGroup];
+  float alpha[kGroup];
+  int64_t k0, k1;  // the keys any of its rows sees
+};
+
 struct Scratch {
   std::vector<float> q, k, v, s, p, alpha;
-  std::vector<const uint8_t*> krows, vrows;
+  std::vector<const uint8_t*> krows, vrows;  // per head: n rounded up to 4 row pointers each
   std::vector<const float*> qrows;
   std::vector<int64_t> live;  // the rows that see a key of this block
+  std::vector<Group> groups;
   std::vector<uint8_t> zeros;
 };
 
@@ -159,45 +181,33 @@ inline void with_group_size(int q, F&& f) {
   f(std::integral_constant<int, Q>{});
 }
 
-// The rows' scores, softmax step and weighted values, reading keys and values through L from the row
-// pointers (cache rows as stored, or float rows widened from them). q: the rows' queries; width: the
-// key values read (a multiple of 8, zeros past d); vwidth: the values weighed.
+// The groups' scores, softmax step and weighted values, reading keys and values through L from the
+// row pointers (cache rows as stored, or float rows widened from them; head h's from krows + h * n4).
+// width: the key values read (a multiple of 8, zeros past d); vwidth: the values weighed.
 template <typename L>
-void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t j0, int64_t j1, int64_t width, int64_t vwidth,
-                 const float* const* q) {
-  const int64_t n8 = round_up(b.n, 8), vw = r.acc_stride;
-  const std::vector<int64_t>& live = t.live;
-  for (size_t x = 0; x < live.size(); x += kGroup) {
-    const int g = int(std::min<size_t>(kGroup, live.size() - x));
-    float* s[kGroup];
-    const float* qs[kGroup];
-    for (int i = 0; i < g; ++i) s[i] = t.s.data() + live[x + size_t(i)] * n8, qs[i] = q[live[x + size_t(i)]];
-    with_group_size(g, [&](auto Q) {
-      for (int64_t j = j0 & ~int64_t(3); j < j1; j += 4) scores4<Q(), L>(qs, t.krows.data() + j, width, b.scale, s, j);
-    });
-  }
+void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t j0, int64_t j1, int64_t width, int64_t vwidth) {
+  const int64_t n4 = round_up(b.n, 4), n8 = round_up(b.n, 8);
+  for (int64_t j = j0 & ~int64_t(3); j < j1; j += 4)
+    for (Group& g : t.groups)
+      with_group_size(g.q, [&](auto Q) { scores4<Q(), L>(g.query, t.krows.data() + g.head * n4 + j, width, b.scale, g.s, j); });
   if (b.softcap)
-    for (int64_t i : live) softcap_scores(t.s.data() + i * n8, j0 & ~int64_t(7), round_up(j1, 8), b.softcap);
-  for (int64_t i : live) {
+    for (int64_t i : t.live) softcap_scores(t.s.data() + i * n8, j0 & ~int64_t(7), round_up(j1, 8), b.softcap);
+  for (int64_t i : t.live) {
     float m;
     const float sum = softmax_step(t.s.data() + i * n8, j0 & ~int64_t(7), j1, r.lo[i], r.hi[i], r.m[i], t.p.data() + i * n8, &m);
     t.alpha[size_t(i)] = r.m[i] == -INFINITY ? 0.0f : std::exp(r.m[i] - m);
     r.l[i] = r.l[i] * t.alpha[size_t(i)] + sum;
     r.m[i] = m;
   }
-  for (size_t x = 0; x < live.size(); x += kGroup) {
-    const int g = int(std::min<size_t>(kGroup, live.size() - x));
-    const float* p[kGroup];
-    float al[kGroup];
-    float* acc[kGroup];
-    int64_t k0 = b.n, k1 = 0;
-    for (int i = 0; i < g; ++i) {
-      const int64_t a = live[x + size_t(i)];
-      p[i] = t.p.data() + a * n8, al[i] = t.alpha[size_t(a)], acc[i] = r.acc + a * vw;
-      k0 = std::min<int64_t>(k0, r.lo[a]), k1 = std::max<int64_t>(k1, r.hi[a]);
+  for (Group& g : t.groups)
+    for (int i = 0; i < g.q; ++i) g.alpha[i] = t.alpha[size_t(g.row[i])];
+  for (int64_t c0 = j0; c0 < j1; c0 += kWeighKeys)
+    for (Group& g : t.groups) {
+      const int64_t a = std::max(g.k0, c0), e = std::min(g.k1, c0 + kWeighKeys);
+      if (a >= e) continue;
+      with_group_size(g.q, [&](auto Q) { weigh_rows<Q(), L>(g.p, g.alpha, t.vrows.data() + g.head * n4, vwidth, a, e, g.acc); });
+      std::fill(g.alpha, g.alpha + kGroup, 1.0f);  // rescaled once: later chunks add to acc as it is (x * 1 is x)
     }
-    with_group_size(g, [&](auto Q) { weigh_rows<Q(), L>(p, al, t.vrows.data(), vwidth, k0, k1, acc); });
-  }
 }
 
 template <typename L>
@@ -213,36 +223,60 @@ void attend(const AttendBlock& b, const AttendRows& r) {
     }
   if (t.live.empty()) return;
   const int64_t dw = round_up(b.d, 8), vw = r.acc_stride, n4 = round_up(b.n, 4), n8 = round_up(b.n, 8);
+  const int64_t per_head = r.nq / b.heads;
   t.s.resize(size_t(r.nq * n8));
   t.p.resize(size_t(r.nq * n8));
   t.alpha.resize(size_t(r.nq));
-  t.krows.resize(size_t(n4));
-  t.vrows.resize(size_t(n4));
-  if (b.d % 8 == 0 && b.vd % 8 == 0) {
-    // The cache and queries as they are; the groups of four around the keys read a row of zeros (any
-    // dtype's zero bytes read as 0). The acc rows' zeros past vd are left alone.
-    t.zeros.resize(size_t(kvcache::kv_head_bytes(b.dtype, b.d)));
-    for (int64_t j = j0 & ~int64_t(3); j < round_up(j1, 4); ++j) t.krows[size_t(j)] = j < j0 || j >= j1 ? t.zeros.data() : b.keys[j];
-    for (int64_t j = j0; j < j1; ++j) t.vrows[size_t(j)] = b.values[j];
-    return attend_rows<L>(b, r, t, j0, j1, b.d, b.vd, r.q);
+  t.krows.resize(size_t(b.heads * n4));
+  t.vrows.resize(size_t(b.heads * n4));
+  // Heads whose length is not a multiple of 8 are widened to whole chunks of 8, queries too (zeros past d).
+  const bool widened = b.d % 8 != 0 || b.vd % 8 != 0;
+  if (widened) {
+    t.q.resize(size_t(r.nq * dw));
+    t.qrows.resize(size_t(r.nq));
+    for (int64_t i : t.live) {
+      std::copy(r.q[i], r.q[i] + b.d, t.q.data() + i * dw);
+      std::fill(t.q.data() + i * dw + b.d, t.q.data() + (i + 1) * dw, 0.0f);
+      t.qrows[size_t(i)] = t.q.data() + i * dw;
+    }
   }
-  // Widened to whole chunks of 8, queries too (zeros past d).
-  t.q.resize(size_t(r.nq * dw));
-  t.qrows.resize(size_t(r.nq));
+  t.groups.clear();
   for (int64_t i : t.live) {
-    std::copy(r.q[i], r.q[i] + b.d, t.q.data() + i * dw);
-    std::fill(t.q.data() + i * dw + b.d, t.q.data() + (i + 1) * dw, 0.0f);
-    t.qrows[size_t(i)] = t.q.data() + i * dw;
+    const int64_t head = i / per_head;
+    if (t.groups.empty() || t.groups.back().head != head || t.groups.back().q == kGroup) {
+      t.groups.emplace_back();
+      t.groups.back().q = 0, t.groups.back().head = head, t.groups.back().k0 = b.n, t.groups.back().k1 = 0;
+    }
+    Group& g = t.groups.back();
+    g.row[g.q] = i;
+    g.query[g.q] = widened ? t.qrows[size_t(i)] : r.q[i];
+    g.s[g.q] = t.s.data() + i * n8, g.p[g.q] = t.p.data() + i * n8, g.acc[g.q] = r.acc + i * vw;
+    g.k0 = std::min<int64_t>(g.k0, r.lo[i]), g.k1 = std::max<int64_t>(g.k1, r.hi[i]);
+    ++g.q;
   }
-  t.k.resize(size_t(n4 * dw));
-  t.v.resize(size_t(n4 * vw));
-  widen<L>(b.keys, b.dtype, j0, j1, b.d, dw, t.k.data());
-  widen<L>(b.values, b.dtype, j0, j1, b.vd, vw, t.v.data());
-  for (int64_t j = j0 & ~int64_t(3); j < round_up(j1, 4); ++j) {
-    t.krows[size_t(j)] = reinterpret_cast<const uint8_t*>(t.k.data() + j * dw);
-    t.vrows[size_t(j)] = reinterpret_cast<const uint8_t*>(t.v.data() + j * vw);
+  // The cache rows as they are; the groups of four around the keys read a row of zeros (any dtype's
+  // zero bytes read as 0). The acc rows' zeros past vd are left alone.
+  t.zeros.resize(size_t(kvcache::kv_head_bytes(b.dtype, b.d)));
+  for (int64_t h = 0; h < b.heads; ++h) {
+    const uint8_t** krows = t.krows.data() + h * n4;
+    const uint8_t** vrows = t.vrows.data() + h * n4;
+    for (int64_t j = j0 & ~int64_t(3); j < round_up(j1, 4); ++j) krows[j] = j < j0 || j >= j1 ? t.zeros.data() : b.keys[j] + h * b.head_stride;
+    for (int64_t j = j0; j < j1; ++j) vrows[j] = b.values[j] + h * b.head_stride;
   }
-  attend_rows<KvF32>(b, r, t, j0, j1, dw, vw, t.qrows.data());
+  if (!widened) return attend_rows<L>(b, r, t, j0, j1, b.d, b.vd);
+  t.k.resize(size_t(b.heads * n4 * dw));
+  t.v.resize(size_t(b.heads * n4 * vw));
+  for (int64_t h = 0; h < b.heads; ++h) {
+    float* k = t.k.data() + h * n4 * dw;
+    float* v = t.v.data() + h * n4 * vw;
+    widen<L>(t.krows.data() + h * n4, b.dtype, j0, j1, b.d, dw, k);
+    widen<L>(t.vrows.data() + h * n4, b.dtype, j0, j1, b.vd, vw, v);
+    for (int64_t j = j0 & ~int64_t(3); j < round_up(j1, 4); ++j) {
+      t.krows[size_t(h * n4 + j)] = reinterpret_cast<const uint8_t*>(k + j * dw);
+      t.vrows[size_t(h * n4 + j)] = reinterpret_cast<const uint8_t*>(v + j * vw);
+    }
+  }
+  attend_rows<KvF32>(b, r, t, j0, j1, dw, vw);
 }
 
 }  // namespace

@@ -24,7 +24,9 @@ struct Q8Block {
 
 // One block of n cached head rows for attend_block: keys of d values and values of their first vd
 // values, stored as `dtype` (kv_format.h). keys[0] is the block's first position; only the rows some
-// query row sees are read.
+// query row sees are read. The call's query rows may belong to several key-value heads: `heads` of
+// them in order, nq / heads rows each, head h's rows reading keys[j] + h * head_stride (the heads of
+// one cache row side by side), so a block's rows are read once, whole and in order, for all of them.
 struct AttendBlock {
   const uint8_t* const* keys;
   const uint8_t* const* values;  // multi-head latent attention: the key rows again
@@ -32,6 +34,7 @@ struct AttendBlock {
   int64_t n, d, vd;
   float scale;
   float softcap = 0;  // > 0: s_j = softcap * tanh(scale (q . k_j) / softcap) (Gemma 2)
+  int64_t heads = 1, head_stride = 0;
 };
 // nq query rows (d floats each) and their running state: row i sees keys lo[i] <= j < hi[i] of the
 // block (none when hi[i] <= lo[i]: the row is left as it is); its max m[i], sum l[i] and unnormalised

@@ -90,12 +90,14 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) { quant::dequantize
 // states it.
 void attend_block(const AttendBlock& b, const AttendRows& r) {
   std::vector<float> p(static_cast<size_t>(b.n));
+  const int64_t per_head = r.nq / b.heads;
   for (int64_t i = 0; i < r.nq; ++i) {
     if (r.lo[i] >= r.hi[i]) continue;
+    const int64_t at = i / per_head * b.head_stride;
     float top = -INFINITY;
     for (int64_t j = r.lo[i]; j < r.hi[i]; ++j) {
       float s = 0;
-      for (int64_t x = 0; x < b.d; ++x) s += r.q[i][x] * kvcache::kv_value(b.dtype, b.keys[j], x);
+      for (int64_t x = 0; x < b.d; ++x) s += r.q[i][x] * kvcache::kv_value(b.dtype, b.keys[j] + at, x);
       p[size_t(j)] = s * b.scale;
       if (b.softcap) p[size_t(j)] = b.softcap * std::tanh(p[size_t(j)] / b.softcap);
       top = std::max(top, p[size_t(j)]);
@@ -107,7 +109,7 @@ void attend_block(const AttendBlock& b, const AttendRows& r) {
     for (int64_t j = r.lo[i]; j < r.hi[i]; ++j) {
       const float e = std::exp(p[size_t(j)] - m);
       sum += e;
-      for (int64_t x = 0; x < b.vd; ++x) acc[x] += e * kvcache::kv_value(b.dtype, b.values[j], x);
+      for (int64_t x = 0; x < b.vd; ++x) acc[x] += e * kvcache::kv_value(b.dtype, b.values[j] + at, x);
     }
     r.l[i] = r.l[i] * alpha + sum;
     r.m[i] = m;

@@ -1,8 +1,9 @@
 // Flash attention on the CPU. The step's tokens are cut into tiles (a few consecutive tokens of one
-// sequence); a tile's query heads that share a key-value head meet each block of keys together
-// (kernels' attend_block, which reads the block while it is in cache for all of them), keeping a
-// running softmax, so no score matrix is ever written out. A context longer than one segment may be split
-// over threads, each segment's partial result merged afterwards in position order.
+// sequence); a tile's query heads meet each block of keys together (kernels' attend_block, which reads
+// the block's cache rows once, whole and in order, for every head), keeping a running softmax, so no
+// score matrix is ever written out. A context longer than one segment may be split over threads, each
+// segment's partial result merged afterwards in position order; when even that leaves threads idle,
+// the heads are split too.
 //
 // The promise that batching never changes a token's bits: blocks and segments are counted from
 // position 0, a row's arithmetic does not depend on the rows beside it, and partial results merge in
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "../cpu/kernels.h"
@@ -34,10 +36,24 @@ struct Tile {
   int64_t first, last;  // the positions any of its tokens sees
 };
 
-// A tile's query heads [h0, h1) of one key-value head over segments [s0, s1). `partial` >= 0: the
-// item is one segment of a tile split over threads and leaves its state there for the merge.
+// Key-value heads [kv0, kv1) and of each the query heads g0 <= g < g1 of those sharing it (head
+// kvh * group + g). Its rows for a tile: by key-value head, then token, then query head.
+struct HeadGroup {
+  int64_t kv0, kv1, g0, g1;
+  int64_t rows(int64_t tokens) const { return (kv1 - kv0) * tokens * (g1 - g0); }
+  // Row r's token (from the tile's first) and query head.
+  std::pair<int64_t, int64_t> token_and_head(int64_t r, int64_t tokens, int64_t group) const {
+    const int64_t per_head = tokens * (g1 - g0), kvh = kv0 + r / per_head, rest = r % per_head;
+    return {rest / (g1 - g0), kvh * group + g0 + rest % (g1 - g0)};
+  }
+};
+
+// A tile's head group over segments [s0, s1). `partial` >= 0: the item is one segment of a tile split
+// over threads and leaves its state there for the merge.
 struct Item {
-  int64_t tile, kvh, h0, h1, s0, s1;
+  int64_t tile;
+  HeadGroup g;
+  int64_t s0, s1;
   int64_t partial = -1;
 };
 
@@ -70,7 +86,9 @@ void merge_row(float& m, float& l, float* acc, float bm, float bl, const float* 
 // A split tile's heads [h0, h1): its segments are `items` items, in position order from first_item, one
 // every head group (the plan puts a segment's head groups side by side).
 struct Merge {
-  int64_t tile, h0, h1, first_item, items;
+  int64_t tile;
+  HeadGroup g;
+  int64_t first_item, items;
 };
 
 struct Plan {
@@ -103,39 +121,37 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
   }
   // Enough work for every thread (two items each: more measured slower, each item a fixed cost): whole
   // tiles when there are plenty, else segments (their partial results merged after), and heads split
-  // too when even that is short.
+  // too when even that is short: key-value heads apart, then the query heads sharing one. An item of
+  // every head reads each cache row once, whole and in order (per head, a row's parts are a stride
+  // apart: 3-4x slower from memory); a split's items of one segment lie side by side, so the threads,
+  // taking items in order, still read each row from memory once.
   const int64_t want = 2 * ctx.pool.size();
-  const bool split = int64_t(plan.tiles.size()) * sh.kv_heads < want;
+  const bool split = int64_t(plan.tiles.size()) < want;
   int64_t segment_items = 0;
   for (const Tile& tile : plan.tiles) segment_items += tile.last / SK - tile.first / SK + 1;
-  const int64_t parts = split ? std::clamp<int64_t>((want + segment_items * sh.kv_heads - 1) / (segment_items * sh.kv_heads), 1, group) : 1;
-  const int64_t per_part = (group + parts - 1) / parts;
-  // Costly items first (later tiles see more keys), so the last ones to run are short. A split tile's items
-  // go segment by segment, every key-value head of a segment side by side: a cache row holds all the heads
-  // of a position, so the threads, taking items in order, read each row from memory once and whole (head by
-  // head over the whole context, a context larger than the caches was read from memory once per head:
-  // 1.6x slower, measured with two heads).
-  struct HeadGroup {
-    int64_t kvh, h0, h1;
-  };
   std::vector<HeadGroup> head_groups;
-  for (int64_t kvh = 0; kvh < sh.kv_heads; ++kvh)
-    for (int64_t h0 = kvh * group; h0 < (kvh + 1) * group; h0 += per_part)
-      head_groups.push_back({kvh, h0, std::min(h0 + per_part, (kvh + 1) * group)});
+  if (!split || segment_items >= want) {
+    head_groups.push_back({0, sh.kv_heads, 0, group});
+  } else {
+    const int64_t parts = std::clamp<int64_t>((want + segment_items * sh.kv_heads - 1) / (segment_items * sh.kv_heads), 1, group);
+    const int64_t per_part = (group + parts - 1) / parts;
+    for (int64_t kvh = 0; kvh < sh.kv_heads; ++kvh)
+      for (int64_t g0 = 0; g0 < group; g0 += per_part) head_groups.push_back({kvh, kvh + 1, g0, std::min(g0 + per_part, group)});
+  }
   const int64_t stride = int64_t(head_groups.size());  // items from one segment of a split tile to the next
+  // Costly items first (later tiles see more keys), so the last ones to run are short.
   for (int64_t i = int64_t(plan.tiles.size()) - 1; i >= 0; --i) {
     const Tile& tile = plan.tiles[size_t(i)];
-    const int64_t s0 = tile.first / SK, s1 = tile.last / SK + 1, rows = tile.t1 - tile.t0;
+    const int64_t s0 = tile.first / SK, s1 = tile.last / SK + 1, tokens = tile.t1 - tile.t0;
     if (!split || s1 - s0 == 1) {
-      for (const HeadGroup& g : head_groups) plan.items.push_back({i, g.kvh, g.h0, g.h1, s0, s1});
+      for (const HeadGroup& g : head_groups) plan.items.push_back({i, g, s0, s1});
       continue;
     }
-    for (int64_t x = 0; x < stride; ++x)
-      plan.merges.push_back({i, head_groups[size_t(x)].h0, head_groups[size_t(x)].h1, int64_t(plan.items.size()) + x, s1 - s0});
+    for (int64_t x = 0; x < stride; ++x) plan.merges.push_back({i, head_groups[size_t(x)], int64_t(plan.items.size()) + x, s1 - s0});
     for (int64_t s = s0; s < s1; ++s)
       for (const HeadGroup& g : head_groups) {
-        plan.items.push_back({i, g.kvh, g.h0, g.h1, s, s + 1, plan.partial_rows});
-        plan.partial_rows += rows * (g.h1 - g.h0);
+        plan.items.push_back({i, g, s, s + 1, plan.partial_rows});
+        plan.partial_rows += g.rows(tokens);
       }
   }
   std::vector<float> partial_m(size_t(plan.partial_rows)), partial_l(size_t(plan.partial_rows));
@@ -159,19 +175,25 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
     State seg, whole;
     std::vector<const float*> qrows;
     std::vector<int32_t> lo, hi;
+    std::vector<int64_t> token;  // each row's token in the step
     std::vector<const uint8_t*> keys(static_cast<size_t>(KB)), values(static_cast<size_t>(KB));
     for (int64_t it = i0; it < i1; ++it) {
       const Item& item = plan.items[size_t(it)];
       const Tile& tile = plan.tiles[size_t(item.tile)];
-      const int64_t heads = item.h1 - item.h0, rows = (tile.t1 - tile.t0) * heads;
+      const int64_t tokens = tile.t1 - tile.t0, rows = item.g.rows(tokens);
       qrows.resize(size_t(rows));
+      token.resize(size_t(rows));
       lo.resize(size_t(rows));
       hi.resize(size_t(rows));
-      for (int64_t r = 0; r < rows; ++r) qrows[size_t(r)] = qf + ((tile.t0 + r / heads) * sh.heads + item.h0 + r % heads) * d;
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto [t, h] = item.g.token_and_head(r, tokens, group);
+        token[size_t(r)] = tile.t0 + t;
+        qrows[size_t(r)] = qf + ((tile.t0 + t) * sh.heads + h) * d;
+      }
       const int32_t* table = b.block_table.data() + b.table_start[size_t(b.seq[size_t(tile.t0)])];
       auto row_at = [&](int64_t p) {
         const int64_t page = p / sh.block_tokens;
-        return int64_t(table[page]) * kv.block_bytes + (p - page * sh.block_tokens) * kv.row_bytes + item.kvh * head_bytes;
+        return int64_t(table[page]) * kv.block_bytes + (p - page * sh.block_tokens) * kv.row_bytes + item.g.kv0 * head_bytes;
       };
       const bool complete = item.partial < 0;
       if (complete) whole.reset(rows, width);
@@ -186,11 +208,12 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
             values[size_t(j)] = kv.values + at;
           }
           for (int64_t r = 0; r < rows; ++r) {
-            const int64_t p = b.pos[size_t(tile.t0 + r / heads)];
+            const int64_t p = b.pos[size_t(token[size_t(r)])];
             lo[size_t(r)] = int32_t(std::clamp<int64_t>(first_of(p) - bs, 0, n));
             hi[size_t(r)] = int32_t(std::clamp<int64_t>(p + 1 - bs, 0, n));
           }
-          const cpu::AttendBlock block{keys.data(), values.data(), kv.dtype, n, d, vd, sh.scale, sh.softcap};
+          const cpu::AttendBlock block{keys.data(), values.data(), kv.dtype, n, d, vd, sh.scale, sh.softcap,
+                                       item.g.kv1 - item.g.kv0, head_bytes};
           k.attend_block(block, {qrows.data(), rows, lo.data(), hi.data(), seg.m.data(), seg.l.data(), seg.acc.data(), width});
         }
         if (!complete) {
@@ -204,8 +227,10 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
                     seg.acc.data() + r * width, width);
       }
       if (!complete) continue;
-      for (int64_t r = 0; r < rows; ++r)
-        write_row(tile.t0 + r / heads, item.h0 + r % heads, whole.acc.data() + r * width, whole.m[size_t(r)], whole.l[size_t(r)]);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto [t, h] = item.g.token_and_head(r, tokens, group);
+        write_row(tile.t0 + t, h, whole.acc.data() + r * width, whole.m[size_t(r)], whole.l[size_t(r)]);
+      }
     }
   });
   if (plan.partial_rows == 0) return;
@@ -216,14 +241,15 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
     for (int64_t i = i0; i < i1; ++i) {
       const Merge& mg = plan.merges[size_t(i)];
       const Tile& tile = plan.tiles[size_t(mg.tile)];
-      const int64_t heads = mg.h1 - mg.h0, rows = (tile.t1 - tile.t0) * heads;
+      const int64_t tokens = tile.t1 - tile.t0, rows = mg.g.rows(tokens);
       for (int64_t r = 0; r < rows; ++r) {
         float m = -INFINITY, l = 0;
         for (int64_t it = mg.first_item; it < mg.first_item + mg.items * stride; it += stride) {
           const int64_t at = plan.items[size_t(it)].partial + r;
           merge_row(m, l, acc.data(), partial_m[size_t(at)], partial_l[size_t(at)], partial_acc.data() + at * width, width);
         }
-        write_row(tile.t0 + r / heads, mg.h0 + r % heads, acc.data(), m, l);
+        const auto [t, h] = mg.g.token_and_head(r, tokens, group);
+        write_row(tile.t0 + t, h, acc.data(), m, l);
       }
     }
   });

@@ -276,6 +276,62 @@ BOOST_AUTO_TEST_CASE(attend_block_matches_the_reference_and_rows_do_not_depend_o
   }
 }
 
+// One call for the rows of several key-value heads (each reading its part of the cache rows, a head's
+// bytes apart) gives every row the bits of a call for its head alone, in every table; the scalar
+// reference's rows likewise. Heads of 64 values read as stored, of 60 widened first; a head whose rows
+// see no key of the block between two that do.
+BOOST_AUTO_TEST_CASE(attend_block_rows_of_several_heads_get_the_bits_of_each_head_alone) {
+  using kvcache::KvDtype;
+  std::vector<const Kernels*> tables{&cpu::scalar_kernels(), cpu::avx2_kernels()};
+  if (const Kernels* wide = cpu::avx512vnni_kernels()) tables.push_back(wide);
+  std::mt19937 rng(12);
+  for (KvDtype t : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0})
+    for (int64_t d : {64, 60}) {
+      if (!kvcache::kv_fits(t, d)) continue;
+      const int64_t heads = 3, per_head = 7, nq = heads * per_head, n = 37, width = (d + 7) / 8 * 8;
+      const int64_t head_bytes = kvcache::kv_head_bytes(t, d), row_bytes = heads * head_bytes;
+      std::vector<uint8_t> keys(size_t(n * row_bytes)), values(keys.size());
+      std::vector<const uint8_t*> kptr, vptr;
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t h = 0; h < heads; ++h) {
+          kvcache::kv_store_head(t, random_floats(size_t(d), rng).data(), d, keys.data() + j * row_bytes + h * head_bytes);
+          kvcache::kv_store_head(t, random_floats(size_t(d), rng).data(), d, values.data() + j * row_bytes + h * head_bytes);
+        }
+        kptr.push_back(keys.data() + j * row_bytes);
+        vptr.push_back(values.data() + j * row_bytes);
+      }
+      const auto q = random_floats(size_t(nq * d), rng);
+      std::vector<const float*> qrows;
+      std::vector<int32_t> lo, hi;
+      for (int64_t i = 0; i < nq; ++i) {
+        qrows.push_back(q.data() + i * d);
+        const int32_t a = int32_t(rng() % uint32_t(n)), c = int32_t(rng() % uint32_t(n + 1));
+        const bool blind = i / per_head == 1;  // the middle head's rows see nothing of this block
+        lo.push_back(blind ? 5 : std::min(a, c));
+        hi.push_back(blind ? 5 : std::max(a + 1, c));
+      }
+      for (const Kernels* k : tables)
+        BOOST_TEST_CONTEXT(k->name << " " << kvcache::kv_dtype_name(t) << " d=" << d) {
+          std::vector<float> m(size_t(nq), 1.5f), l(size_t(nq), 2.0f), acc(size_t(nq * width), 0.25f);
+          std::vector<float> m1 = m, l1 = l, acc1 = acc;
+          const cpu::AttendBlock all{kptr.data(), vptr.data(), t, n, d, d, 0.125f, 0.0f, heads, head_bytes};
+          k->attend_block(all, {qrows.data(), nq, lo.data(), hi.data(), m.data(), l.data(), acc.data(), width});
+          for (int64_t h = 0; h < heads; ++h) {
+            std::vector<const uint8_t*> kh, vh;
+            for (int64_t j = 0; j < n; ++j) kh.push_back(kptr[size_t(j)] + h * head_bytes), vh.push_back(vptr[size_t(j)] + h * head_bytes);
+            const cpu::AttendBlock one{kh.data(), vh.data(), t, n, d, d, 0.125f};
+            const int64_t f = h * per_head;
+            k->attend_block(one, {qrows.data() + f, per_head, lo.data() + f, hi.data() + f, m1.data() + f, l1.data() + f,
+                                  acc1.data() + f * width, width});
+          }
+          BOOST_TEST(std::memcmp(m.data(), m1.data(), m.size() * 4) == 0);
+          BOOST_TEST(std::memcmp(l.data(), l1.data(), l.size() * 4) == 0);
+          BOOST_TEST(std::memcmp(acc.data(), acc1.data(), acc.size() * 4) == 0);
+          BOOST_TEST(m[size_t(per_head)] == 1.5f);  // a blind row is left as it was
+        }
+    }
+}
+
 // ops::paged_attention on the CPU (flash attention: tiles of tokens, blocks of keys, long contexts split
 // over threads and merged) against a double-precision softmax over the stored keys and values, for the
 // scalar and fast tables: a prefill slice crossing segments, decodes of 1 to 2100 keys, sliding windows,
