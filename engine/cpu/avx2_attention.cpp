@@ -144,13 +144,12 @@ void softcap_scores(float* s, int64_t j0, int64_t j1, float cap) {
   }
 }
 
-// Keys per chunk of the weighing pass: every group of rows (of every head) weighs a chunk's values in
-// turn, so the block's value rows are read in order, as the scores read its key rows four at a time.
-// Reading one head's part of each row over the whole block, then the next head's, measured 3-4x slower
-// from memory (a long context's cache does not stay in the CPU's caches): the prefetchers follow
-// ascending streams, not a stride that goes back. (Chunks of 4 to 32 keys measured alike; each chunk
-// costs a load and store of the groups' outputs.)
-constexpr int64_t kWeighKeys = 16;
+// The scores pass takes the block four keys at a time, every group of rows (of every head) in turn, so
+// the block's key rows are read once, in order, and asks for the key and value rows kPrefetchKeys ahead:
+// a long context's cache does not stay in the CPU's caches, and read one head's part of each row over
+// the block, then the next head's (a stride that goes back, which the prefetchers do not follow), it
+// streamed from memory 3-4x slower. The values are then in cache for the weighing pass.
+constexpr int64_t kPrefetchKeys = 16;
 
 // Up to kGroup live rows of one head, with what the passes read and write for them.
 struct Group {
@@ -188,9 +187,16 @@ inline void with_group_size(int q, F&& f) {
 template <typename L>
 void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t j0, int64_t j1, int64_t width, int64_t vwidth) {
   const int64_t n4 = round_up(b.n, 4), n8 = round_up(b.n, 8);
-  for (int64_t j = j0 & ~int64_t(3); j < j1; j += 4)
+  const int64_t span = (b.heads - 1) * b.head_stride + kvcache::kv_head_bytes(b.dtype, b.d);
+  for (int64_t j = j0 & ~int64_t(3); j < j1; j += 4) {
+    for (int64_t x = j + kPrefetchKeys; x < std::min(j + kPrefetchKeys + 4, j1); ++x)
+      for (int64_t at = 0; at < span; at += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(b.keys[x] + at), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b.values[x] + at), _MM_HINT_T0);
+      }
     for (Group& g : t.groups)
       with_group_size(g.q, [&](auto Q) { scores4<Q(), L>(g.query, t.krows.data() + g.head * n4 + j, width, b.scale, g.s, j); });
+  }
   if (b.softcap)
     for (int64_t i : t.live) softcap_scores(t.s.data() + i * n8, j0 & ~int64_t(7), round_up(j1, 8), b.softcap);
   for (int64_t i : t.live) {
@@ -200,15 +206,10 @@ void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t 
     r.l[i] = r.l[i] * t.alpha[size_t(i)] + sum;
     r.m[i] = m;
   }
-  for (Group& g : t.groups)
+  for (Group& g : t.groups) {
     for (int i = 0; i < g.q; ++i) g.alpha[i] = t.alpha[size_t(g.row[i])];
-  for (int64_t c0 = j0; c0 < j1; c0 += kWeighKeys)
-    for (Group& g : t.groups) {
-      const int64_t a = std::max(g.k0, c0), e = std::min(g.k1, c0 + kWeighKeys);
-      if (a >= e) continue;
-      with_group_size(g.q, [&](auto Q) { weigh_rows<Q(), L>(g.p, g.alpha, t.vrows.data() + g.head * n4, vwidth, a, e, g.acc); });
-      std::fill(g.alpha, g.alpha + kGroup, 1.0f);  // rescaled once: later chunks add to acc as it is (x * 1 is x)
-    }
+    with_group_size(g.q, [&](auto Q) { weigh_rows<Q(), L>(g.p, g.alpha, t.vrows.data() + g.head * n4, vwidth, g.k0, g.k1, g.acc); });
+  }
 }
 
 template <typename L>
