@@ -83,7 +83,7 @@ void merge_row(float& m, float& l, float* acc, float bm, float bl, const float* 
   m = top;
 }
 
-// A split tile's heads [h0, h1): its segments are `items` items, in position order from first_item, one
+// A split tile's head group: its segments are `items` items, in position order from first_item, one
 // every head group (the plan puts a segment's head groups side by side).
 struct Merge {
   int64_t tile;
