@@ -3,11 +3,12 @@
 // sequence's each call, as inside a model), a batch of 16 decoding sequences, and the last 512-token
 // slice of an N-token prefill (the slice that sees the whole context; the cache is filled beforehand). Prints milliseconds per
 // call and GFLOP/s (4 flops per query head, key and head value: the two dot products).
-//   ftllm-attention-bench [-t THREADS] [--heads H --kv_heads K --head_dim D] [--kv_dtype f16|...] [N ...]
+//   ftllm-attention-bench [-t THREADS] [--heads H --kv_heads K --head_dim D] [--kv_dtype f16|...] [--kernels K] [N ...]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,7 +47,7 @@ double best_seconds(Fn&& fn) {
 int main(int argc, char** argv) {
   int threads = 2;
   int64_t heads = 14, kv_heads = 2, d = 64;
-  std::string kv_dtype = "f16";
+  std::string kv_dtype = "f16", kernels = "auto";
   std::vector<int64_t> contexts;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -56,13 +57,20 @@ int main(int argc, char** argv) {
     else if (a == "--kv_heads") kv_heads = std::stoll(value());
     else if (a == "--head_dim") d = std::stoll(value());
     else if (a == "--kv_dtype") kv_dtype = value();
+    else if (a == "--kernels") kernels = value();
     else contexts.push_back(std::stoll(a));
   }
   if (contexts.empty()) contexts = {512, 2048, 8192, 32768};
   const auto dtype = kvcache::parse_kv_dtype(kv_dtype);
   if (!dtype) return std::fprintf(stderr, "unknown kv dtype %s\n", kv_dtype.c_str()), 2;
   cpu::ThreadPool pool(threads);
-  ops::Context ctx{pool, cpu::best_kernels()};
+  const cpu::Kernels* table = nullptr;
+  try {
+    table = &cpu::kernels_named(kernels);
+  } catch (const std::exception& e) {
+    return std::fprintf(stderr, "%s\n", e.what()), 2;
+  }
+  ops::Context ctx{pool, *table};
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::printf("attention of one layer: %lld heads, %lld kv heads, d %lld, %s cache, %d threads, %s kernels\n", (long long)heads,
