@@ -7,8 +7,9 @@
 //
 // Built twice (meson.build): for the AVX2 table, groups of two rows (their accumulators, keys and query
 // fill AVX2's 16 vector registers); with FTLLM_VNNI for the AVX-512 tables, the same code in groups of
-// four, whose 21 registers fit AVX-512VL's 32. Decode's seven query heads per key-value head (Qwen2.5)
-// then read each key twice rather than four times.
+// four, whose 21 registers fit AVX-512VL's 32, and with the scores, softmax and weighing steps of
+// avx512_attention_steps.h on 512-bit registers (the same bits). Decode's seven query heads per
+// key-value head (Qwen2.5) then read each key twice rather than four times.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -19,10 +20,14 @@
 #include "avx2_kv.h"
 #include "avx2_quant.h"
 #include "avx2_util.h"
+#ifdef FTLLM_VNNI
+#include "avx512_attention_steps.h"
+#endif
 
 #ifdef FTLLM_VNNI
 namespace ftllm::cpu::avx512vnni {
 constexpr int kGroup = 4;
+using avx512::scores4, avx512::softmax_step, avx512::weigh16;
 #else
 namespace ftllm::cpu::avx2 {
 constexpr int kGroup = 2;
@@ -49,6 +54,7 @@ void widen(const uint8_t* const* rows, kvcache::KvDtype t, int64_t j0, int64_t j
   }
 }
 
+#ifndef FTLLM_VNNI  // avx512_attention_steps.h has the AVX-512 tables' scores4 and softmax_step
 // Q rows (queries q[0..Q)) against keys k[0..3] (rows read by L, `width` values, a
 // multiple of 8), times scale, into s[r] + j. Each key's eight lanes are summed by the same hadd tree
 // whatever its neighbours, so a score's bits depend only on its query and key.
@@ -73,7 +79,9 @@ inline void scores4(const float* const* q, const uint8_t* const* k, int64_t widt
     _mm_storeu_ps(s[r] + j, _mm_mul_ps(sum, _mm_set1_ps(scale)));
   }
 }
+#endif
 
+#ifndef FTLLM_VNNI
 // Lanes j..j+7 that lie in [lo, hi), as a mask.
 inline __m256 lanes_in(int64_t j, int32_t lo, int32_t hi) {
   const __m256i at = _mm256_add_epi32(_mm256_set1_epi32(int32_t(j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -105,6 +113,7 @@ __attribute__((noinline)) float softmax_step(const float* s, int64_t g0, int64_t
   *m_new = m;
   return hsum(sum);
 }
+#endif
 
 // Q rows' outputs, chunks [c, c + 8 * kChunks): acc = acc * alpha + sum_j p_j v_j over j in [j0, j1),
 // in j order (a partner's extra keys carry p = 0 and add nothing).
@@ -126,10 +135,15 @@ inline void weigh(const float* const* p, const float* alpha, const uint8_t* cons
     for (int u = 0; u < kChunks; ++u) _mm256_storeu_ps(acc[r] + c + 8 * u, a[r][u]);
 }
 
+
 template <int Q, typename L>
 void weigh_rows(const float* const* p, const float* alpha, const uint8_t* const* v, int64_t width, int64_t j0, int64_t j1,
                 float* const* acc) {
   int64_t c = 0;
+#ifdef FTLLM_VNNI
+  for (; c + 64 <= width; c += 64) weigh16<Q, 4, L>(p, alpha, v, j0, j1, c, acc);
+  for (; c + 16 <= width; c += 16) weigh16<Q, 1, L>(p, alpha, v, j0, j1, c, acc);
+#endif
   for (; c + 32 <= width; c += 32) weigh<Q, 4, L>(p, alpha, v, j0, j1, c, acc);
   for (; c < width; c += 8) weigh<Q, 1, L>(p, alpha, v, j0, j1, c, acc);
 }
