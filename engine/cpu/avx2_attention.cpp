@@ -26,11 +26,13 @@
 
 #ifdef FTLLM_VNNI
 namespace ftllm::cpu::avx512vnni {
-constexpr int kGroup = 4;
+// Scores take up to eight rows of a head (16 accumulators), each key widened once for them; the
+// weighing takes them four at a time (16 accumulators over 64 values).
+constexpr int kGroup = 8, kWeighRows = 4;
 using avx512::scores4, avx512::softmax_step, avx512::weigh16;
 #else
 namespace ftllm::cpu::avx2 {
-constexpr int kGroup = 2;
+constexpr int kGroup = 2, kWeighRows = 2;
 #endif
 
 namespace {
@@ -188,7 +190,7 @@ struct Scratch {
 };
 
 // Row groups of Q (1..kGroup) rows: the compile-time Q the group's size asks for.
-template <int Q = kGroup, typename F>
+template <int Q, typename F>
 inline void with_group_size(int q, F&& f) {
   if constexpr (Q > 1)
     if (q < Q) return with_group_size<Q - 1>(q, f);
@@ -209,7 +211,7 @@ void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t 
         _mm_prefetch(reinterpret_cast<const char*>(b.values[x] + at), _MM_HINT_T0);
       }
     for (Group& g : t.groups)
-      with_group_size(g.q, [&](auto Q) { scores4<Q(), L>(g.query, t.krows.data() + g.head * n4 + j, width, b.scale, g.s, j); });
+      with_group_size<kGroup>(g.q, [&](auto Q) { scores4<Q(), L>(g.query, t.krows.data() + g.head * n4 + j, width, b.scale, g.s, j); });
   }
   if (b.softcap)
     for (int64_t i : t.live) softcap_scores(t.s.data() + i * n8, j0 & ~int64_t(7), round_up(j1, 8), b.softcap);
@@ -222,7 +224,10 @@ void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t 
   }
   for (Group& g : t.groups) {
     for (int i = 0; i < g.q; ++i) g.alpha[i] = t.alpha[size_t(g.row[i])];
-    with_group_size(g.q, [&](auto Q) { weigh_rows<Q(), L>(g.p, g.alpha, t.vrows.data() + g.head * n4, vwidth, g.k0, g.k1, g.acc); });
+    for (int i = 0; i < g.q; i += kWeighRows)
+      with_group_size<kWeighRows>(std::min(kWeighRows, g.q - i), [&](auto Q) {
+        weigh_rows<Q(), L>(g.p + i, g.alpha + i, t.vrows.data() + g.head * n4, vwidth, g.k0, g.k1, g.acc + i);
+      });
   }
 }
 
