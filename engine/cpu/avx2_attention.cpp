@@ -6,10 +6,10 @@
 // same alone or grouped, so its bits depend on nothing but its own query and keys, in either build.
 //
 // Built twice (meson.build): for the AVX2 table, groups of two rows (their accumulators, keys and query
-// fill AVX2's 16 vector registers); with FTLLM_VNNI for the AVX-512 tables, the same code in groups of
-// four, whose 21 registers fit AVX-512VL's 32, and with the scores, softmax and weighing steps of
-// avx512_attention_steps.h on 512-bit registers (the same bits). Decode's seven query heads per
-// key-value head (Qwen2.5) then read each key twice rather than four times.
+// fill AVX2's 16 vector registers); with FTLLM_VNNI for the AVX-512 tables, groups of up to eight rows
+// (kGroup below) and the scores, softmax and weighing steps of avx512_attention_steps.h on 512-bit
+// registers, with the same bits. Decode's seven query heads per key-value head (Qwen2.5) then widen
+// each key once rather than four times.
 #include <immintrin.h>
 
 #include <algorithm>
