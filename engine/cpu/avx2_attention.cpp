@@ -56,7 +56,7 @@ void widen(const uint8_t* const* rows, kvcache::KvDtype t, int64_t j0, int64_t j
   }
 }
 
-#ifndef FTLLM_VNNI  // avx512_attention_steps.h has the AVX-512 tables' scores4 and softmax_step
+#ifndef FTLLM_VNNI  // the AVX-512 tables' scores4 and softmax_step are avx512_attention_steps.h's
 // Q rows (queries q[0..Q)) against keys k[0..3] (rows read by L, `width` values, a
 // multiple of 8), times scale, into s[r] + j. Each key's eight lanes are summed by the same hadd tree
 // whatever its neighbours, so a score's bits depend only on its query and key.
@@ -81,9 +81,7 @@ inline void scores4(const float* const* q, const uint8_t* const* k, int64_t widt
     _mm_storeu_ps(s[r] + j, _mm_mul_ps(sum, _mm_set1_ps(scale)));
   }
 }
-#endif
 
-#ifndef FTLLM_VNNI
 // Lanes j..j+7 that lie in [lo, hi), as a mask.
 inline __m256 lanes_in(int64_t j, int32_t lo, int32_t hi) {
   const __m256i at = _mm256_add_epi32(_mm256_set1_epi32(int32_t(j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -136,7 +134,6 @@ inline void weigh(const float* const* p, const float* alpha, const uint8_t* cons
   for (int r = 0; r < Q; ++r)
     for (int u = 0; u < kChunks; ++u) _mm256_storeu_ps(acc[r] + c + 8 * u, a[r][u]);
 }
-
 
 template <int Q, typename L>
 void weigh_rows(const float* const* p, const float* alpha, const uint8_t* const* v, int64_t width, int64_t j0, int64_t j1,
