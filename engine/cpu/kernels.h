@@ -35,6 +35,12 @@ struct AttendBlock {
   float scale;
   float softcap = 0;  // > 0: s_j = softcap * tanh(scale (q . k_j) / softcap) (Gemma 2)
   int64_t heads = 1, head_stride = 0;
+  // The first `ahead` rows of the block the caller reads next (0: none), laid out as keys and values:
+  // only asked for in advance (prefetched), never read, so a long context's cache streams from memory
+  // without a wait at each block's first keys.
+  const uint8_t* const* ahead_keys = nullptr;
+  const uint8_t* const* ahead_values = nullptr;
+  int64_t ahead = 0;
 };
 // nq query rows (d floats each) and their running state: row i sees keys lo[i] <= j < hi[i] of the
 // block (none when hi[i] <= lo[i]: the row is left as it is); its max m[i], sum l[i] and unnormalised

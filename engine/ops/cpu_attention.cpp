@@ -181,6 +181,7 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
     std::vector<int32_t> lo, hi;
     std::vector<int64_t> token;  // each row's token in the step
     std::vector<const uint8_t*> keys(static_cast<size_t>(KB)), values(static_cast<size_t>(KB));
+    std::vector<const uint8_t*> next_keys(static_cast<size_t>(KB)), next_values(static_cast<size_t>(KB));
     for (int64_t it = i0; it < i1; ++it) {
       const Item& item = plan.items[size_t(it)];
       const Tile& tile = plan.tiles[size_t(item.tile)];
@@ -200,25 +201,36 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
         return int64_t(table[page]) * kv.block_bytes + (p - page * sh.block_tokens) * kv.row_bytes + item.g.kv0 * head_bytes;
       };
       const bool complete = item.partial < 0;
+      const int64_t item_end = std::min(item.s1 * SK, tile.last + 1);
       if (complete) whole.reset(rows, width);
       for (int64_t s = item.s0; s < item.s1; ++s) {
         seg.reset(rows, width);
         const int64_t from = std::max(s * SK, tile.first), to = std::min((s + 1) * SK, tile.last + 1);
-        for (int64_t bs = from / KB * KB; bs < to; bs += KB) {
+        // Block bs's rows (from the tile's first position) into k and v; returns the block's keys.
+        auto rows_of = [&](int64_t bs, std::vector<const uint8_t*>& k, std::vector<const uint8_t*>& v) {
           const int64_t n = std::min(KB, tile.last + 1 - bs);
           for (int64_t j = std::max<int64_t>(0, tile.first - bs); j < n; ++j) {
             const int64_t at = row_at(bs + j);
-            keys[size_t(j)] = kv.keys + at;
-            values[size_t(j)] = kv.values + at;
+            k[size_t(j)] = kv.keys + at;
+            v[size_t(j)] = kv.values + at;
           }
+          return n;
+        };
+        if (from < to) rows_of(from / KB * KB, keys, values);
+        for (int64_t bs = from / KB * KB; bs < to; bs += KB) {
+          const int64_t n = std::min(KB, tile.last + 1 - bs);
+          // The next block this item reads (also across its segments), asked for while this one is read.
+          const int64_t ahead = bs + KB < item_end ? rows_of(bs + KB, next_keys, next_values) : 0;
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t p = b.pos[size_t(token[size_t(r)])];
             lo[size_t(r)] = int32_t(std::clamp<int64_t>(first_of(p) - bs, 0, n));
             hi[size_t(r)] = int32_t(std::clamp<int64_t>(p + 1 - bs, 0, n));
           }
           const cpu::AttendBlock block{keys.data(), values.data(), kv.dtype, n, d, vd, sh.scale, sh.softcap,
-                                       item.g.kv1 - item.g.kv0, head_bytes};
+                                       item.g.kv1 - item.g.kv0, head_bytes, next_keys.data(), next_values.data(), ahead};
           k.attend_block(block, {qrows.data(), rows, lo.data(), hi.data(), seg.m.data(), seg.l.data(), seg.acc.data(), width});
+          keys.swap(next_keys);
+          values.swap(next_values);
         }
         if (!complete) {
           std::copy(seg.m.begin(), seg.m.end(), partial_m.begin() + item.partial);

@@ -3,7 +3,9 @@
 // sequence's each call, as inside a model), a batch of 16 decoding sequences, and the last 512-token
 // slice of an N-token prefill (the slice that sees the whole context; the cache is filled beforehand). Prints milliseconds per
 // call and GFLOP/s (4 flops per query head, key and head value: the two dot products).
-//   ftllm-attention-bench [-t THREADS] [--heads H --kv_heads K --head_dim D] [--kv_dtype f16|...] [--kernels K] [N ...]
+//   ftllm-attention-bench [-t THREADS] [--heads H --kv_heads K --head_dim D] [--kv_dtype f16|...] [--kernels K]
+//                         [--only TEST] [N ...]
+// --only runs one test (its name as printed, e.g. "decode 1 uncached"), for a profile of it alone.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,7 +49,7 @@ double best_seconds(Fn&& fn) {
 int main(int argc, char** argv) {
   int threads = 2;
   int64_t heads = 14, kv_heads = 2, d = 64;
-  std::string kv_dtype = "f16", kernels = "auto";
+  std::string kv_dtype = "f16", kernels = "auto", only;
   std::vector<int64_t> contexts;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
     else if (a == "--head_dim") d = std::stoll(value());
     else if (a == "--kv_dtype") kv_dtype = value();
     else if (a == "--kernels") kernels = value();
+    else if (a == "--only") only = value();
     else contexts.push_back(std::stoll(a));
   }
   if (contexts.empty()) contexts = {512, 2048, 8192, 32768};
@@ -109,6 +112,7 @@ int main(int argc, char** argv) {
     // each_call_another: the one sequence's cache is another each call, as inside a model, where the
     // step's other layers push a layer's cache out of the CPU's caches.
     auto run = [&](const char* name, std::vector<int64_t> pos, std::vector<int32_t> seq, double keys, bool each_call_another = false) {
+      if (!only.empty() && only != name) return;
       const int64_t T = int64_t(pos.size());
       std::vector<float> q(size_t(T * heads * d));
       for (float& x : q) x = normal(rng);
