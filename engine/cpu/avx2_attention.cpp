@@ -9,7 +9,7 @@
 // fill AVX2's 16 vector registers); with FTLLM_VNNI for the AVX-512 tables, groups of up to eight rows
 // (kGroup below) and the scores, softmax and weighing steps of avx512_attention_steps.h on 512-bit
 // registers, with the same bits. Decode's seven query heads per key-value head (Qwen2.5) then widen
-// each key once rather than four times.
+// each key and value once rather than four times.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -27,8 +27,9 @@
 #ifdef FTLLM_VNNI
 namespace ftllm::cpu::avx512vnni {
 // Scores take up to eight rows of a head (16 accumulators), each key widened once for them; the
-// weighing takes them four at a time (16 accumulators over 64 values).
-constexpr int kGroup = 8, kWeighRows = 4;
+// weighing takes them all too (up to 16 accumulators: 32 values of eight rows), so each value is widened
+// once, not twice, for Qwen's seven query heads.
+constexpr int kGroup = 8, kWeighRows = 8;
 using avx512::scores4, avx512::softmax_step, avx512::weigh16;
 #else
 namespace ftllm::cpu::avx2 {
@@ -140,7 +141,8 @@ void weigh_rows(const float* const* p, const float* alpha, const uint8_t* const*
                 float* const* acc) {
   int64_t c = 0;
 #ifdef FTLLM_VNNI
-  for (; c + 64 <= width; c += 64) weigh16<Q, 4, L>(p, alpha, v, j0, j1, c, acc);
+  constexpr int kChunks = Q > 4 ? 2 : 4;  // at most 16 accumulators
+  for (; c + 16 * kChunks <= width; c += 16 * kChunks) weigh16<Q, kChunks, L>(p, alpha, v, j0, j1, c, acc);
   for (; c + 16 <= width; c += 16) weigh16<Q, 1, L>(p, alpha, v, j0, j1, c, acc);
 #endif
   for (; c + 32 <= width; c += 32) weigh<Q, 4, L>(p, alpha, v, j0, j1, c, acc);
@@ -172,6 +174,7 @@ inline void prefetch_row(const uint8_t* row, int64_t bytes) {
 
 // Up to kGroup live rows of one head, with what the passes read and write for them.
 struct Group {
+  Group() {}  // left uninitialised: attend() fills what a group uses (value-initialised, ~0.4 KB were zeroed a block)
   int q;
   int64_t head;
   int64_t row[kGroup];

@@ -196,23 +196,24 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
         qrows[size_t(r)] = qf + ((tile.t0 + t) * sh.heads + h) * d;
       }
       const int32_t* table = b.block_table.data() + b.table_start[size_t(b.seq[size_t(tile.t0)])];
-      auto row_at = [&](int64_t p) {
-        const int64_t page = p / sh.block_tokens;
-        return int64_t(table[page]) * kv.block_bytes + (p - page * sh.block_tokens) * kv.row_bytes + item.g.kv0 * head_bytes;
-      };
       const bool complete = item.partial < 0;
       const int64_t item_end = std::min(item.s1 * SK, tile.last + 1);
       if (complete) whole.reset(rows, width);
       for (int64_t s = item.s0; s < item.s1; ++s) {
         seg.reset(rows, width);
         const int64_t from = std::max(s * SK, tile.first), to = std::min((s + 1) * SK, tile.last + 1);
-        // Block bs's rows (from the tile's first position) into k and v; returns the block's keys.
+        // Block bs's rows (from the tile's first position) into k and v, a page's run at a time (one
+        // division and table lookup a page, not a row); returns the block's keys.
         auto rows_of = [&](int64_t bs, std::vector<const uint8_t*>& k, std::vector<const uint8_t*>& v) {
           const int64_t n = std::min(KB, tile.last + 1 - bs);
-          for (int64_t j = std::max<int64_t>(0, tile.first - bs); j < n; ++j) {
-            const int64_t at = row_at(bs + j);
-            k[size_t(j)] = kv.keys + at;
-            v[size_t(j)] = kv.values + at;
+          for (int64_t j = std::max<int64_t>(0, tile.first - bs); j < n;) {
+            const int64_t page = (bs + j) / sh.block_tokens, slot = bs + j - page * sh.block_tokens;
+            const int64_t run_end = std::min(n, j + sh.block_tokens - slot);
+            int64_t at = int64_t(table[page]) * kv.block_bytes + slot * kv.row_bytes + item.g.kv0 * head_bytes;
+            for (; j < run_end; ++j, at += kv.row_bytes) {
+              k[size_t(j)] = kv.keys + at;
+              v[size_t(j)] = kv.values + at;
+            }
           }
           return n;
         };
