@@ -1142,6 +1142,17 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
   // Weight rows [nt, nt_end) against activation groups [gt, gt_end).
   auto tiles = [&](int64_t nt, int64_t nt_end, int64_t gt, int64_t gt_end) {
     int64_t n = nt;
+#ifdef FTLLM_VNNI
+    // One or two groups (6-16 activation rows: batched decode): eight weight rows a tile, so each load of
+    // activation chunks and each block's fixed steps serve twice the weight rows. Measured on Zen 5, Q4_0
+    // 0.5B shape, 2 threads: 8 sequences +18%, 16 +19% tokens/s; the AVX2 table's 16 registers lost 7%.
+    if constexpr (!kSuper<T> && T != DType::Q6_K)
+      if (gt_end - gt <= 2)
+        for (; n + 2 * kTileRows <= nt_end; n += 2 * kTileRows) {
+          if (gt_end - gt == 1) run.template operator()<2 * kTileRows, 1>(n, gt, gt_end);
+          else run.template operator()<2 * kTileRows, 2>(n, gt, gt_end);
+        }
+#endif
     for (; n + kTileRows <= nt_end; n += kTileRows) {
       int64_t g = gt;
       if constexpr (kTileGroups<T> == 4)
