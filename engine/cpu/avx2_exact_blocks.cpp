@@ -637,6 +637,78 @@ void rows_times_weights_lanes(const Q8Block* x, int64_t nb, const uint8_t* w, si
   if (n < n1) rows_times_weights_few<T, R>(x, nb, w, row_bytes, n, n1, y, ldy);
 }
 
+#ifdef FTLLM_VNNI
+// a in the low half, b in the high one (AVX-512F alone: the tables do not ask for DQ).
+inline __m512i join(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+inline __m512 join_ps(__m128 a, __m128 b, __m128 c, __m128 d) {
+  return _mm512_castsi512_ps(join(_mm256_castps_si256(_mm256_set_m128(b, a)), _mm256_castps_si256(_mm256_set_m128(d, c))));
+}
+
+// rows_times_weights_lanes on sixteen weight rows at a time, for the unsigned block types: row i of the
+// sixteen in lane i of 512-bit registers, so each activation chunk's broadcast and each dot product
+// serve twice the rows, and the turn of a block is one transpose of eight register pairs. Every lane
+// takes the eight-row kernel's steps (its two chains, its float steps), so the bits are the same.
+template <DType T, int R>
+void rows_times_weights_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
+                                int64_t ldy) {
+  using Wt = Weights<T>;
+  static_assert(!Wt::kSigned && T != DType::I4);
+  // After the two unpack rounds (within 128-bit lanes) s[k] holds, per 256-bit half, one chunk of rows
+  // 0-3 (of that half's eight) in its low lane and chunk + 4 in its high one; s[4 + k] the same of rows 4-7.
+  const __m512i low = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), high = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  int64_t n = n0;
+  for (; n + 16 <= n1; n += 16) {
+    const uint8_t* r[16];
+    for (int i = 0; i < 16; ++i) r[i] = w + size_t(n + i) * row_bytes;
+    AheadLines ahead(r[0] + size_t(16) * row_bytes, 16 * row_bytes, nb, n + 32 <= n1);
+    __m512 acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      ahead.step();
+      __m512i v[8], t[8], u[8];
+      for (int i = 0; i < 8; ++i) v[i] = join(Wt::bytes(r[i], b), Wt::bytes(r[i + 8], b));
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+      }
+      for (int h = 0; h < 2; ++h) {
+        u[4 * h] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+      }
+      for (int j = 0; j < 4; ++j) {  // chunk j of all sixteen rows, row i in lane i
+        v[j] = _mm512_permutex2var_epi64(u[j], low, u[4 + j]);
+        v[j + 4] = _mm512_permutex2var_epi64(u[j], high, u[4 + j]);
+      }
+      __m512 wscales = _mm512_set1_ps(1.0f);
+      if constexpr (Wt::kHasScale) wscales = join_ps(Wt::scales4(r, b), Wt::scales4(r + 4, b), Wt::scales4(r + 8, b), Wt::scales4(r + 12, b));
+      __m512 wmins = _mm512_setzero_ps();
+      if constexpr (Wt::kHasMin) wmins = join_ps(Wt::mins4(r, b), Wt::mins4(r + 4, b), Wt::mins4(r + 8, b), Wt::mins4(r + 12, b));
+      for (int i = 0; i < R; ++i) {
+        const Q8Block& xb = x[i * nb + b];
+        __m512i chain[2] = {_mm512_set1_epi32(-Wt::kOffset * xb.sum), _mm512_setzero_si512()};
+        for (int j = 0; j < 8; ++j) {
+          int32_t word;
+          std::memcpy(&word, xb.q + 4 * j, 4);
+          chain[j % 2] = _mm512_dpbusd_epi32(chain[j % 2], v[j], _mm512_set1_epi32(word));
+        }
+        const __m512i dots = _mm512_add_epi32(chain[0], chain[1]);
+        const __m512 xd = _mm512_set1_ps(xb.d);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), Wt::kHasScale ? _mm512_mul_ps(wscales, xd) : xd, acc[i]);
+        if constexpr (Wt::kHasMin) acc[i] = _mm512_fmadd_ps(wmins, _mm512_set1_ps(min_operand<T>(xb)), acc[i]);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      alignas(64) float out[16];
+      _mm512_store_ps(out, acc[i]);
+      for (int j = 0; j < 16; ++j) y[i * ldy + n + j] = finish<T>(r[j], out[j]);
+    }
+  }
+  if (n < n1) rows_times_weights_lanes<T, R>(x, nb, w, row_bytes, n, n1, y, ldy);
+}
+#endif
+
 // The super-block sb of rows + ahead (rows to come) asked for from memory.
 template <typename Block, int W>
 [[gnu::always_inline]] inline void prefetch_superblock(const uint8_t* const* rows, size_t ahead, int64_t sb) {
@@ -1188,6 +1260,9 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   auto few = [&]<int R>() {
     if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
     else if constexpr (R == 1) rows_times_weights_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
+#ifdef FTLLM_VNNI
+    else if constexpr (!Weights<T>::kSigned && T != DType::I4) rows_times_weights_lanes16<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
+#endif
     else rows_times_weights_lanes<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
   };
   switch (M) {  // every row in one pass over the weights
