@@ -67,13 +67,23 @@ struct State {
   }
 };
 
+// acc = acc x + bacc y, each value rounded once by fma. ops/ is built for baseline x86-64, where
+// std::fma is a libm call per value (a 8k-key decode's merge took ~3% of its attention, on one thread
+// while the other waited); the AVX2 + FMA twin runs the loop in vector FMAs, with the same bits. Chosen
+// by cpuid at the call, not by target_clones: an ifunc's resolver runs before ThreadSanitizer's runtime
+// has started, and crashed every TSan-built program that linked it.
+__attribute__((target("avx2,fma"))) void rescale_add_fma(float* acc, const float* bacc, float x, float y, int64_t width) {
+  for (int64_t i = 0; i < width; ++i) acc[i] = std::fma(bacc[i], y, acc[i] * x);
+}
+void rescale_add(float* acc, const float* bacc, float x, float y, int64_t width) {
+  static const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (fma) return rescale_add_fma(acc, bacc, x, y, width);
+  for (int64_t i = 0; i < width; ++i) acc[i] = std::fma(bacc[i], y, acc[i] * x);
+}
+
 // Folds segment b's state of one row into a's (a comes first in position order). The one merge used
-// by a thread that made both and by the merge of results from different threads. ops/ is built for
-// baseline x86-64, where std::fma is a call into libm for every value (a 8k-key decode's merge took
-// ~3% of its attention, on one thread while the other waited); the clone for x86-64-v3 (AVX2, FMA)
-// does the loop in vector FMAs. fma rounds once either way, so both clones give the same bits.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void merge_row(float& m, float& l, float* acc, float bm, float bl,
-                                                                         const float* bacc, int64_t width) {
+// by a thread that made both and by the merge of results from different threads.
+void merge_row(float& m, float& l, float* acc, float bm, float bl, const float* bacc, int64_t width) {
   if (bm == -INFINITY) return;
   if (m == -INFINITY) {
     m = bm;
@@ -83,7 +93,7 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void merge_row(float
   }
   const float top = std::max(m, bm), x = std::exp(m - top), y = std::exp(bm - top);
   l = std::fma(bl, y, l * x);
-  for (int64_t i = 0; i < width; ++i) acc[i] = std::fma(bacc[i], y, acc[i] * x);
+  rescale_add(acc, bacc, x, y, width);
   m = top;
 }
 
