@@ -157,6 +157,14 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+void rescale_add(float* acc, float x, const float* b, float y, int64_t n) {
+  const __m256 xv = _mm256_set1_ps(x), yv = _mm256_set1_ps(y);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(b + i), yv, _mm256_mul_ps(_mm256_loadu_ps(acc + i), xv)));
+  for (; i < n; ++i) acc[i] = std::fma(b[i], y, acc[i] * x);
+}
+
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
@@ -238,12 +246,12 @@ void to_f32(DType t, const void* src, float* dst, int64_t n) {
 // AVX-512 registers) and attention (the AVX2 code in wider row groups, the same bits); everything else, the
 // one-row matmul included, is the AVX2 code.
 const Kernels& avx512vnni_kernel_table() {
-  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, gelu_tanh_mul, to_f32, avx512vnni::attend_block};
+  static const Kernels k{"avx512vnni", matmul<true>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, gelu_tanh_mul, to_f32, avx512vnni::attend_block, rescale_add};
   return k;
 }
 
 const Kernels& avx2_kernel_table() {
-  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, gelu_tanh_mul, to_f32, avx2::attend_block};
+  static const Kernels k{"avx2", matmul<false>, avx2::uses_q8, avx2::quantize_q8, avx2::quantize_q8_256, dot, axpy, rmsnorm, silu_mul, gelu_tanh_mul, to_f32, avx2::attend_block, rescale_add};
   return k;
 }
 

@@ -83,6 +83,9 @@ struct Kernels {
   void (*to_f32)(DType t, const void* src, float* dst, int64_t n);
   // Flash attention's step, an online softmax: query rows meet one block of cached keys and values.
   void (*attend_block)(const AttendBlock& block, const AttendRows& rows);
+  // acc = fma(b, y, acc * x), each value rounded once (so the same bits on every table): the merge of
+  // two online-softmax states, rescaled to their common maximum.
+  void (*rescale_add)(float* acc, float x, const float* b, float y, int64_t n);
 };
 
 // Q4_K, Q5_K and Q6_K take their activations with one scale per 256 values (llama.cpp's q8_K): every block

@@ -84,6 +84,10 @@ void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void rescale_add(float* acc, float x, const float* b, float y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] = std::fma(b[i], y, acc[i] * x);
+}
+
 void to_f32(DType t, const void* src, float* dst, int64_t n) { quant::dequantize_row(t, src, dst, n); }
 
 // The cached rows read value by value, in the one order; the online softmax exactly as kernels.h
@@ -119,7 +123,7 @@ void attend_block(const AttendBlock& b, const AttendRows& r) {
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, quantize_q8_256, dot, axpy, rmsnorm, silu_mul, gelu_tanh_mul, to_f32, attend_block};
+  static const Kernels k{"scalar", matmul, uses_q8, quantize_q8, quantize_q8_256, dot, axpy, rmsnorm, silu_mul, gelu_tanh_mul, to_f32, attend_block, rescale_add};
   return k;
 }
 

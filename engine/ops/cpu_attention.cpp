@@ -67,23 +67,11 @@ struct State {
   }
 };
 
-// acc = acc x + bacc y, each value rounded once by fma. ops/ is built for baseline x86-64, where
-// std::fma is a libm call per value (a 8k-key decode's merge took ~3% of its attention, on one thread
-// while the other waited); the AVX2 + FMA twin runs the loop in vector FMAs, with the same bits. Chosen
-// by cpuid at the call, not by target_clones: an ifunc's resolver runs before ThreadSanitizer's runtime
-// has started, and crashed every TSan-built program that linked it.
-__attribute__((target("avx2,fma"))) void rescale_add_fma(float* acc, const float* bacc, float x, float y, int64_t width) {
-  for (int64_t i = 0; i < width; ++i) acc[i] = std::fma(bacc[i], y, acc[i] * x);
-}
-void rescale_add(float* acc, const float* bacc, float x, float y, int64_t width) {
-  static const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (fma) return rescale_add_fma(acc, bacc, x, y, width);
-  for (int64_t i = 0; i < width; ++i) acc[i] = std::fma(bacc[i], y, acc[i] * x);
-}
-
 // Folds segment b's state of one row into a's (a comes first in position order). The one merge used
-// by a thread that made both and by the merge of results from different threads.
-void merge_row(float& m, float& l, float* acc, float bm, float bl, const float* bacc, int64_t width) {
+// by a thread that made both and by the merge of results from different threads. The rows go through
+// the kernel table's rescale_add: ops/ is built for baseline x86-64, where std::fma is a libm call per
+// value (~3% of an 8k-key decode's attention, on one thread while the other waited).
+void merge_row(const cpu::Kernels& k, float& m, float& l, float* acc, float bm, float bl, const float* bacc, int64_t width) {
   if (bm == -INFINITY) return;
   if (m == -INFINITY) {
     m = bm;
@@ -93,7 +81,7 @@ void merge_row(float& m, float& l, float* acc, float bm, float bl, const float* 
   }
   const float top = std::max(m, bm), x = std::exp(m - top), y = std::exp(bm - top);
   l = std::fma(bl, y, l * x);
-  rescale_add(acc, bacc, x, y, width);
+  k.rescale_add(acc, x, bacc, y, width);
   m = top;
 }
 
@@ -209,25 +197,26 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
       const bool complete = item.partial < 0;
       const int64_t item_end = std::min(item.s1 * SK, tile.last + 1);
       if (complete) whole.reset(rows, width);
+      // Block bs's rows (from the tile's first position) into key_rows and value_rows, a page's run at a
+      // time (one division and table lookup a page, not a row); returns the block's keys.
+      auto rows_of = [&](int64_t bs, std::vector<const uint8_t*>& key_rows, std::vector<const uint8_t*>& value_rows) {
+        const int64_t n = std::min(KB, tile.last + 1 - bs);
+        for (int64_t j = std::max<int64_t>(0, tile.first - bs); j < n;) {
+          const int64_t page = (bs + j) / sh.block_tokens, slot = bs + j - page * sh.block_tokens;
+          const int64_t run_end = std::min(n, j + sh.block_tokens - slot);
+          int64_t at = int64_t(table[page]) * kv.block_bytes + slot * kv.row_bytes + item.g.kv0 * head_bytes;
+          for (; j < run_end; ++j, at += kv.row_bytes) {
+            key_rows[size_t(j)] = kv.keys + at;
+            value_rows[size_t(j)] = kv.values + at;
+          }
+        }
+        return n;
+      };
+      int64_t held = -1;  // the block whose rows keys and values hold (filled as the block ahead)
       for (int64_t s = item.s0; s < item.s1; ++s) {
         seg.reset(rows, width);
         const int64_t from = std::max(s * SK, tile.first), to = std::min((s + 1) * SK, tile.last + 1);
-        // Block bs's rows (from the tile's first position) into k and v, a page's run at a time (one
-        // division and table lookup a page, not a row); returns the block's keys.
-        auto rows_of = [&](int64_t bs, std::vector<const uint8_t*>& k, std::vector<const uint8_t*>& v) {
-          const int64_t n = std::min(KB, tile.last + 1 - bs);
-          for (int64_t j = std::max<int64_t>(0, tile.first - bs); j < n;) {
-            const int64_t page = (bs + j) / sh.block_tokens, slot = bs + j - page * sh.block_tokens;
-            const int64_t run_end = std::min(n, j + sh.block_tokens - slot);
-            int64_t at = int64_t(table[page]) * kv.block_bytes + slot * kv.row_bytes + item.g.kv0 * head_bytes;
-            for (; j < run_end; ++j, at += kv.row_bytes) {
-              k[size_t(j)] = kv.keys + at;
-              v[size_t(j)] = kv.values + at;
-            }
-          }
-          return n;
-        };
-        if (from < to) rows_of(from / KB * KB, keys, values);
+        if (from < to && held != from / KB * KB) rows_of(from / KB * KB, keys, values);
         for (int64_t bs = from / KB * KB; bs < to; bs += KB) {
           const int64_t n = std::min(KB, tile.last + 1 - bs);
           // The next block this item reads (also across its segments), asked for while this one is read.
@@ -242,6 +231,7 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
           k.attend_block(block, {qrows.data(), rows, lo.data(), hi.data(), seg.m.data(), seg.l.data(), seg.acc.data(), width});
           keys.swap(next_keys);
           values.swap(next_values);
+          held = ahead ? bs + KB : -1;
         }
         if (!complete) {
           std::copy(seg.m.begin(), seg.m.end(), partial_m.begin() + item.partial);
@@ -250,7 +240,7 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
           continue;
         }
         for (int64_t r = 0; r < rows; ++r)
-          merge_row(whole.m[size_t(r)], whole.l[size_t(r)], whole.acc.data() + r * width, seg.m[size_t(r)], seg.l[size_t(r)],
+          merge_row(k, whole.m[size_t(r)], whole.l[size_t(r)], whole.acc.data() + r * width, seg.m[size_t(r)], seg.l[size_t(r)],
                     seg.acc.data() + r * width, width);
       }
       if (!complete) continue;
@@ -273,7 +263,7 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
         float m = -INFINITY, l = 0;
         for (int64_t it = mg.first_item; it < mg.first_item + mg.items * stride; it += stride) {
           const int64_t at = plan.items[size_t(it)].partial + r;
-          merge_row(m, l, acc.data(), partial_m[size_t(at)], partial_l[size_t(at)], partial_acc.data() + at * width, width);
+          merge_row(k, m, l, acc.data(), partial_m[size_t(at)], partial_l[size_t(at)], partial_acc.data() + at * width, width);
         }
         const auto [t, h] = mg.g.token_and_head(r, tokens, group);
         write_row(tile.t0 + t, h, acc.data(), m, l);
