@@ -312,7 +312,7 @@ BOOST_AUTO_TEST_CASE(every_row_is_the_same_alone_or_in_a_batch_of_1_to_64) {
             BOOST_REQUIRE_MESSAGE(float_bits(avx2_alone[size_t(n)]) == float_bits(alone[size_t(m * N + n)]),
                                   table->name << " " << dtype_name(t) << " K=" << K << " row " << m << " differs from avx2's");
         }
-        for (int64_t M : {2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 24, 33, 64}) {
+        for (int64_t M : {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 24, 33, 64}) {
           std::vector<float> batched(size_t(M * N), -1.0f);
           table->matmul(t, x.data(), xq.data(), M, K, w.data(), 1, N, batched.data(), N);
           for (int64_t m = 0; m < M; ++m) {
