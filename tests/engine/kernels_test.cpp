@@ -528,7 +528,7 @@ BOOST_AUTO_TEST_CASE(thread_pool_leaves_out_threads_the_machine_has_no_core_for)
   cpu::ThreadPool pool(2);
   std::atomic<double> free_cores{1.0};
   pool.adapt_to_machine_load([&] { return free_cores.load(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // its first look is 200 ms on
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its first look is 50 ms on (later ones 200)
   const std::thread::id caller = std::this_thread::get_id();
   auto worker_share = [&] {  // chunks that take a moment, so a worker taking part surely takes some
     std::atomic<int64_t> by_worker{0};
