@@ -1275,12 +1275,20 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
     else return rows_times_weights_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
   }
 #ifdef FTLLM_VNNI
-  // Decode batches of up to sixteen rows on the unsigned block types: sixteen weight rows a lane each,
-  // every row in one pass over the weights. Against the GEMM's tiles (whose dots need a separate
-  // broadcast of each weight word) Zen 5 ran 8 rows 1.75x and 16 rows 1.35x as fast (one thread, Q4_0).
-  if constexpr (!kSuper<T> && T != DType::Q6_K && !Weights<T>::kSigned && T != DType::I4)
-    if (M >= 2 && M <= 16)
-      return with_rows<2, 16>(M, [&]<int R>() { rows_times_weights_lanes16<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy); });
+  if constexpr (!kSuper<T> && T != DType::Q6_K && !Weights<T>::kSigned && T != DType::I4) {
+    // The unsigned block types: sixteen activation rows at a time against sixteen weight rows a lane
+    // each. Against the GEMM's tiles (whose dots need a separate broadcast of each weight word) Zen 5
+    // ran 8 rows 1.75x, 16 rows 1.35x and a prefill 1.1x as fast (one thread, Q4_0). Beyond sixteen rows
+    // the weights go in tiles of about 256 KB, read from memory once and from L2 by each sixteen rows.
+    const int64_t n_tile = M <= 16 ? n1 - n0 : std::max<int64_t>(16, int64_t((256 << 10) / bytes) / 16 * 16);
+    for (int64_t n = n0; n < n1; n += n_tile)
+      for (int64_t m = 0; m < M; m += 16)
+        with_rows<1, 16>(std::min<int64_t>(16, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
+          if constexpr (R == 1) rows_times_weights_few<T, 1>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
+          else rows_times_weights_lanes16<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
+        });
+    return;
+  }
 #endif
   // A handful of rows (a small decode batch) share each weight block's unpacking on the one-row path;
   // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
