@@ -662,7 +662,10 @@ template <DType T, int R>
 void rows_times_weights_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
                                 int64_t ldy) {
   using Wt = Weights<T>;
-  static_assert(!Wt::kSigned && T != DType::I4);
+  static_assert(T != DType::I4);
+  // Signed weights go in as unsigned bytes w + 128 (the dot's unsigned operand); the dots start 128 *
+  // sum(x) lower instead.
+  constexpr int kLaneOffset = Wt::kSigned ? 128 : Wt::kOffset;
   // After the two unpack rounds (within 128-bit lanes) s[k] holds, per 256-bit half, one chunk of rows
   // 0-3 (of that half's eight) in its low lane and chunk + 4 in its high one; s[4 + k] the same of rows 4-7.
   const __m512i low = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), high = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
@@ -691,13 +694,15 @@ void rows_times_weights_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, 
         v[j] = _mm512_permutex2var_epi64(u[j], low, u[4 + j]);
         v[j + 4] = _mm512_permutex2var_epi64(u[j], high, u[4 + j]);
       }
+      if constexpr (Wt::kSigned)
+        for (int j = 0; j < 8; ++j) v[j] = _mm512_xor_si512(v[j], _mm512_set1_epi8(char(0x80)));
       __m512 wscales = _mm512_set1_ps(1.0f);
       if constexpr (Wt::kHasScale) wscales = join_ps(Wt::scales4(r, b), Wt::scales4(r + 4, b), Wt::scales4(r + 8, b), Wt::scales4(r + 12, b));
       __m512 wmins = _mm512_setzero_ps();
       if constexpr (Wt::kHasMin) wmins = join_ps(Wt::mins4(r, b), Wt::mins4(r + 4, b), Wt::mins4(r + 8, b), Wt::mins4(r + 12, b));
       for (int i = 0; i < R; ++i) {
         const Q8Block& xb = x[i * nb + b];
-        __m512i chain[2] = {_mm512_set1_epi32(-Wt::kOffset * xb.sum), _mm512_setzero_si512()};
+        __m512i chain[2] = {_mm512_set1_epi32(-kLaneOffset * xb.sum), _mm512_setzero_si512()};
         for (int j = 0; j < 8; ++j) chain[j % 2] = dpbusd_broadcast(chain[j % 2], v[j], xb.q + 4 * j);
         const __m512i dots = _mm512_add_epi32(chain[0], chain[1]);
         const __m512 xd = _mm512_set1_ps(xb.d);
@@ -1275,20 +1280,23 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
     else return rows_times_weights_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
   }
 #ifdef FTLLM_VNNI
-  if constexpr (!kSuper<T> && T != DType::Q6_K && !Weights<T>::kSigned && T != DType::I4) {
-    // The unsigned block types: sixteen activation rows at a time against sixteen weight rows a lane
-    // each. Against the GEMM's tiles (whose dots need a separate broadcast of each weight word) Zen 5
-    // ran 8 rows 1.75x, 16 rows 1.35x and a prefill 1.1x as fast (one thread, Q4_0). Beyond sixteen rows
-    // the weights go in tiles of about 256 KB, read from memory once and from L2 by each sixteen rows.
-    const int64_t n_tile = M <= 16 ? n1 - n0 : std::max<int64_t>(16, int64_t((256 << 10) / bytes) / 16 * 16);
-    for (int64_t n = n0; n < n1; n += n_tile)
-      for (int64_t m = 0; m < M; m += 16)
-        with_rows<1, 16>(std::min<int64_t>(16, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
-          if constexpr (R == 1) rows_times_weights_few<T, 1>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
-          else rows_times_weights_lanes16<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
-        });
-    return;
-  }
+  if constexpr (!kSuper<T> && T != DType::Q6_K && T != DType::I4)
+    if (M <= 16 || !Weights<T>::kSigned) {
+      // The 32-value block types: sixteen activation rows at a time against sixteen weight rows a lane
+      // each. Against the GEMM's tiles (whose dots need a separate broadcast of each weight word) Zen 5
+      // ran 8 rows 1.75x, 16 rows 1.35x and a prefill 1.1x as fast (one thread, Q4_0); Q8_0 4 rows 1.9x,
+      // 8 1.3x, but a prefill 0.75x (its tiles broadcast the weights straight from their rows, with no
+      // unpacking), so signed weights keep the tiles beyond sixteen rows. There the weights go in tiles of
+      // about 256 KB, read from memory once and from L2 by each sixteen rows.
+      const int64_t n_tile = M <= 16 ? n1 - n0 : std::max<int64_t>(16, int64_t((256 << 10) / bytes) / 16 * 16);
+      for (int64_t n = n0; n < n1; n += n_tile)
+        for (int64_t m = 0; m < M; m += 16)
+          with_rows<1, 16>(std::min<int64_t>(16, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
+            if constexpr (R == 1) rows_times_weights_few<T, 1>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
+            else rows_times_weights_lanes16<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
+          });
+      return;
+    }
 #endif
   // A handful of rows (a small decode batch) share each weight block's unpacking on the one-row path;
   // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
