@@ -1300,6 +1300,13 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
 #endif
   // A handful of rows (a small decode batch) share each weight block's unpacking on the one-row path;
   // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
+#ifndef FTLLM_VNNI
+  // The AVX2 table: up to eight rows of the unsigned block types through the eight-lane kernel (one pass
+  // over the weights): on Zen 5 forced to AVX2, one thread, 8 rows Q4_0 +9-13%, Q5_0 +15-22% against the
+  // GEMM's 2 x 16 tiles; Q8_0 lost 3-7% (its sign steps), so it keeps the tiles.
+  if constexpr (!kSuper<T> && T != DType::Q6_K && T != DType::I4 && !Weights<T>::kSigned)
+    if (M <= 8) return with_rows<2, 8>(M, [&]<int R>() { rows_times_weights_lanes<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy); });
+#endif
   if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
   with_rows<2, kFewRows - 1>(M, [&]<int R>() {  // every row in one pass over the weights
     if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
