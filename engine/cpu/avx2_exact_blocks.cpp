@@ -1279,34 +1279,42 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
     if constexpr (kSuper<T> || T == DType::Q6_K) return rows_times_super_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
     else return rows_times_weights_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
   }
+  // The 32-value block types: L activation rows at a time (sixteen on the AVX-512 tables, eight on AVX2)
+  // against L weight rows a lane each. Against the GEMM's tiles (whose dots need a separate broadcast of
+  // each weight word) Zen 5 ran, one thread, Q4_0: 8 rows 1.75x, 16 rows 1.35x and a prefill 1.1x as
+  // fast on AVX-512; on AVX2 8 rows 1.1x and from 16 rows 1.06x (Q4_1 1.1x). Signed weights (Q8_0,
+  // int8) take it only up to sixteen rows on AVX-512 (a prefill ran 0.75x: their tiles broadcast the
+  // weights straight from their rows, with no unpacking) and never on AVX2 (its sign steps lost 3-7%);
+  // on AVX2 five-bit values and MXFP4 only up to eight rows (beyond, the tiles' int16 sums won: 16 rows
+  // of Q5_0 ran 0.87x, MXFP4 0.87x). Beyond L rows the weights go in tiles of about 256 KB, read from
+  // memory once and from L2 by each L rows.
+  if constexpr (!kSuper<T> && T != DType::Q6_K && T != DType::I4) {
 #ifdef FTLLM_VNNI
-  if constexpr (!kSuper<T> && T != DType::Q6_K && T != DType::I4)
-    if (M <= 16 || !Weights<T>::kSigned) {
-      // The 32-value block types: sixteen activation rows at a time against sixteen weight rows a lane
-      // each. Against the GEMM's tiles (whose dots need a separate broadcast of each weight word) Zen 5
-      // ran 8 rows 1.75x, 16 rows 1.35x and a prefill 1.1x as fast (one thread, Q4_0); Q8_0 4 rows 1.9x,
-      // 8 1.3x, but a prefill 0.75x (its tiles broadcast the weights straight from their rows, with no
-      // unpacking), so signed weights keep the tiles beyond sixteen rows. There the weights go in tiles of
-      // about 256 KB, read from memory once and from L2 by each sixteen rows.
-      const int64_t n_tile = M <= 16 ? n1 - n0 : std::max<int64_t>(16, int64_t((256 << 10) / bytes) / 16 * 16);
+    constexpr int L = 16;
+    const bool lanes = !Weights<T>::kSigned || M <= 16;
+#else
+    constexpr int L = 8;
+    const bool lanes = !Weights<T>::kSigned && (M <= 8 || Weights<T>::kMaxByte <= 15);
+#endif
+    if (lanes) {
+      const int64_t n_tile = M <= L ? n1 - n0 : std::max<int64_t>(L, int64_t((256 << 10) / bytes) / L * L);
       for (int64_t n = n0; n < n1; n += n_tile)
-        for (int64_t m = 0; m < M; m += 16)
-          with_rows<1, 16>(std::min<int64_t>(16, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
-            if constexpr (R == 1) rows_times_weights_few<T, 1>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
-            else rows_times_weights_lanes16<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
+        for (int64_t m = 0; m < M; m += L)
+          with_rows<1, L>(std::min<int64_t>(L, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
+            const Q8Block* x = xq + m * nb;
+            float* out = y + m * ldy;
+            if constexpr (R == 1) rows_times_weights_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
+#ifdef FTLLM_VNNI
+            else rows_times_weights_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
+#else
+            else rows_times_weights_lanes<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
+#endif
           });
       return;
     }
-#endif
+  }
   // A handful of rows (a small decode batch) share each weight block's unpacking on the one-row path;
   // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
-#ifndef FTLLM_VNNI
-  // The AVX2 table: up to eight rows of the unsigned block types through the eight-lane kernel (one pass
-  // over the weights): on Zen 5 forced to AVX2, one thread, 8 rows Q4_0 +9-13%, Q5_0 +15-22% against the
-  // GEMM's 2 x 16 tiles; Q8_0 lost 3-7% (its sign steps), so it keeps the tiles.
-  if constexpr (!kSuper<T> && T != DType::Q6_K && T != DType::I4 && !Weights<T>::kSigned)
-    if (M <= 8) return with_rows<2, 8>(M, [&]<int R>() { rows_times_weights_lanes<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy); });
-#endif
   if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
   with_rows<2, kFewRows - 1>(M, [&]<int R>() {  // every row in one pass over the weights
     if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
