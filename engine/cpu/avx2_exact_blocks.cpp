@@ -1226,10 +1226,10 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
   auto tiles = [&](int64_t nt, int64_t nt_end, int64_t gt, int64_t gt_end) {
     int64_t n = nt;
 #ifdef FTLLM_VNNI
-    // One or two groups (6-16 activation rows: batched decode of the types rows_times_weights_lanes16
-    // does not take): eight weight rows a tile, so each load of activation chunks and each block's fixed
-    // steps serve twice the weight rows. Measured on Zen 5, Q4_0 0.5B shape, 2 threads: 8 sequences +18%,
-    // 16 +19% tokens/s; the AVX2 table's 16 registers lost 7%.
+    // One or two groups (6-16 activation rows: a batched decode of int4, which the lane kernels do not
+    // take): eight weight rows a tile, so each load of activation chunks and each block's fixed steps
+    // serve twice the weight rows. Measured on Zen 5 with Q4_0 (before Q4_0 went to the lane kernels), 0.5B
+    // shape, 2 threads: 8 sequences +18%, 16 +19% tokens/s; the AVX2 table's 16 registers lost 7%.
     if constexpr (!kSuper<T> && T != DType::Q6_K)
       if (gt_end - gt <= 2)
         for (; n + 2 * kTileRows <= nt_end; n += 2 * kTileRows) {
@@ -1269,6 +1269,31 @@ template <int Lo, int Hi, typename F>
   f.template operator()<Lo>();
 }
 
+// The 32-value block types go through the lane kernels, L activation rows at a time (sixteen on the
+// AVX-512 tables, eight on AVX2) against L weight rows a lane each, for batches of up to this many rows
+// (0: never; every batch: kAnyRows). Against the GEMM's tiles (whose dots need a separate broadcast of
+// each weight word) Zen 5 ran, one thread, Q4_0: 8 rows 1.75x, 16 rows 1.35x and a prefill 1.1x as fast
+// on AVX-512; on AVX2 8 rows 1.1x and from 16 rows 1.06x (Q4_1 1.1x). Signed weights (Q8_0, int8) take
+// them only up to sixteen rows on AVX-512 (a prefill ran 0.75x: their tiles broadcast the weights
+// straight from their rows, with no unpacking) and never on AVX2 (its sign steps lost 3-7%); on AVX2
+// five-bit values and MXFP4 only up to eight rows (beyond, the tiles' int16 sums won: 16 rows of Q5_0
+// ran 0.87x, MXFP4 0.87x).
+constexpr int64_t kAnyRows = INT64_MAX;
+#ifdef FTLLM_VNNI
+constexpr int kLaneRows = 16;
+#else
+constexpr int kLaneRows = 8;
+#endif
+template <DType T>
+constexpr int64_t lane_kernel_rows() {
+  if constexpr (kSuper<T> || T == DType::Q6_K || T == DType::I4) return 0;
+#ifdef FTLLM_VNNI
+  else return Weights<T>::kSigned ? 16 : kAnyRows;
+#else
+  else return Weights<T>::kSigned ? 0 : Weights<T>::kMaxByte <= 15 ? kAnyRows : 8;
+#endif
+}
+
 template <DType T>
 void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const int64_t nb = K / 32;
@@ -1279,24 +1304,11 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
     if constexpr (kSuper<T> || T == DType::Q6_K) return rows_times_super_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
     else return rows_times_weights_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
   }
-  // The 32-value block types: L activation rows at a time (sixteen on the AVX-512 tables, eight on AVX2)
-  // against L weight rows a lane each. Against the GEMM's tiles (whose dots need a separate broadcast of
-  // each weight word) Zen 5 ran, one thread, Q4_0: 8 rows 1.75x, 16 rows 1.35x and a prefill 1.1x as
-  // fast on AVX-512; on AVX2 8 rows 1.1x and from 16 rows 1.06x (Q4_1 1.1x). Signed weights (Q8_0,
-  // int8) take it only up to sixteen rows on AVX-512 (a prefill ran 0.75x: their tiles broadcast the
-  // weights straight from their rows, with no unpacking) and never on AVX2 (its sign steps lost 3-7%);
-  // on AVX2 five-bit values and MXFP4 only up to eight rows (beyond, the tiles' int16 sums won: 16 rows
-  // of Q5_0 ran 0.87x, MXFP4 0.87x). Beyond L rows the weights go in tiles of about 256 KB, read from
-  // memory once and from L2 by each L rows.
-  if constexpr (!kSuper<T> && T != DType::Q6_K && T != DType::I4) {
-#ifdef FTLLM_VNNI
-    constexpr int L = 16;
-    const bool lanes = !Weights<T>::kSigned || M <= 16;
-#else
-    constexpr int L = 8;
-    const bool lanes = !Weights<T>::kSigned && (M <= 8 || Weights<T>::kMaxByte <= 15);
-#endif
-    if (lanes) {
+  constexpr int64_t lane_rows = lane_kernel_rows<T>();
+  if constexpr (lane_rows > 0)
+    if (M <= lane_rows) {
+      // Beyond L rows the weights go in tiles of about 256 KB, read from memory once and from L2 by each L rows.
+      constexpr int L = kLaneRows;
       const int64_t n_tile = M <= L ? n1 - n0 : std::max<int64_t>(L, int64_t((256 << 10) / bytes) / L * L);
       for (int64_t n = n0; n < n1; n += n_tile)
         for (int64_t m = 0; m < M; m += L)
@@ -1312,14 +1324,15 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
           });
       return;
     }
+  if constexpr (lane_rows < kAnyRows) {  // (the GEMM is not built for types that never reach it)
+    // A handful of rows (a small decode batch) share each weight block's unpacking on the one-row path;
+    // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
+    if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
+    with_rows<2, kFewRows - 1>(M, [&]<int R>() {  // every row in one pass over the weights
+      if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
+      else rows_times_weights_lanes<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
+    });
   }
-  // A handful of rows (a small decode batch) share each weight block's unpacking on the one-row path;
-  // from about six the GEMM's eight lanes pay (measured, 2 threads, Q4_0 0.5B shape on Zen 4).
-  if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
-  with_rows<2, kFewRows - 1>(M, [&]<int R>() {  // every row in one pass over the weights
-    if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
-    else rows_times_weights_lanes<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
-  });
 }
 
 #ifdef FTLLM_VNNI

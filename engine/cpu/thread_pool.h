@@ -39,9 +39,9 @@ class ThreadPool {
 
   // Runs jobs on only as many threads as the machine has cores free for them: every 200 ms (the first
   // time 50 ms after this call) the caller asks `free_cores` (by default MachineLoad below) and, if fewer
-  // than size() are free, the rest of the workers sit out (asleep) until cores free up. Two threads sharing one core with a busy neighbour decoded slower
-  // than one thread alone (each step waits for the chunks of whichever thread is off its core). Not for
-  // grouped pools (each group needs its threads).
+  // than size() are free, the rest of the workers sit out (asleep) until cores free up. Two threads
+  // sharing one core with a busy neighbour decoded slower than one thread alone (each step waits for the
+  // chunks of whichever thread is off its core). Not for grouped pools (each group needs its threads).
   void adapt_to_machine_load(std::function<double()> free_cores = {});
   int groups() const { return std::max<int>(1, int(group_nodes_.size())); }  // > 1: grouped by node
 
