@@ -188,12 +188,22 @@ struct Group {
 
 struct Scratch {
   std::vector<float> q, k, v, s, p, alpha;
+  std::vector<float> q_twice;  // the AVX-512 scores' query rows (avx512::twice)
+  float *s_rows, *p_rows;      // s's and p's rows from a 64-byte boundary (aligned_floats)
   std::vector<const uint8_t*> krows, vrows;  // per head: n rounded up to 4 row pointers each
   std::vector<const float*> qrows;
   std::vector<int64_t> live;  // the rows that see a key of this block
   std::vector<Group> groups;
   std::vector<uint8_t> zeros;
 };
+
+// v resized to hold n floats from a 64-byte boundary, which it returns: from a vector's own 16-byte
+// boundary every whole-register load of the AVX-512 steps straddles two cache lines (on Zen 5 the score
+// loop, its queries loaded whole, ran 0.9x so).
+float* aligned_floats(std::vector<float>& v, int64_t n) {
+  v.resize(size_t(n + 16));
+  return v.data() + (16 - reinterpret_cast<uintptr_t>(v.data()) / 4 % 16) % 16;
+}
 
 // Row groups of Q (1..kGroup) rows: the compile-time Q the group's size asks for.
 template <int Q, typename F>
@@ -221,10 +231,10 @@ void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t 
       with_group_size<kGroup>(g.q, [&](auto Q) { scores4<Q(), L>(g.query, t.krows.data() + g.head * n4 + j, width, b.scale, g.s, j); });
   }
   if (b.softcap)
-    for (int64_t i : t.live) softcap_scores(t.s.data() + i * n8, j0 & ~int64_t(7), round_up(j1, 8), b.softcap);
+    for (int64_t i : t.live) softcap_scores(t.s_rows + i * n8, j0 & ~int64_t(7), round_up(j1, 8), b.softcap);
   for (int64_t i : t.live) {
     float m;
-    const float sum = softmax_step(t.s.data() + i * n8, j0 & ~int64_t(7), j1, r.lo[i], r.hi[i], r.m[i], t.p.data() + i * n8, &m);
+    const float sum = softmax_step(t.s_rows + i * n8, j0 & ~int64_t(7), j1, r.lo[i], r.hi[i], r.m[i], t.p_rows + i * n8, &m);
     t.alpha[size_t(i)] = r.m[i] == -INFINITY ? 0.0f : std::exp(r.m[i] - m);
     r.l[i] = r.l[i] * t.alpha[size_t(i)] + sum;
     r.m[i] = m;
@@ -252,11 +262,14 @@ void attend(const AttendBlock& b, const AttendRows& r) {
   if (t.live.empty()) return;
   const int64_t dw = round_up(b.d, 8), vw = r.acc_stride, n4 = round_up(b.n, 4), n8 = round_up(b.n, 8);
   const int64_t per_head = r.nq / b.heads;
-  t.s.resize(size_t(r.nq * n8));
-  t.p.resize(size_t(r.nq * n8));
+  t.s_rows = aligned_floats(t.s, r.nq * n8);
+  t.p_rows = aligned_floats(t.p, r.nq * n8);
   t.alpha.resize(size_t(r.nq));
   t.krows.resize(size_t(b.heads * n4));
   t.vrows.resize(size_t(b.heads * n4));
+#ifdef FTLLM_VNNI
+  float* const q_twice = aligned_floats(t.q_twice, r.nq * 2 * dw);
+#endif
   // Heads whose length is not a multiple of 8 are widened to whole chunks of 8, queries too (zeros past d).
   const bool widened = b.d % 8 != 0 || b.vd % 8 != 0;
   if (widened) {
@@ -278,7 +291,11 @@ void attend(const AttendBlock& b, const AttendRows& r) {
     Group& g = t.groups.back();
     g.row[g.q] = i;
     g.query[g.q] = widened ? t.qrows[size_t(i)] : r.q[i];
-    g.s[g.q] = t.s.data() + i * n8, g.p[g.q] = t.p.data() + i * n8, g.acc[g.q] = r.acc + i * vw;
+#ifdef FTLLM_VNNI
+    avx512::twice(g.query[g.q], dw, q_twice + i * 2 * dw);
+    g.query[g.q] = q_twice + i * 2 * dw;
+#endif
+    g.s[g.q] = t.s_rows + i * n8, g.p[g.q] = t.p_rows + i * n8, g.acc[g.q] = r.acc + i * vw;
     g.k0 = std::min<int64_t>(g.k0, r.lo[i]), g.k1 = std::max<int64_t>(g.k1, r.hi[i]);
     ++g.q;
   }
