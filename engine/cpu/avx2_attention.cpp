@@ -5,11 +5,12 @@
 // than widening the block into a float copy once: 144 against 105 GFLOP/s). A row's arithmetic is the
 // same alone or grouped, so its bits depend on nothing but its own query and keys, in either build.
 //
-// Built twice (meson.build): for the AVX2 table, groups of two rows (their accumulators, keys and query
-// fill AVX2's 16 vector registers); with FTLLM_VNNI for the AVX-512 tables, groups of up to eight rows
-// (kGroup below) and the scores, softmax and weighing steps of avx512_attention_steps.h on 512-bit
-// registers, with the same bits. Decode's seven query heads per key-value head (Qwen2.5) then widen
-// each key and value once rather than four times.
+// Groups of up to eight rows (kGroup). Built twice (meson.build): for the AVX2 table, whose scores take
+// a group's rows two at a time (their accumulators, keys and query fill AVX2's 16 vector registers)
+// and whose weighing takes them all, each value widened once; with FTLLM_VNNI for the AVX-512 tables,
+// the scores, softmax and weighing steps of avx512_attention_steps.h on 512-bit registers, all eight
+// rows at a time, with the same bits. Decode's seven query heads per key-value head (Qwen2.5) then
+// widen each key and value once rather than four times (AVX2: each value once, each key four times).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -29,12 +30,13 @@ namespace ftllm::cpu::avx512vnni {
 // Scores take up to eight rows of a head (16 accumulators), each key widened once for them; the
 // weighing takes them all too (up to 16 accumulators: 32 values of eight rows), so each value is widened
 // once, not twice, for Qwen's seven query heads.
-constexpr int kGroup = 8, kWeighRows = 8;
+constexpr int kScoreRows = 8;
 using avx512::scores4, avx512::softmax_step, avx512::weigh16;
 #else
 namespace ftllm::cpu::avx2 {
-constexpr int kGroup = 2, kWeighRows = 2;
+constexpr int kScoreRows = 2;
 #endif
+constexpr int kGroup = 8;
 
 namespace {
 
@@ -145,7 +147,9 @@ void weigh_rows(const float* const* p, const float* alpha, const uint8_t* const*
   for (; c + 16 * kChunks <= width; c += 16 * kChunks) weigh16<Q, kChunks, L>(p, alpha, v, j0, j1, c, acc);
   for (; c + 16 <= width; c += 16) weigh16<Q, 1, L>(p, alpha, v, j0, j1, c, acc);
 #endif
-  for (; c + 32 <= width; c += 32) weigh<Q, 4, L>(p, alpha, v, j0, j1, c, acc);
+  // AVX2's 16 registers: Q x kChunks accumulators, Q weights and a value.
+  constexpr int kChunks8 = Q <= 2 ? 4 : Q <= 4 ? 2 : 1;
+  for (; c + 8 * kChunks8 <= width; c += 8 * kChunks8) weigh<Q, kChunks8, L>(p, alpha, v, j0, j1, c, acc);
   for (; c < width; c += 8) weigh<Q, 1, L>(p, alpha, v, j0, j1, c, acc);
 }
 
@@ -228,7 +232,10 @@ void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t 
       prefetch_row(here ? b.values[x] : b.ahead_values[x - b.n], span);
     }
     for (Group& g : t.groups)
-      with_group_size<kGroup>(g.q, [&](auto Q) { scores4<Q(), L>(g.query, t.krows.data() + g.head * n4 + j, width, b.scale, g.s, j); });
+      for (int i = 0; i < g.q; i += kScoreRows)
+        with_group_size<kScoreRows>(std::min(kScoreRows, g.q - i), [&](auto Q) {
+          scores4<Q(), L>(g.query + i, t.krows.data() + g.head * n4 + j, width, b.scale, g.s + i, j);
+        });
   }
   if (b.softcap)
     for (int64_t i : t.live) softcap_scores(t.s_rows + i * n8, j0 & ~int64_t(7), round_up(j1, 8), b.softcap);
@@ -241,10 +248,7 @@ void attend_rows(const AttendBlock& b, const AttendRows& r, Scratch& t, int64_t 
   }
   for (Group& g : t.groups) {
     for (int i = 0; i < g.q; ++i) g.alpha[i] = t.alpha[size_t(g.row[i])];
-    for (int i = 0; i < g.q; i += kWeighRows)
-      with_group_size<kWeighRows>(std::min(kWeighRows, g.q - i), [&](auto Q) {
-        weigh_rows<Q(), L>(g.p + i, g.alpha + i, t.vrows.data() + g.head * n4, vwidth, g.k0, g.k1, g.acc + i);
-      });
+    with_group_size<kGroup>(g.q, [&](auto Q) { weigh_rows<Q(), L>(g.p, g.alpha, t.vrows.data() + g.head * n4, vwidth, g.k0, g.k1, g.acc); });
   }
 }
 
