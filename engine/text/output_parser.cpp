@@ -1,6 +1,7 @@
 #include "output_parser.h"
 
 #include <algorithm>
+#include <string_view>
 
 namespace ftllm::text {
 
@@ -15,6 +16,8 @@ size_t partial_tag(const std::string& s, const std::string& tag) {
 
 bool all_space(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
+constexpr std::string_view kHarmonyEnd = "<|end|>";  // the end of a gpt-oss message
+
 }  // namespace
 
 OutputParser::OutputParser(bool reasoning, bool starts_in_reasoning, ToolDialect dialect, bool parse_calls,
@@ -28,8 +31,11 @@ OutputParser::OutputParser(bool reasoning, bool starts_in_reasoning, ToolDialect
   if (parse_calls_) openers_ = dialect_openers(dialect);
   if (dialect == ToolDialect::Harmony) {
     // gpt-oss answers in channels: analysis is its reasoning, final (and commentary to no one) is content.
+    // The analysis message ends where the next assistant message begins, as the grammar has it
+    // (output_grammar.cpp's structural tag): an <|end|> followed by anything else (a random model's
+    // "<|start|>latest...") is still analysis, never content the grammar did not shape.
     think_open_ = "<|channel|>analysis<|message|>";
-    think_close_ = "<|end|>";
+    think_close_ = std::string(kHarmonyEnd) + "<|start|>assistant";
     dropped_ = {"<|start|>assistant", "<|channel|>final<|message|>", "<|channel|>commentary<|message|>", "<|end|>",
                 "<|return|>", "<|call|>"};
   }
@@ -93,6 +99,9 @@ void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
     if (in_think_) {
       size_t close = text.find(think_close_);
       if (close == std::string::npos) {
+        // gpt-oss cut off after its analysis message's <|end|>: the framing is not thought.
+        if (final && dialect_ == ToolDialect::Harmony && partial_tag(text, think_close_) >= kHarmonyEnd.size())
+          text.erase(text.size() - partial_tag(text, think_close_));
         out.reasoning += text;
         return;
       }

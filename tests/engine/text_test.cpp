@@ -151,6 +151,22 @@ BOOST_AUTO_TEST_CASE(harmony_channels_split_at_any_offset) {
     BOOST_TEST(reasoning == "Easy.", "cut " << cut);
     BOOST_TEST(content == "Hi there.", "cut " << cut);
   }
+  // The analysis ends where the grammar ends it, at the next assistant header: an <|end|> and a header
+  // that is not one (a random model's, cut off by max_tokens) stay reasoning, not content; cut off
+  // right after <|end|>, the framing is dropped.
+  const std::vector<std::pair<std::string, std::string>> unfinished = {
+      {"<|channel|>analysis<|message|>Hm.<|end|><|start|>latest<|cak x", "Hm.<|end|><|start|>latest<|cak x"},
+      {"<|channel|>analysis<|message|>Hm.<|end|>", "Hm."},
+      {"<|channel|>analysis<|message|>Hm.<|end|><|start|>assi", "Hm."}};
+  for (const auto& [text, want] : unfinished)
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      OutputParser p(true, false, ToolDialect::Harmony, true);
+      std::string reasoning, content;
+      for (const ParsedDelta& d : {p.push(text.substr(0, cut)), p.push(text.substr(cut)), p.finish()})
+        reasoning += d.reasoning, content += d.content;
+      BOOST_TEST(reasoning == want, "cut " << cut << ": " << reasoning);
+      BOOST_TEST(content == "", "cut " << cut << ": " << content);
+    }
 }
 
 namespace {
