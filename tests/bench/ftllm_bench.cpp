@@ -16,9 +16,9 @@
 // max_batch_tokens; llama-bench's n_ubatch is 512 as well), each attending to the ones before through
 // the KV cache.
 //
-// --context N adds a row for decode at a long context: N tokens prefilled (in 2048-token slices, not
-// timed), then --decode single-token steps timed one by one through the forward pass (attention then
-// reads N keys a step; compare with --context 512 for what a long context costs).
+// --context N adds rows for decode at a long context and at 512 tokens: a sequence of each prefilled
+// (in 2048-token slices, not timed), then --decode single-token steps of the two, in turns of eight, timed
+// through the forward pass (attention reads N keys a step), and the ratio of their times a token.
 //
 // --adapters N writes N random LoRA adapters of rank R (PEFT's layout, in a temporary directory), loads
 // them, and adds a decode row where row i of the batch uses adapter i % N, measured alternately with the
@@ -52,6 +52,8 @@ using namespace ftllm;
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr int64_t kShortContext = 512;  // what --context compares a long context with
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -388,22 +390,41 @@ double prefill_seconds(ModelInstance& m, const std::vector<int32_t>& tokens, int
   return seconds;
 }
 
-double decode_at_context(ModelInstance& m, int64_t context, int64_t steps, int repeat) {
-  std::vector<double> rates;
+// Tokens per second of single-token steps after each of `contexts` tokens: a sequence per context is
+// prefilled (in 2048-token slices, untimed), then they take turns of kTurnSteps steps, so that a shared
+// machine's drifting bandwidth slows every context alike and their ratio holds (turns of one step gave
+// the same ratios on Zen 5; eight leave a switch's cold caches to one step in eight). The median of
+// `repeat` runs per context.
+constexpr int64_t kTurnSteps = 8;
+std::vector<double> decode_at_contexts(ModelInstance& m, const std::vector<int64_t>& contexts, int64_t steps, int repeat) {
+  const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
   std::mt19937 rng(5);
-  std::vector<int32_t> tokens(size_t(context + steps));
+  std::vector<int32_t> tokens(size_t(longest + steps));
   for (int32_t& t : tokens) t = int32_t(rng() % uint32_t(m.config().vocab_size));
+  std::vector<std::vector<double>> rates(contexts.size());
   for (int r = 0; r < repeat; ++r)
     m.runner().exclusive([&](const ForwardPass& pass) {
-      kvcache::SequenceKv kv;
-      if (!kv.reserve(pass.kv, context + steps)) throw EngineError("the context does not fit in the KV cache");
-      feed(pass, kv, tokens, 0, context, 2048);
-      const double a = now();
-      feed(pass, kv, tokens, context, context + steps, 1);
-      rates.push_back(double(steps) / (now() - a));
-      kv.release(pass.kv);
+      std::vector<kvcache::SequenceKv> kv(contexts.size());
+      for (size_t i = 0; i < contexts.size(); ++i) {
+        if (!kv[i].reserve(pass.kv, contexts[i] + steps)) throw EngineError("the contexts do not fit in the KV cache");
+        feed(pass, kv[i], tokens, 0, contexts[i], 2048);
+      }
+      std::vector<double> seconds(contexts.size());
+      for (int64_t step = 0; step < steps; step += kTurnSteps)
+        for (size_t i = 0; i < contexts.size(); ++i) {
+          const int64_t from = contexts[i] + step, to = contexts[i] + std::min(steps, step + kTurnSteps);
+          const double a = now();
+          feed(pass, kv[i], tokens, from, to, 1);
+          seconds[i] += now() - a;
+        }
+      for (size_t i = 0; i < contexts.size(); ++i) {
+        rates[i].push_back(double(steps) / seconds[i]);
+        kv[i].release(pass.kv);
+      }
     });
-  return median(rates);
+  std::vector<double> out;
+  for (std::vector<double>& r : rates) out.push_back(median(r));
+  return out;
 }
 
 }  // namespace
@@ -450,7 +471,7 @@ int main(int argc, char** argv) {
   o.path = model;
   o.threads = threads;
   o.context_length = std::max(prompt, context) + decode + 8;
-  o.max_sequences = std::max(batch, 1);
+  o.max_sequences = std::max(batch, context > 0 ? 2 : 1);  // --context: a short and a long sequence side by side
   o.dtype = compute_dtype;
   o.kernels = kernels;
   o.device = device;
@@ -536,9 +557,15 @@ int main(int argc, char** argv) {
                 *std::min_element(lora_rates.begin(), lora_rates.end()), *std::max_element(lora_rates.begin(), lora_rates.end()), repeat);
   }
   if (context > 0) {
-    const double rate = decode_at_context(*m, context, decode, repeat);
-    std::printf("decode %-4lld at %-6lld %7.1f %10.2f %9.0f%%\n", (long long)decode, (long long)context, rate, 1000.0 / rate,
-                100.0 * rate * step_bytes / (bandwidth * 1e9));
+    std::vector<int64_t> contexts{context};
+    if (context != kShortContext) contexts.insert(contexts.begin(), kShortContext);
+    const std::vector<double> rates = decode_at_contexts(*m, contexts, decode, repeat);
+    for (size_t i = 0; i < contexts.size(); ++i)
+      std::printf("decode %-4lld at %-6lld %7.1f %10.2f %9.0f%%\n", (long long)decode, (long long)contexts[i], rates[i],
+                  1000.0 / rates[i], 100.0 * rates[i] * step_bytes / (bandwidth * 1e9));
+    if (contexts.size() > 1)
+      std::printf("a token at %lld keys takes %.2fx as long as at %lld (turns of 8 steps alternated, medians of %d runs)\n", (long long)context,
+                  rates[0] / rates[1], (long long)kShortContext, repeat);
   }
   return 0;
 }
