@@ -18,6 +18,21 @@ using namespace ftllm::text;
 
 BOOST_AUTO_TEST_SUITE(generated_text)
 
+namespace {
+
+// What a parser makes of `text` pushed in two pieces, split at `cut`, and finished.
+ParsedDelta parsed_in_two(OutputParser& p, const std::string& text, size_t cut) {
+  ParsedDelta all;
+  for (const ParsedDelta& d : {p.push(text.substr(0, cut)), p.push(text.substr(cut)), p.finish()}) {
+    all.reasoning += d.reasoning;
+    all.content += d.content;
+    all.tool_calls.insert(all.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+  }
+  return all;
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(stop_strings_never_leak_at_any_split) {
   const std::string text = "Hello, world! More text.";
   for (size_t cut = 0; cut <= text.size(); ++cut) {
@@ -61,12 +76,9 @@ BOOST_AUTO_TEST_CASE(tool_calls_are_parsed_at_any_offset) {
       "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
   for (size_t cut = 0; cut <= text.size(); ++cut) {
     OutputParser p(false, false, ToolDialect::Hermes, true);
-    std::vector<ToolCall> calls;
-    std::string content;
-    for (const ParsedDelta& d : {p.push(text.substr(0, cut)), p.push(text.substr(cut)), p.finish()}) {
-      calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
-      content += d.content;
-    }
+    const ParsedDelta got = parsed_in_two(p, text, cut);
+    const std::vector<ToolCall>& calls = got.tool_calls;
+    const std::string& content = got.content;
     BOOST_REQUIRE_EQUAL(calls.size(), 2u);
     BOOST_TEST(calls[0].name == "get_weather");
     BOOST_TEST(calls[0].arguments_json == R"({"city":"Paris"})");
@@ -108,8 +120,7 @@ BOOST_AUTO_TEST_CASE(tool_calls_are_parsed_at_any_offset) {
   for (const auto& [answer, want] : spaced)
     for (size_t cut = 0; cut <= answer.size(); ++cut) {
       OutputParser p(false, false, ToolDialect::Hermes, true);
-      std::string content;
-      for (const ParsedDelta& d : {p.push(answer.substr(0, cut)), p.push(answer.substr(cut)), p.finish()}) content += d.content;
+      const std::string content = parsed_in_two(p, answer, cut).content;
       BOOST_TEST(content == want, "cut at " << cut << " of " << answer);
     }
   OutputParser broken(false, false, ToolDialect::Hermes, true);
@@ -129,27 +140,19 @@ BOOST_AUTO_TEST_CASE(harmony_channels_split_at_any_offset) {
   for (const std::string& text : texts)
     for (size_t cut = 0; cut <= text.size(); ++cut) {
       OutputParser p(true, false, ToolDialect::Harmony, true);
-      std::string reasoning, content;
-      std::vector<ToolCall> calls;
-      for (const ParsedDelta& d : {p.push(text.substr(0, cut)), p.push(text.substr(cut)), p.finish()}) {
-        reasoning += d.reasoning;
-        content += d.content;
-        calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
-      }
-      BOOST_TEST(reasoning == "Need weather.", "cut " << cut);
-      BOOST_TEST(content == "", "cut " << cut << ": " << content);
-      BOOST_REQUIRE_EQUAL(calls.size(), 1u);
-      BOOST_TEST(calls[0].name == "get_weather");
-      BOOST_TEST(calls[0].arguments_json == R"({"city":"Paris"})");
+      const ParsedDelta got = parsed_in_two(p, text, cut);
+      BOOST_TEST(got.reasoning == "Need weather.", "cut " << cut);
+      BOOST_TEST(got.content == "", "cut " << cut << ": " << got.content);
+      BOOST_REQUIRE_EQUAL(got.tool_calls.size(), 1u);
+      BOOST_TEST(got.tool_calls[0].name == "get_weather");
+      BOOST_TEST(got.tool_calls[0].arguments_json == R"({"city":"Paris"})");
     }
   const std::string answer = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi there.<|return|>";
   for (size_t cut = 0; cut <= answer.size(); ++cut) {
     OutputParser p(true, false, ToolDialect::Harmony, false);
-    std::string reasoning, content;
-    for (const ParsedDelta& d : {p.push(answer.substr(0, cut)), p.push(answer.substr(cut)), p.finish()})
-      reasoning += d.reasoning, content += d.content;
-    BOOST_TEST(reasoning == "Easy.", "cut " << cut);
-    BOOST_TEST(content == "Hi there.", "cut " << cut);
+    const ParsedDelta got = parsed_in_two(p, answer, cut);
+    BOOST_TEST(got.reasoning == "Easy.", "cut " << cut);
+    BOOST_TEST(got.content == "Hi there.", "cut " << cut);
   }
   // The analysis ends where the grammar ends it, at the next assistant header: an <|end|> and a header
   // that is not one (a random model's, cut off by max_tokens) stay reasoning, not content; cut off
@@ -161,11 +164,9 @@ BOOST_AUTO_TEST_CASE(harmony_channels_split_at_any_offset) {
   for (const auto& [text, want] : unfinished)
     for (size_t cut = 0; cut <= text.size(); ++cut) {
       OutputParser p(true, false, ToolDialect::Harmony, true);
-      std::string reasoning, content;
-      for (const ParsedDelta& d : {p.push(text.substr(0, cut)), p.push(text.substr(cut)), p.finish()})
-        reasoning += d.reasoning, content += d.content;
-      BOOST_TEST(reasoning == want, "cut " << cut << ": " << reasoning);
-      BOOST_TEST(content == "", "cut " << cut << ": " << content);
+      const ParsedDelta got = parsed_in_two(p, text, cut);
+      BOOST_TEST(got.reasoning == want, "cut " << cut << ": " << got.reasoning);
+      BOOST_TEST(got.content == "", "cut " << cut << ": " << got.content);
     }
 }
 
@@ -230,12 +231,9 @@ BOOST_AUTO_TEST_CASE(each_templates_tool_calls_parse_back_in_its_dialect) {
     BOOST_TEST_CONTEXT(file << " (" << dialect_name(dialect) << "): " << text) {
       for (size_t cut = 0; cut <= text.size(); ++cut) {
         OutputParser p(reasoning, false, dialect, true, tools);
-        std::vector<ToolCall> calls;
-        std::string content;
-        for (const ParsedDelta& d : {p.push(text.substr(0, cut)), p.push(text.substr(cut)), p.finish()}) {
-          calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
-          content += d.content;
-        }
+        const ParsedDelta got = parsed_in_two(p, text, cut);
+        const std::vector<ToolCall>& calls = got.tool_calls;
+        const std::string& content = got.content;
         if (calls.size() != want.size()) {
           BOOST_ERROR("cut at " << cut << ": " << calls.size() << " calls, content: " << content);
           break;
