@@ -206,7 +206,7 @@ BOOST_AUTO_TEST_CASE(attend_block_matches_the_reference_and_rows_do_not_depend_o
   for (KvDtype t : {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::Q8_0, KvDtype::FP8}) {
     for (auto [d, vd] : {std::pair<int64_t, int64_t>{8, 8}, {60, 60}, {64, 64}, {128, 128}, {200, 200}, {576, 512}}) {
       if (!kvcache::kv_fits(t, d)) continue;
-      for (int64_t n : {1, 3, 9, 33, 64, 100, 128}) {
+      for (int64_t n : {1, 3, 9, 33, 64, 100, 128, 256}) {
         for (int64_t nq : {1, 2, 3, 7, 16})
         for (float cap : t == KvDtype::F32 ? std::vector<float>{0.0f, 0.5f} : std::vector<float>{0.0f}) {
           BOOST_TEST_CONTEXT(kvcache::kv_dtype_name(t) << " d=" << d << " n=" << n << " rows=" << nq << " softcap=" << cap) {
