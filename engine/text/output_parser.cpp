@@ -100,8 +100,8 @@ void OutputParser::route(std::string text, ParsedDelta& out, bool final) {
       size_t close = text.find(think_close_);
       if (close == std::string::npos) {
         // gpt-oss cut off after its analysis message's <|end|>: the framing is not thought.
-        if (final && dialect_ == ToolDialect::Harmony && partial_tag(text, think_close_) >= kHarmonyEnd.size())
-          text.erase(text.size() - partial_tag(text, think_close_));
+        if (final && dialect_ == ToolDialect::Harmony)
+          if (const size_t framing = partial_tag(text, think_close_); framing >= kHarmonyEnd.size()) text.erase(text.size() - framing);
         out.reasoning += text;
         return;
       }

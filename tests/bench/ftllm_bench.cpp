@@ -470,7 +470,7 @@ int main(int argc, char** argv) {
   ModelLoadOptions o;
   o.path = model;
   o.threads = threads;
-  o.context_length = std::max(prompt, context) + decode + 8;
+  o.context_length = std::max({prompt, context, context > 0 ? kShortContext : 0}) + decode + 8;
   o.max_sequences = std::max(batch, context > 0 ? 2 : 1);  // --context: a short and a long sequence side by side
   o.dtype = compute_dtype;
   o.kernels = kernels;
@@ -564,8 +564,8 @@ int main(int argc, char** argv) {
       std::printf("decode %-4lld at %-6lld %7.1f %10.2f %9.0f%%\n", (long long)decode, (long long)contexts[i], rates[i],
                   1000.0 / rates[i], 100.0 * rates[i] * step_bytes / (bandwidth * 1e9));
     if (contexts.size() > 1)
-      std::printf("a token at %lld keys takes %.2fx as long as at %lld (turns of 8 steps alternated, medians of %d runs)\n", (long long)context,
-                  rates[0] / rates[1], (long long)kShortContext, repeat);
+      std::printf("a token at %lld keys takes %.2fx as long as at %lld (turns of %lld steps alternated, medians of %d runs)\n",
+                  (long long)context, rates[0] / rates[1], (long long)kShortContext, (long long)kTurnSteps, repeat);
   }
   return 0;
 }
