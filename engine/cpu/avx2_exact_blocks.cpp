@@ -653,6 +653,29 @@ inline __m512i dpbusd_broadcast(__m512i acc, __m512i u, const int8_t* s) {
   return acc;
 }
 
+// Sixteen rows' 32 bytes, row i's in v[i % 8] (rows 0-7 in the low halves, 8-15 in the high ones), turned
+// so that v[c] holds 4-byte chunk c of every row, row i in lane i.
+[[gnu::always_inline]] inline void turn16(__m512i* v) {
+  __m512i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // After the two unpack rounds (within 128-bit lanes) u[k] holds, per 256-bit half, one chunk of rows
+  // 0-3 (of that half's eight) in its low lane and chunk + 4 in its high one; u[4 + k] the same of rows 4-7.
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  const __m512i low = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), high = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm512_permutex2var_epi64(u[j], low, u[4 + j]);
+    v[j + 4] = _mm512_permutex2var_epi64(u[j], high, u[4 + j]);
+  }
+}
+
 // rows_times_weights_lanes on sixteen weight rows at a time, for the unsigned block types and up to
 // sixteen activation rows: row i of the sixteen in lane i of 512-bit registers, so each activation chunk
 // (broadcast by the dot product itself) and each dot product serve twice the rows, and the turn of a
@@ -666,9 +689,6 @@ void rows_times_weights_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, 
   // Signed weights go in as unsigned bytes w + 128 (the dot's unsigned operand); the dots start 128 *
   // sum(x) lower instead.
   constexpr int kLaneOffset = Wt::kSigned ? 128 : Wt::kOffset;
-  // After the two unpack rounds (within 128-bit lanes) s[k] holds, per 256-bit half, one chunk of rows
-  // 0-3 (of that half's eight) in its low lane and chunk + 4 in its high one; s[4 + k] the same of rows 4-7.
-  const __m512i low = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), high = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
   int64_t n = n0;
   for (; n + 16 <= n1; n += 16) {
     const uint8_t* r[16];
@@ -678,22 +698,9 @@ void rows_times_weights_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, 
     for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       ahead.step();
-      __m512i v[8], t[8], u[8];
+      __m512i v[8];
       for (int i = 0; i < 8; ++i) v[i] = join(Wt::bytes(r[i], b), Wt::bytes(r[i + 8], b));
-      for (int i = 0; i < 4; ++i) {
-        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-      }
-      for (int h = 0; h < 2; ++h) {
-        u[4 * h] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
-        u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
-        u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
-        u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
-      }
-      for (int j = 0; j < 4; ++j) {  // chunk j of all sixteen rows, row i in lane i
-        v[j] = _mm512_permutex2var_epi64(u[j], low, u[4 + j]);
-        v[j + 4] = _mm512_permutex2var_epi64(u[j], high, u[4 + j]);
-      }
+      turn16(v);
       if constexpr (Wt::kSigned)
         for (int j = 0; j < 8; ++j) v[j] = _mm512_xor_si512(v[j], _mm512_set1_epi8(char(0x80)));
       __m512 wscales = _mm512_set1_ps(1.0f);
@@ -847,6 +854,194 @@ void rows_times_super_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t
   }
 }
 
+#ifdef FTLLM_VNNI
+// 32 bytes at `offset` in super-block sb of each of sixteen rows, turned (turn16): v[c] holds bytes
+// 4c..4c+3 of each row, row i in lane i.
+template <typename Block>
+[[gnu::always_inline]] inline void turned_bytes(const uint8_t* const* r, int64_t sb, size_t offset, __m512i* v) {
+  const size_t at = sizeof(Block) * size_t(sb) + offset;
+  for (int i = 0; i < 8; ++i) v[i] = join(load32(r[i] + at), load32(r[i + 8] + at));
+  turn16(v);
+}
+
+// Super-block sb of sixteen K-quant rows as unsigned values, turned: out[j][c] holds chunk c of sub-block
+// j (values 32j + 4c .. 32j + 4c + 3) of every row, row i in lane i. The packed bytes are turned first and
+// split into values after: every unpacking step (Weights<T>::unpack) works on each byte in its place, so
+// it gives the same bytes either way, and one turn of packed bytes serves two sub-blocks (Q4_K).
+template <DType T>
+[[gnu::always_inline]] inline void turned_super(const uint8_t* const* r, int64_t sb, __m512i (*out)[8]) {
+  using Block = typename Weights<T>::Block;
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  if constexpr (T == DType::Q6_K) {
+    const __m512i three = _mm512_set1_epi8(3);
+    for (int half = 0; half < 2; ++half) {  // Weights<Q6_K>::quarters
+      __m512i ql0[8], ql1[8], qh[8];
+      turned_bytes<Block>(r, sb, offsetof(Block, ql) + 64 * half, ql0);
+      turned_bytes<Block>(r, sb, offsetof(Block, ql) + 64 * half + 32, ql1);
+      turned_bytes<Block>(r, sb, offsetof(Block, qh) + 32 * half, qh);
+      for (int c = 0; c < 8; ++c) {
+        const __m512i low[4] = {_mm512_and_si512(ql0[c], mask), _mm512_and_si512(ql1[c], mask),
+                                _mm512_and_si512(_mm512_srli_epi16(ql0[c], 4), mask), _mm512_and_si512(_mm512_srli_epi16(ql1[c], 4), mask)};
+        for (int k = 0; k < 4; ++k)
+          out[4 * half + k][c] = _mm512_or_si512(low[k], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh[c], 2 * k), three), 4));
+      }
+    }
+  } else {
+    __m512i qh[8];
+    if constexpr (T == DType::Q5_K) turned_bytes<Block>(r, sb, offsetof(Block, qh), qh);
+    for (int p = 0; p < 4; ++p) {  // Weights<Q4_K>::unpack (and Q5_K's)
+      __m512i qs[8];
+      turned_bytes<Block>(r, sb, offsetof(Block, qs) + 32 * p, qs);
+      for (int c = 0; c < 8; ++c) {
+        __m512i lo = _mm512_and_si512(qs[c], mask), hi = _mm512_and_si512(_mm512_srli_epi16(qs[c], 4), mask);
+        if constexpr (T == DType::Q5_K) {  // bits 2p and 2p + 1 of each qh byte, worth 16
+          const __m512i h = _mm512_srli_epi16(qh[c], 2 * p);
+          lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(1)), 4));
+          hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(2)), 3));
+        }
+        out[2 * p][c] = lo;
+        out[2 * p + 1][c] = hi;
+      }
+    }
+  }
+}
+
+// The sum of the 16 signed bytes at q.
+inline int32_t sum16(const int8_t* q) {
+  const __m128i biased = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), _mm_set1_epi8(char(0x80)));
+  const __m128i sad = _mm_sad_epu8(biased, _mm_setzero_si128());
+  return _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4) - 16 * 128;
+}
+
+// rows_times_super_few on sixteen weight rows at a time, row i in lane i of 512-bit registers, against up
+// to sixteen activation rows (rows_times_weights_lanes16's shape for the 32-value blocks): a super-block
+// of the sixteen rows is unpacked and turned once for all of them, and each activation word is
+// broadcast by the dot itself. Each lane's integer is the few-rows kernel's (the sub-block or run dots,
+// exact, times their scales) and its float steps are that kernel's, so the bits are the same. In the last
+// sixteen, rows past n1 repeat the last row and are not stored.
+template <DType T, int R>
+void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
+                              int64_t ldy) {
+  using K = Weights<T>;
+  constexpr bool kMins = T != DType::Q6_K;
+  const int64_t supers = nb / 8;
+  alignas(64) __m512i values[8][8];
+  // Q6_K: each activation block's two halves' sums as an int16 pair.
+  thread_local std::vector<int32_t> halves;
+  if constexpr (!kMins) {
+    halves.resize(size_t(R * nb));
+    for (int64_t i = 0; i < R * nb; ++i) {
+      const int32_t first = sum16(x[i].q);
+      halves[size_t(i)] = int32_t(uint32_t(uint16_t(first)) | uint32_t(x[i].sum - first) << 16);
+    }
+  }
+  for (int64_t n = n0; n < n1; n += 16) {
+    const int live = int(std::min<int64_t>(16, n1 - n));
+    const uint8_t* r[16];
+    for (int i = 0; i < 16; ++i) r[i] = w + size_t(n + std::min(i, live - 1)) * row_bytes;
+    AheadLines ahead(r[0] + size_t(16) * row_bytes, 16 * row_bytes, supers, n + 32 <= n1);
+    const __m512i rows = _mm512_mullo_epi32(_mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                             _mm512_set1_epi32(live - 1)),
+                                            _mm512_set1_epi32(int32_t(row_bytes)));  // byte offsets of r[i] from r[0]
+    alignas(64) float acc[R][16];
+    for (int a = 0; a < R; ++a) _mm512_store_ps(acc[a], _mm512_setzero_ps());
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      ahead.step();
+      turned_super<T>(r, sb, values);
+      // The sixteen rows' scale words, gathered (row i's in lane i) and taken apart lane by lane.
+      const uint8_t* at = r[0] + sizeof(typename K::Block) * size_t(sb);
+      auto word = [&](size_t offset) { return _mm512_i32gather_epi32(rows, at + offset, 1); };
+      const __m512i ff = _mm512_set1_epi32(0xff);
+      __m512i packed[4];  // Q4_K / Q5_K: scales 0-3, 4-7, minimums 0-3, 4-7 as bytes; Q6_K: its 16 scales
+      __m512 d, neg_dmin = _mm512_setzero_ps();
+      if constexpr (kMins) {
+        const __m512i dd = word(0), a = word(4), b = word(8), c = word(12);  // k_scale_bytes' A, B, C
+        const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), nibble = _mm512_set1_epi32(0x0f0f0f0f), two = _mm512_set1_epi32(0x03030303);
+        packed[0] = _mm512_and_si512(a, low6);
+        packed[1] = _mm512_or_si512(_mm512_and_si512(c, nibble), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a, 6), two), 4));
+        packed[2] = _mm512_and_si512(b, low6);
+        packed[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, 4), nibble), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b, 6), two), 4));
+        d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+      } else {
+        for (int q = 0; q < 4; ++q) packed[q] = word(offsetof(typename K::Block, scales) + 4 * q);
+        d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(word(offsetof(typename K::Block, d) - 2), 16)));
+      }
+      // Scale k of every row (Q4_K / Q5_K: sub-block k's, 6 bits; Q6_K: run k's, signed).
+      auto scales = [&](int k) {
+        const __m512i w = packed[k / 4];
+        if constexpr (kMins) return _mm512_and_si512(_mm512_srli_epi32(w, 8 * (k % 4)), ff);
+        else return _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - 8 * (k % 4)), 24);
+      };
+      __m512i isum[R];
+      for (int a = 0; a < R; ++a) isum[a] = _mm512_setzero_si512();
+      for (int j = 0; j < 8; ++j) {
+        __m512i v[8];
+        for (int c = 0; c < 8; ++c) v[c] = _mm512_load_si512(&values[j][c]);
+        if constexpr (kMins) {
+          const __m512i sc = scales(j);
+#pragma GCC unroll 16
+          for (int a = 0; a < R; ++a) {
+            const int8_t* q = x[a * nb + sb * 8 + j].q;
+            __m512i chain[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+            for (int c = 0; c < 8; ++c) chain[c % 2] = dpbusd_broadcast(chain[c % 2], v[c], q + 4 * c);
+            isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(_mm512_add_epi32(chain[0], chain[1]), sc));
+          }
+        } else {  // two runs of 16 values (their -32 offsets below)
+          const __m512i sc0 = scales(2 * j), sc1 = scales(2 * j + 1);
+#pragma GCC unroll 16
+          for (int a = 0; a < R; ++a) {
+            const int8_t* q = x[a * nb + sb * 8 + j].q;
+            __m512i run[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+            for (int c = 0; c < 8; ++c) run[c / 4] = dpbusd_broadcast(run[c / 4], v[c], q + 4 * c);
+            isum[a] = _mm512_add_epi32(isum[a], _mm512_add_epi32(_mm512_mullo_epi32(run[0], sc0), _mm512_mullo_epi32(run[1], sc1)));
+          }
+        }
+      }
+      if constexpr (!kMins) {
+        // Q6_K's offsets: isum -= 32 * sum_runs sc_r * sum(x_r), the scales of a block's two runs as an int16
+        // pair against the pair of its halves' sums (each at most 16 * 128).
+        __m512i scale_pairs[8];
+        for (int k = 0; k < 8; ++k) {
+          const __m512i w = packed[k / 2];
+          const int shift = 16 * (k % 2);
+          const __m512i first = _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - shift), 24), second = _mm512_srai_epi32(_mm512_slli_epi32(w, 16 - shift), 24);
+          scale_pairs[k] = _mm512_or_si512(_mm512_and_si512(first, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(second, 16));
+        }
+        for (int a = 0; a < R; ++a) {
+          __m512i offsets = _mm512_setzero_si512();
+          for (int k = 0; k < 8; ++k) offsets = _mm512_dpwssd_epi32(offsets, scale_pairs[k], _mm512_set1_epi32(halves[size_t(a * nb + sb * 8 + k)]));
+          isum[a] = _mm512_sub_epi32(isum[a], _mm512_slli_epi32(offsets, 5));
+        }
+      }
+      __m512i min_pairs[4];  // sub-blocks 2k and 2k + 1's minimums as int16 pairs
+      if constexpr (kMins)
+        for (int k = 0; k < 4; ++k) {
+          const __m512i m = _mm512_srli_epi32(packed[2 + k / 2], 16 * (k % 2));  // its bytes 0, 1: the pair
+          min_pairs[k] = _mm512_or_si512(_mm512_and_si512(m, ff), _mm512_slli_epi32(_mm512_and_si512(m, _mm512_set1_epi32(0xff00)), 8));
+        }
+      for (int a = 0; a < R; ++a) {
+        const Q8Block* xs = x + a * nb + sb * 8;
+        const __m512 xd = _mm512_set1_ps(xs[0].d);
+        __m512 acc_a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[a]), _mm512_mul_ps(d, xd), _mm512_load_ps(acc[a]));
+        if constexpr (kMins) {
+          // sum_j mn_j * sum(x_j), exact: each activation block's sum fits int16 (at most 32 * 128)
+          __m512i msum = _mm512_setzero_si512();
+          for (int k = 0; k < 4; ++k) {
+            const uint32_t sums = uint32_t(uint16_t(xs[2 * k].sum)) | uint32_t(xs[2 * k + 1].sum) << 16;
+            msum = _mm512_dpwssd_epi32(msum, min_pairs[k], _mm512_set1_epi32(int32_t(sums)));
+          }
+          acc_a = _mm512_fmadd_ps(_mm512_mul_ps(neg_dmin, xd), _mm512_cvtepi32_ps(msum), acc_a);
+        }
+        _mm512_store_ps(acc[a], acc_a);
+      }
+    }
+    for (int a = 0; a < R; ++a)
+      for (int i = 0; i < live; ++i) y[a * ldy + n + i] = acc[a][i];
+  }
+}
+#endif
+
 // ---- Many activation rows ------------------------------------------------------------------------
 
 // Eight activation rows' block b, transposed: chunk[c] holds bytes 4c..4c+3 of each row (row i in lane
@@ -996,6 +1191,7 @@ template <DType T, int W, int P>
 }
 #endif
 
+#ifndef FTLLM_VNNI  // (the AVX-512 tables take the K-quants through rows_times_super_lanes16)
 // Q4_K and Q5_K: W weight rows against G groups of eight activation rows, a super-block at a time.
 template <DType T, int W, int G>
 [[gnu::always_inline]] inline void tile_k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
@@ -1023,13 +1219,8 @@ template <DType T, int W, int G>
         for (int w = 0; w < W; ++w) {
           const __m256i wc = broadcast4(nibbles[w][j] + 4 * c);
           for (int g = 0; g < G; ++g)
-#ifdef FTLLM_VNNI
-            part[w][g] = _mm256_dpbusd_epi32(part[w][g], wc, load32(x[g][b].chunk[c]));
-#else
             part[w][g] = _mm256_add_epi16(part[w][g], _mm256_maddubs_epi16(wc, load32(x[g][b].chunk[c])));
-#endif
         }
-#ifndef FTLLM_VNNI
         // The int16 pairs hold eight chunks of nibbles or four of five-bit values (see tile), then go
         // into int32 times the sub-block's scale.
         constexpr int kPairChunks = T == DType::Q4_K ? 8 : 4;
@@ -1039,12 +1230,7 @@ template <DType T, int W, int G>
               isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_madd_epi16(part[w][g], _mm256_set1_epi16(sc[w][j])));
               part[w][g] = _mm256_setzero_si256();
             }
-#endif
       }
-#ifdef FTLLM_VNNI
-      for (int w = 0; w < W; ++w)
-        for (int g = 0; g < G; ++g) isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_mullo_epi32(part[w][g], _mm256_set1_epi32(sc[w][j])));
-#endif
     }
     for (int w = 0; w < W; ++w) {
       const auto& blk = K::block(rows[w], sb);
@@ -1088,13 +1274,8 @@ template <int W, int G>
           for (int w = 0; w < W; ++w) {
             const __m256i wc = broadcast4(values[w][j] + 4 * c);
             for (int g = 0; g < G; ++g)
-#ifdef FTLLM_VNNI
-              part[w][g] = _mm256_dpbusd_epi32(part[w][g], wc, load32(x[g][b].chunk[c]));
-#else
               part[w][g] = _mm256_add_epi16(part[w][g], _mm256_maddubs_epi16(wc, load32(x[g][b].chunk[c])));
-#endif
           }
-#ifndef FTLLM_VNNI
           // Six-bit values times int8 pair up to 16002 per int16 lane: two chunks fit, then widen times the scale.
           if (c % 2 == 1)
             for (int w = 0; w < W; ++w)
@@ -1102,13 +1283,7 @@ template <int W, int G>
                 isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_madd_epi16(part[w][g], _mm256_set1_epi16(K::block(rows[w], sb).scales[2 * j + run])));
                 part[w][g] = _mm256_setzero_si256();
               }
-#endif
         }
-#ifdef FTLLM_VNNI
-        for (int w = 0; w < W; ++w)
-          for (int g = 0; g < G; ++g)
-            isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_mullo_epi32(part[w][g], _mm256_set1_epi32(K::block(rows[w], sb).scales[2 * j + run])));
-#endif
       }
     }
     for (int w = 0; w < W; ++w) {
@@ -1130,6 +1305,7 @@ template <int W, int G>
   for (int w = 0; w < W; ++w)
     for (int g = 0; g < G; ++g) out[w * G + g] = acc[w][g];
 }
+#endif
 
 // The signed types' transposed rows start from -128 * sum(q) under VNNI (weights offset to unsigned
 // there), from 0 with AVX2's sign trick.
@@ -1179,13 +1355,10 @@ void transpose_rows(const Q8Block* xq, int64_t M, int64_t nb, std::vector<Octet>
 }
 
 #ifdef FTLLM_VNNI
-constexpr int kTileRows = 4;  // 32 vector registers: 4 weight rows x 2 groups of 8 activation rows
-// The block types' 512-bit tile takes 4 weight rows x 4 groups (two registers' worth of activation rows).
-template <DType T>
-constexpr int kTileGroups = kSuper<T> || T == DType::Q6_K ? 2 : 4;
+constexpr int kTileRows = 4;  // 32 vector registers: 4 weight rows x 4 groups (tile_wide: two registers' worth)
+constexpr int kTileGroups = 4;
 #else
 constexpr int kTileRows = 2;  // 16 registers: 2 x 2
-template <DType T>
 constexpr int kTileGroups = 2;
 #endif
 
@@ -1198,7 +1371,7 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
   // Cache blocking: tiles of about 256 KB of weight rows and of activation groups, one of them held in
   // L2 while the other streams past it.
   const int64_t group_bytes = nb * int64_t(sizeof(Octet));
-  const int64_t g_tile = std::max<int64_t>(kTileGroups<T>, (256 << 10) / std::max<int64_t>(group_bytes, 1) / kTileGroups<T> * kTileGroups<T>);
+  const int64_t g_tile = std::max<int64_t>(kTileGroups, (256 << 10) / std::max<int64_t>(group_bytes, 1) / kTileGroups * kTileGroups);
   const int64_t n_tile = std::max<int64_t>(kTileRows, int64_t((256 << 10) / row_bytes) / kTileRows * kTileRows);
   // W weight rows from n against G activation groups from g; the last groups of a tile (g_end) prefetch
   // the next W rows.
@@ -1209,10 +1382,11 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
     for (int i = 0; i < W; ++i) rows[i] = w + size_t(n + i) * row_bytes;
     __m256 out[W * G];
     const size_t ahead = g + G >= g_end && n + 2 * W <= n1 ? W * row_bytes : 0;
+#ifdef FTLLM_VNNI
+    if constexpr (G % 2 == 0) tile_wide<T, W, G / 2>(xs, nb, rows, ahead, out);
+#else
     if constexpr (T == DType::Q6_K) tile_q6k<W, G>(xs, nb, rows, ahead, out);
     else if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, ahead, out);
-#ifdef FTLLM_VNNI
-    else if constexpr (G % 2 == 0) tile_wide<T, W, G / 2>(xs, nb, rows, ahead, out);
 #endif
     else tile<T, W, G>(xs, nb, rows, ahead, out);
     for (int i = 0; i < W; ++i)
@@ -1239,7 +1413,7 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
 #endif
     for (; n + kTileRows <= nt_end; n += kTileRows) {
       int64_t g = gt;
-      if constexpr (kTileGroups<T> == 4)
+      if constexpr (kTileGroups == 4)
         for (; g + 4 <= gt_end; g += 4) run.template operator()<kTileRows, 4>(n, g, gt_end);
       for (; g + 2 <= gt_end; g += 2) run.template operator()<kTileRows, 2>(n, g, gt_end);
       if (g < gt_end) run.template operator()<kTileRows, 1>(n, g, gt_end);
@@ -1277,7 +1451,8 @@ template <int Lo, int Hi, typename F>
 // them only up to sixteen rows on AVX-512 (a prefill ran 0.75x: their tiles broadcast the weights
 // straight from their rows, with no unpacking) and never on AVX2 (its sign steps lost 3-7%); on AVX2
 // five-bit values and MXFP4 only up to eight rows (beyond, the tiles' int16 sums won: 16 rows of Q5_0
-// ran 0.87x, MXFP4 0.87x).
+// ran 0.87x, MXFP4 0.87x). The K-quants take every batch through theirs on AVX-512
+// (rows_times_super_lanes16) and none on AVX2, whose GEMM tiles keep them.
 constexpr int64_t kAnyRows = INT64_MAX;
 #ifdef FTLLM_VNNI
 constexpr int kLaneRows = 16;
@@ -1286,10 +1461,12 @@ constexpr int kLaneRows = 8;
 #endif
 template <DType T>
 constexpr int64_t lane_kernel_rows() {
-  if constexpr (kSuper<T> || T == DType::Q6_K || T == DType::I4) return 0;
+  if constexpr (T == DType::I4) return 0;
 #ifdef FTLLM_VNNI
+  else if constexpr (kSuper<T> || T == DType::Q6_K) return kAnyRows;
   else return Weights<T>::kSigned ? 16 : kAnyRows;
 #else
+  else if constexpr (kSuper<T> || T == DType::Q6_K) return 0;
   else return Weights<T>::kSigned ? 0 : Weights<T>::kMaxByte <= 15 ? kAnyRows : 8;
 #endif
 }
@@ -1315,8 +1492,10 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
           with_rows<1, L>(std::min<int64_t>(L, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
             const Q8Block* x = xq + m * nb;
             float* out = y + m * ldy;
-            if constexpr (R == 1) rows_times_weights_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
+            if constexpr (R == 1 && (kSuper<T> || T == DType::Q6_K)) rows_times_super_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
+            else if constexpr (R == 1) rows_times_weights_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
 #ifdef FTLLM_VNNI
+            else if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
             else rows_times_weights_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
 #else
             else rows_times_weights_lanes<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
