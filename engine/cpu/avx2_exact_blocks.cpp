@@ -1042,6 +1042,184 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
 }
 #endif
 
+#ifdef FTLLM_VNNI
+// ---- One activation row against K-quants, 512 bits at a time ----------------------------------------
+// A 64-byte load of Q4_K's packed bytes holds the nibbles of two pairs of sub-blocks: its low nibbles are
+// sub-blocks 4q and 4q + 2, its high ones 4q + 1 and 4q + 3. The activation row is laid out once per call
+// in that order (kOneRowOrder), so each half meets its own block; Q6_K's halves come in block order.
+template <DType T>
+constexpr int kOneRowOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+template <>
+constexpr int kOneRowOrder<DType::Q6_K>[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+// int16 word `a` of `words` in the result's words 0-15, word `b` in words 16-31.
+inline __m512i two_words(__m512i words, int a, int b) {
+  return _mm512_permutexvar_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(int16_t(a))), _mm256_set1_epi16(int16_t(b)), 1),
+                                  words);
+}
+
+// One weight row's super-block as four registers of 64 unsigned values, u[k] meeting the activations' bytes
+// 64k..64k+63 as kOneRowOrder lays them out, and each one's scales as int16 words for its byte pairs
+// (Q4_K, Q5_K: from the row's eight scales, given as words). The byte pairs of values (at most 31, or
+// Q6_K's 63 less its offset 32) and activations (at most 127) fit int16, as in super_dots_k /
+// super_dots_q6k, whose integers these give.
+template <DType T>
+[[gnu::always_inline]] inline void super_values(const typename Weights<T>::Block& blk, __m128i scale_words, __m512i* u, __m512i* s) {
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  if constexpr (T == DType::Q6_K) {
+    const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales))));
+    const __m512i three = _mm512_set1_epi8(3);
+    const int64_t one = 0x0001000100010001;  // 1 in each int16 word
+    const __m512i run_of_lane = _mm512_setr_epi64(0, 0, one, one, 2 * one, 2 * one, 3 * one, 3 * one);
+    for (int half = 0; half < 2; ++half) {
+      const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * half);  // quarters 0 and 1 (low nibbles), 2 and 3 (high)
+      const __m512i qh = _mm512_broadcast_i64x4(load32(blk.qh + 32 * half));
+      // quarter k's top bits sit at bit 2k of qh's bytes: 0 and 2 for the low pair, 4 and 6 for the high one
+      const __m512i h01 = _mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
+      const __m512i h23 = _mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1));
+      u[2 * half] = _mm512_or_si512(_mm512_and_si512(ql, mask), _mm512_slli_epi16(_mm512_and_si512(h01, three), 4));
+      u[2 * half + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), mask), _mm512_slli_epi16(_mm512_and_si512(h23, three), 4));
+      // runs of 16 values, one per 128-bit lane: runs 8 half .. 8 half + 3, then 8 half + 4 .. 8 half + 7
+      s[2 * half] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16(int16_t(8 * half)), run_of_lane), scales);
+      s[2 * half + 1] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16(int16_t(8 * half + 4)), run_of_lane), scales);
+    }
+  } else {
+    const __m512i words = _mm512_castsi128_si512(scale_words);
+    __m512i qh;
+    if constexpr (T == DType::Q5_K) qh = _mm512_broadcast_i64x4(load32(blk.qh));
+    for (int q = 0; q < 2; ++q) {
+      const __m512i v = _mm512_loadu_si512(blk.qs + 64 * q);
+      __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+      if constexpr (T == DType::Q5_K) {  // sub-block j's fifth bits: bit j of each qh byte, worth 16
+        const __m512i h = _mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16(int16_t(4 * q)), _mm256_set1_epi16(int16_t(4 * q + 2)), 1));
+        lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(1)), 4));
+        hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(2)), 3));
+      }
+      u[2 * q] = lo, u[2 * q + 1] = hi;
+      s[2 * q] = two_words(words, 4 * q, 4 * q + 2);
+      s[2 * q + 1] = two_words(words, 4 * q + 1, 4 * q + 3);
+    }
+  }
+}
+
+// Sixteen int32 lanes folded to eight (exact: integers).
+inline __m256i fold16(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+
+// Q4_K / Q5_K's packed scale bytes of four rows (the first 16 bytes of each one's super-block) taken
+// apart together (k_scale_bytes on four lanes): each row's eight scales and eight minimums as int16
+// words, and d and -dmin.
+struct FourRowScales {
+  __m128i words[4] = {}, mins[4] = {};
+  __m128 d, neg_dmin;
+  // Each row's sum_j mn_j * sum(x_j), row i in lane i, against the activation blocks' sums (int16 words).
+  __m128i min_sums(__m128i sums) const {
+    __m128i m[4];
+    for (int i = 0; i < 4; ++i) m[i] = _mm_madd_epi16(mins[i], sums);
+    return _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
+  }
+};
+inline FourRowScales four_row_scales(const uint8_t* const* heads) {
+  __m128i v[4];
+  for (int i = 0; i < 4; ++i) v[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(heads[i]));
+  const __m128i t0 = _mm_unpacklo_epi32(v[0], v[1]), t1 = _mm_unpackhi_epi32(v[0], v[1]);
+  const __m128i t2 = _mm_unpacklo_epi32(v[2], v[3]), t3 = _mm_unpackhi_epi32(v[2], v[3]);
+  // word k of every row, row i in lane i: d | dmin, then k_scale_bytes' A, B, C
+  const __m128i dd = _mm_unpacklo_epi64(t0, t2), a = _mm_unpackhi_epi64(t0, t2), b = _mm_unpacklo_epi64(t1, t3), c = _mm_unpackhi_epi64(t1, t3);
+  const __m128i low6 = _mm_set1_epi32(0x3f3f3f3f), nibble = _mm_set1_epi32(0x0f0f0f0f), two = _mm_set1_epi32(0x03030303);
+  const __m128i sc_lo = _mm_and_si128(a, low6), mn_lo = _mm_and_si128(b, low6);
+  const __m128i sc_hi = _mm_or_si128(_mm_and_si128(c, nibble), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(a, 6), two), 4));
+  const __m128i mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(c, 4), nibble), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(b, 6), two), 4));
+  // rows 0, 1 then 2, 3: eight bytes each
+  const __m128i sc[2] = {_mm_unpacklo_epi32(sc_lo, sc_hi), _mm_unpackhi_epi32(sc_lo, sc_hi)};
+  const __m128i mn[2] = {_mm_unpacklo_epi32(mn_lo, mn_hi), _mm_unpackhi_epi32(mn_lo, mn_hi)};
+  FourRowScales out;
+  for (int i = 0; i < 4; ++i) {
+    out.words[i] = _mm_cvtepu8_epi16(i % 2 ? _mm_srli_si128(sc[i / 2], 8) : sc[i / 2]);
+    out.mins[i] = _mm_cvtepu8_epi16(i % 2 ? _mm_srli_si128(mn[i / 2], 8) : mn[i / 2]);
+  }
+  out.d = _mm_cvtph_ps(_mm_cvtepi32_epi16(dd));
+  out.neg_dmin = _mm_sub_ps(_mm_setzero_ps(), _mm_cvtph_ps(_mm_cvtepi32_epi16(_mm_srli_epi32(dd, 16))));
+  return out;
+}
+
+// rows_times_super_few for one to four activation rows (decode, a small batch), each weight super-block's
+// values taken 64 at a time and the scales of four weight rows taken apart together: the same integers
+// and float steps, so the same bits. In the last four, rows past n1 repeat the last row and are not stored.
+template <DType T, int R>
+void rows_times_super_one(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  using K = Weights<T>;
+  constexpr bool kMins = T != DType::Q6_K;
+  const int64_t supers = nb / 8;
+  // Each activation row's super-blocks in kOneRowOrder, with (Q6_K) the byte pairs' offsets
+  // 32 * (x + x') and (Q4_K, Q5_K) the eight blocks' sums.
+  struct alignas(64) LaidOut {
+    int8_t q[256];
+    int16_t offsets[128];
+    __m128i sums;
+  };
+  thread_local std::vector<LaidOut> laid_out;
+  laid_out.resize(size_t(R * supers));
+  for (int a = 0; a < R; ++a)
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      LaidOut& o = laid_out[size_t(a * supers + sb)];
+      const Q8Block* xs = x + a * nb + sb * 8;
+      for (int j = 0; j < 8; ++j) std::memcpy(o.q + 32 * j, xs[kOneRowOrder<T>[j]].q, 32);
+      if constexpr (kMins)
+        o.sums = _mm_setr_epi16(int16_t(xs[0].sum), int16_t(xs[1].sum), int16_t(xs[2].sum), int16_t(xs[3].sum), int16_t(xs[4].sum),
+                                int16_t(xs[5].sum), int16_t(xs[6].sum), int16_t(xs[7].sum));
+      else
+        for (int k = 0; k < 4; ++k)
+          _mm512_store_si512(o.offsets + 32 * k, _mm512_maddubs_epi16(_mm512_set1_epi8(32), _mm512_load_si512(o.q + 64 * k)));
+    }
+  for (int64_t n = n0; n < n1; n += 4) {
+    const int live = int(std::min<int64_t>(4, n1 - n));
+    const uint8_t* r[4];
+    for (int i = 0; i < 4; ++i) r[i] = w + size_t(n + std::min(i, live - 1)) * row_bytes;
+    AheadLines ahead(r[0] + size_t(kAheadRows) * row_bytes, 4 * row_bytes, supers, n + 4 + kAheadRows <= n1);
+    __m128 acc[R];
+    for (int a = 0; a < R; ++a) acc[a] = _mm_setzero_ps();
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      ahead.step();
+      const auto blk = [&](int i) -> const typename K::Block& { return K::block(r[i], sb); };
+      FourRowScales f;
+      if constexpr (kMins) {
+        const uint8_t* heads[4] = {reinterpret_cast<const uint8_t*>(&blk(0)), reinterpret_cast<const uint8_t*>(&blk(1)),
+                                   reinterpret_cast<const uint8_t*>(&blk(2)), reinterpret_cast<const uint8_t*>(&blk(3))};
+        f = four_row_scales(heads);
+      } else {
+        f.d = widen4(blk(0).d, blk(1).d, blk(2).d, blk(3).d);
+      }
+      __m512i isum[4][R];
+      for (int i = 0; i < 4; ++i) {
+        __m512i u[4], s[4];
+        super_values<T>(blk(i), f.words[i], u, s);
+        for (int a = 0; a < R; ++a) {
+          const LaidOut& o = laid_out[size_t(a * supers + sb)];
+          isum[i][a] = _mm512_setzero_si512();
+          for (int k = 0; k < 4; ++k) {
+            __m512i pairs = _mm512_maddubs_epi16(u[k], _mm512_load_si512(o.q + 64 * k));
+            if constexpr (!kMins) pairs = _mm512_sub_epi16(pairs, _mm512_load_si512(o.offsets + 32 * k));
+            isum[i][a] = _mm512_dpwssd_epi32(isum[i][a], pairs, s[k]);
+          }
+        }
+      }
+      for (int a = 0; a < R; ++a) {
+        const __m128 xd = _mm_set1_ps(x[a * nb + sb * 8].d);
+        const __m128i dots = sum_lanes4(fold16(isum[0][a]), fold16(isum[1][a]), fold16(isum[2][a]), fold16(isum[3][a]));
+        acc[a] = _mm_fmadd_ps(_mm_cvtepi32_ps(dots), _mm_mul_ps(f.d, xd), acc[a]);
+        if constexpr (kMins)
+          acc[a] = _mm_fmadd_ps(_mm_mul_ps(f.neg_dmin, xd), _mm_cvtepi32_ps(f.min_sums(laid_out[size_t(a * supers + sb)].sums)), acc[a]);
+      }
+    }
+    for (int a = 0; a < R; ++a) {
+      alignas(16) float out[4];
+      _mm_store_ps(out, acc[a]);
+      for (int i = 0; i < live; ++i) y[a * ldy + n + i] = out[i];
+    }
+  }
+}
+#endif
+
 // ---- Many activation rows ------------------------------------------------------------------------
 
 // Eight activation rows' block b, transposed: chunk[c] holds bytes 4c..4c+3 of each row (row i in lane
@@ -1456,6 +1634,7 @@ template <int Lo, int Hi, typename F>
 constexpr int64_t kAnyRows = INT64_MAX;
 #ifdef FTLLM_VNNI
 constexpr int kLaneRows = 16;
+constexpr int kSuperOneRows = 2;
 #else
 constexpr int kLaneRows = 8;
 #endif
@@ -1478,7 +1657,11 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   const auto* weights = static_cast<const uint8_t*>(w);
   if (M <= 0) return;
   if (M == 1) {  // decode
+#ifdef FTLLM_VNNI
+    if constexpr (kSuper<T> || T == DType::Q6_K) return rows_times_super_one<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
+#else
     if constexpr (kSuper<T> || T == DType::Q6_K) return rows_times_super_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
+#endif
     else return rows_times_weights_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
   }
   constexpr int64_t lane_rows = lane_kernel_rows<T>();
@@ -1492,9 +1675,9 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
           with_rows<1, L>(std::min<int64_t>(L, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
             const Q8Block* x = xq + m * nb;
             float* out = y + m * ldy;
-            if constexpr (R == 1 && (kSuper<T> || T == DType::Q6_K)) rows_times_super_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
-            else if constexpr (R == 1) rows_times_weights_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
+            if constexpr (R == 1 && !kSuper<T> && T != DType::Q6_K) rows_times_weights_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
 #ifdef FTLLM_VNNI
+            else if constexpr ((kSuper<T> || T == DType::Q6_K) && R <= kSuperOneRows) rows_times_super_one<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
             else if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
             else rows_times_weights_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
 #else

@@ -246,10 +246,11 @@ BOOST_AUTO_TEST_CASE(four_and_five_bit_dots_stay_exact_at_their_extremes) {
   // nibbles to a register, or sums of eight products): exact only within that bound, so here every
   // weight but a block's first sits at its type's top value and every activation at +-127, the largest
   // sums the narrowing can meet. (Q8_0 and int8 would overflow it: they are here to show they do not take it.)
+  // The K-quants' one-row kernels add byte pairs in int16 too (Q6_K's less their offset 32 * (x + x')).
   const int64_t K = 512, N = 21, nb = K / 32;
   std::vector<float> row(static_cast<size_t>(K));
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::MXFP4, DType::I4, DType::I4G32, DType::I4G128,
-                  DType::Q8_0, DType::I8}) {
+                  DType::Q8_0, DType::I8, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     std::vector<uint8_t> w(size_t(N) * row_bytes(t, K));
     for (int64_t n = 0; n < N; ++n) {
       for (int64_t k = 0; k < K; ++k) row[size_t(k)] = (k % 32 ? 0.875f : -1.0f) * float(1 + n % 3);
