@@ -348,6 +348,29 @@ struct Weights<DType::Q6_K> {
   }
 };
 
+// Q2_K and Q3_K: 256 values in sixteen runs of 16, each with its own scale, two bits a value in four planes
+// of each half's 32 bytes (sub-block 4h + j is plane j of bytes 32h..32h+31). Q2_K: value = d * sc * q - dmin
+// * m (4-bit sc and m per run); Q3_K: value = d * (sc - 32) * (q - 4), q's third bit (4) in hmask (bit
+// 4h + j of byte l), sc six bits (ggml's 12-byte packing).
+template <>
+struct Weights<DType::Q2_K> {
+  using Block = quant::BlockQ2_K;
+  static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
+};
+template <>
+struct Weights<DType::Q3_K> {
+  using Block = quant::BlockQ3_K;
+  static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
+  // Run i's scale less 32.
+  static int scale(const Block& blk, int i) {
+    const int low = i < 8 ? blk.scales[i] & 0xF : blk.scales[i - 8] >> 4;
+    const int high = (blk.scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+    return (low | high << 4) - 32;
+  }
+};
+template <DType T>
+constexpr bool kRuns16 = T == DType::Q2_K || T == DType::Q3_K;
+
 template <DType T>
 inline __m256i block_dot(__m256i acc, __m256i w, __m256i x) {
   if constexpr (Weights<T>::kSigned) return dot_s8s8(acc, w, x);
@@ -792,10 +815,59 @@ template <int R>
   }
 }
 
+// The sum of the 16 signed bytes at q.
+inline int32_t sum16(const int8_t* q) {
+  const __m128i biased = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), _mm_set1_epi8(char(0x80)));
+  const __m128i sad = _mm_sad_epu8(biased, _mm_setzero_si128());
+  return _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4) - 16 * 128;
+}
+
+// Q2_K's or Q3_K's super-block sb of one weight row against R activation rows: per row, the integer
+// sum_runs sc_r * (q . x)_r (Q3_K: (sc_r - 32) * ((q - 4) . x)_r, the offset taken off the byte pairs) as
+// lanes to be added, and (Q2_K) sum_runs m_r * sum(x)_r in msum.
+template <DType T, int R>
+[[gnu::always_inline]] inline void super_dots_runs16(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum,
+                                                     int32_t* msum) {
+  const auto& blk = Weights<T>::block(row, sb);
+  int16_t scale[16];
+  uint8_t mins[16];
+  for (int i = 0; i < 16; ++i) {
+    if constexpr (T == DType::Q2_K) scale[i] = int16_t(blk.scales[i] & 0xF), mins[i] = uint8_t(blk.scales[i] >> 4);
+    else scale[i] = int16_t(Weights<T>::scale(blk, i));
+  }
+  const __m256i three = _mm256_set1_epi8(3);
+  __m256i mins_x[R];  // Q2_K: sum_l m_run(l) * x_l, as lanes to be added
+  for (int i = 0; i < R; ++i) isum[i] = mins_x[i] = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q = load32(blk.qs + 32 * h);
+    for (int j = 0; j < 4; ++j) {
+      __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
+      if constexpr (T == DType::Q3_K)
+        u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load32(blk.hmask), 4 * h + j), _mm256_set1_epi8(1)), 2));
+      const int run = 8 * h + 2 * j;
+      const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(scale[run + 1]), _mm_set1_epi16(scale[run]));
+      for (int i = 0; i < R; ++i) {
+        const Q8Block& xb = x[i * nb + sb * 8 + 4 * h + j];
+        const __m256i xv = load32(xb.q);
+        // u <= 7 and |x| <= 127: the byte pairs (less Q3_K's 4 * (x + x')) fit int16.
+        __m256i pairs = _mm256_maddubs_epi16(u, xv);
+        if constexpr (T == DType::Q3_K) pairs = _mm256_sub_epi16(pairs, _mm256_maddubs_epi16(_mm256_set1_epi8(4), xv));
+        isum[i] = dot_i16(isum[i], pairs, scales);
+        if constexpr (T == DType::Q2_K)
+          mins_x[i] = dot_i16(mins_x[i], _mm256_maddubs_epi16(_mm256_set_m128i(_mm_set1_epi8(int8_t(mins[run + 1])), _mm_set1_epi8(int8_t(mins[run]))), xv),
+                              _mm256_set1_epi16(1));
+      }
+    }
+  }
+  if constexpr (T == DType::Q2_K)
+    for (int i = 0; i < R; ++i) msum[i] = sum_lanes(mins_x[i]);
+}
+
 // A super-block's dots for any K-quant (Q6_K has no minimums: msum is left alone).
 template <DType T, int R>
 [[gnu::always_inline]] inline void super_dots(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum, int32_t* msum) {
   if constexpr (T == DType::Q6_K) super_dots_q6k<R>(x, nb, row, sb, isum);
+  else if constexpr (kRuns16<T>) super_dots_runs16<T, R>(x, nb, row, sb, isum, msum);
   else super_dots_k<T, R>(x, nb, row, sb, isum, msum);
 }
 
@@ -805,7 +877,7 @@ template <DType T, int R>
 void rows_times_super_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
                       int64_t ldy) {
   using K = Weights<T>;
-  constexpr bool kMins = T != DType::Q6_K;
+  constexpr bool kMins = T != DType::Q6_K && T != DType::Q3_K;
   const int64_t supers = nb / 8;
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
@@ -886,6 +958,20 @@ template <DType T>
           out[4 * half + k][c] = _mm512_or_si512(low[k], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh[c], 2 * k), three), 4));
       }
     }
+  } else if constexpr (kRuns16<T>) {  // plane j of half h's bytes is sub-block 4h + j (Q3_K: bit 4h + j of hmask, worth 4)
+    __m512i hm[8];
+    if constexpr (T == DType::Q3_K) turned_bytes<Block>(r, sb, offsetof(Block, hmask), hm);
+    for (int h = 0; h < 2; ++h) {
+      __m512i qs[8];
+      turned_bytes<Block>(r, sb, offsetof(Block, qs) + 32 * h, qs);
+      for (int j = 0; j < 4; ++j)
+        for (int c = 0; c < 8; ++c) {
+          __m512i u = _mm512_and_si512(_mm512_srli_epi16(qs[c], 2 * j), _mm512_set1_epi8(3));
+          if constexpr (T == DType::Q3_K)
+            u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hm[c], 4 * h + j), _mm512_set1_epi8(1)), 2));
+          out[4 * h + j][c] = u;
+        }
+    }
   } else {
     __m512i qh[8];
     if constexpr (T == DType::Q5_K) turned_bytes<Block>(r, sb, offsetof(Block, qh), qh);
@@ -906,13 +992,6 @@ template <DType T>
   }
 }
 
-// The sum of the 16 signed bytes at q.
-inline int32_t sum16(const int8_t* q) {
-  const __m128i biased = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), _mm_set1_epi8(char(0x80)));
-  const __m128i sad = _mm_sad_epu8(biased, _mm_setzero_si128());
-  return _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4) - 16 * 128;
-}
-
 // rows_times_super_few on sixteen weight rows at a time, row i in lane i of 512-bit registers, against up
 // to sixteen activation rows (rows_times_weights_lanes16's shape for the 32-value blocks): a super-block
 // of the sixteen rows is unpacked and turned once for all of them, and each activation word is
@@ -923,12 +1002,13 @@ template <DType T, int R>
 void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
                               int64_t ldy) {
   using K = Weights<T>;
-  constexpr bool kMins = T != DType::Q6_K;
+  constexpr bool kRuns = T == DType::Q6_K || kRuns16<T>;  // a scale per run of 16 values, not per sub-block
+  constexpr bool kMins = T != DType::Q6_K && T != DType::Q3_K;
   const int64_t supers = nb / 8;
   alignas(64) __m512i values[8][8];
-  // Q6_K: each activation block's two halves' sums as an int16 pair.
+  // Each activation block's two halves' sums as an int16 pair (for the runs' offsets or minimums).
   thread_local std::vector<int32_t> halves;
-  if constexpr (!kMins) {
+  if constexpr (kRuns) {
     halves.resize(size_t(R * nb));
     for (int64_t i = 0; i < R * nb; ++i) {
       const int32_t first = sum16(x[i].q);
@@ -952,9 +1032,9 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
       const uint8_t* at = r[0] + sizeof(typename K::Block) * size_t(sb);
       auto word = [&](size_t offset) { return _mm512_i32gather_epi32(rows, at + offset, 1); };
       const __m512i ff = _mm512_set1_epi32(0xff);
-      __m512i packed[4];  // Q4_K / Q5_K: scales 0-3, 4-7, minimums 0-3, 4-7 as bytes; Q6_K: its 16 scales
+      __m512i packed[4];  // the scale bytes as words: see scales() and run_min()
       __m512 d, neg_dmin = _mm512_setzero_ps();
-      if constexpr (kMins) {
+      if constexpr (T == DType::Q4_K || T == DType::Q5_K) {  // scales 0-3, 4-7, minimums 0-3, 4-7
         const __m512i dd = word(0), a = word(4), b = word(8), c = word(12);  // k_scale_bytes' A, B, C
         const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), nibble = _mm512_set1_epi32(0x0f0f0f0f), two = _mm512_set1_epi32(0x03030303);
         packed[0] = _mm512_and_si512(a, low6);
@@ -963,22 +1043,35 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
         packed[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, 4), nibble), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b, 6), two), 4));
         d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
         neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
-      } else {
+      } else if constexpr (T == DType::Q2_K) {  // sixteen bytes: scale (low nibble) and minimum (high) of each run
         for (int q = 0; q < 4; ++q) packed[q] = word(offsetof(typename K::Block, scales) + 4 * q);
+        const __m512i dd = word(offsetof(typename K::Block, d));
+        d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+      } else {  // Q6_K: sixteen signed bytes; Q3_K: the twelve bytes of six-bit scales
+        for (int q = 0; q < (T == DType::Q6_K ? 4 : 3); ++q) packed[q] = word(offsetof(typename K::Block, scales) + 4 * q);
         d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(word(offsetof(typename K::Block, d) - 2), 16)));
       }
-      // Scale k of every row (Q4_K / Q5_K: sub-block k's, 6 bits; Q6_K: run k's, signed).
+      // Scale k of every row: Q4_K / Q5_K sub-block k's, the others run k's (Q3_K's less 32).
       auto scales = [&](int k) {
-        const __m512i w = packed[k / 4];
-        if constexpr (kMins) return _mm512_and_si512(_mm512_srli_epi32(w, 8 * (k % 4)), ff);
-        else return _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - 8 * (k % 4)), 24);
+        auto byte = [&](__m512i w, int i, int shift = 0) { return _mm512_srli_epi32(w, 8 * i + shift); };
+        if constexpr (T == DType::Q4_K || T == DType::Q5_K) return _mm512_and_si512(byte(packed[k / 4], k % 4), ff);
+        else if constexpr (T == DType::Q6_K) return _mm512_srai_epi32(_mm512_slli_epi32(packed[k / 4], 24 - 8 * (k % 4)), 24);
+        else if constexpr (T == DType::Q2_K) return _mm512_and_si512(byte(packed[k / 4], k % 4), _mm512_set1_epi32(0xF));
+        else {  // Weights<Q3_K>::scale
+          const __m512i low = _mm512_and_si512(byte(packed[(k % 8) / 4], k % 4, k < 8 ? 0 : 4), _mm512_set1_epi32(0xF));
+          const __m512i high = _mm512_and_si512(byte(packed[2], k % 4, 2 * (k / 4)), _mm512_set1_epi32(3));
+          return _mm512_sub_epi32(_mm512_or_si512(low, _mm512_slli_epi32(high, 4)), _mm512_set1_epi32(32));
+        }
       };
+      // Two values per int32 lane as an int16 pair.
+      auto pair = [](__m512i first, __m512i second) { return _mm512_or_si512(_mm512_and_si512(first, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(second, 16)); };
       __m512i isum[R];
       for (int a = 0; a < R; ++a) isum[a] = _mm512_setzero_si512();
       for (int j = 0; j < 8; ++j) {
         __m512i v[8];
         for (int c = 0; c < 8; ++c) v[c] = _mm512_load_si512(&values[j][c]);
-        if constexpr (kMins) {
+        if constexpr (!kRuns) {
           const __m512i sc = scales(j);
 #pragma GCC unroll 16
           for (int a = 0; a < R; ++a) {
@@ -987,7 +1080,7 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
             for (int c = 0; c < 8; ++c) chain[c % 2] = dpbusd_broadcast(chain[c % 2], v[c], q + 4 * c);
             isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(_mm512_add_epi32(chain[0], chain[1]), sc));
           }
-        } else {  // two runs of 16 values (their -32 offsets below)
+        } else {  // two runs of 16 values (their offsets or minimums below)
           const __m512i sc0 = scales(2 * j), sc1 = scales(2 * j + 1);
 #pragma GCC unroll 16
           for (int a = 0; a < R; ++a) {
@@ -998,27 +1091,31 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
           }
         }
       }
-      if constexpr (!kMins) {
-        // Q6_K's offsets: isum -= 32 * sum_runs sc_r * sum(x_r), the scales of a block's two runs as an int16
-        // pair against the pair of its halves' sums (each at most 16 * 128).
-        __m512i scale_pairs[8];
+      // The runs' offsets (Q6_K: isum -= 32 * sum_runs sc_r * sum(x_r); Q3_K: 4 * ...) and Q2_K's minimums
+      // (sum_runs m_r * sum(x_r)): a block's two runs as an int16 pair against the pair of its halves'
+      // sums (each at most 16 * 128). Q4_K / Q5_K: a minimum per sub-block against each block's sum.
+      __m512i run_pairs[8], min_pairs[4];
+      if constexpr (kRuns)
         for (int k = 0; k < 8; ++k) {
-          const __m512i w = packed[k / 2];
-          const int shift = 16 * (k % 2);
-          const __m512i first = _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - shift), 24), second = _mm512_srai_epi32(_mm512_slli_epi32(w, 16 - shift), 24);
-          scale_pairs[k] = _mm512_or_si512(_mm512_and_si512(first, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(second, 16));
+          if constexpr (T == DType::Q2_K) {
+            const __m512i m = _mm512_srli_epi32(packed[k / 2], 16 * (k % 2) + 4);  // the minimums: high nibbles
+            run_pairs[k] = pair(_mm512_and_si512(m, _mm512_set1_epi32(0xF)), _mm512_and_si512(_mm512_srli_epi32(m, 8), _mm512_set1_epi32(0xF)));
+          } else {
+            run_pairs[k] = pair(scales(2 * k), scales(2 * k + 1));
+          }
         }
+      if constexpr (T == DType::Q6_K || T == DType::Q3_K) {
+        constexpr int kShift = T == DType::Q6_K ? 5 : 2;  // the offset: 32 or 4
         for (int a = 0; a < R; ++a) {
           __m512i offsets = _mm512_setzero_si512();
-          for (int k = 0; k < 8; ++k) offsets = _mm512_dpwssd_epi32(offsets, scale_pairs[k], _mm512_set1_epi32(halves[size_t(a * nb + sb * 8 + k)]));
-          isum[a] = _mm512_sub_epi32(isum[a], _mm512_slli_epi32(offsets, 5));
+          for (int k = 0; k < 8; ++k) offsets = _mm512_dpwssd_epi32(offsets, run_pairs[k], _mm512_set1_epi32(halves[size_t(a * nb + sb * 8 + k)]));
+          isum[a] = _mm512_sub_epi32(isum[a], _mm512_slli_epi32(offsets, kShift));
         }
       }
-      __m512i min_pairs[4];  // sub-blocks 2k and 2k + 1's minimums as int16 pairs
-      if constexpr (kMins)
+      if constexpr (T == DType::Q4_K || T == DType::Q5_K)
         for (int k = 0; k < 4; ++k) {
           const __m512i m = _mm512_srli_epi32(packed[2 + k / 2], 16 * (k % 2));  // its bytes 0, 1: the pair
-          min_pairs[k] = _mm512_or_si512(_mm512_and_si512(m, ff), _mm512_slli_epi32(_mm512_and_si512(m, _mm512_set1_epi32(0xff00)), 8));
+          min_pairs[k] = pair(_mm512_and_si512(m, ff), _mm512_and_si512(_mm512_srli_epi32(m, 8), ff));
         }
       for (int a = 0; a < R; ++a) {
         const Q8Block* xs = x + a * nb + sb * 8;
@@ -1027,10 +1124,13 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
         if constexpr (kMins) {
           // sum_j mn_j * sum(x_j), exact: each activation block's sum fits int16 (at most 32 * 128)
           __m512i msum = _mm512_setzero_si512();
-          for (int k = 0; k < 4; ++k) {
-            const uint32_t sums = uint32_t(uint16_t(xs[2 * k].sum)) | uint32_t(xs[2 * k + 1].sum) << 16;
-            msum = _mm512_dpwssd_epi32(msum, min_pairs[k], _mm512_set1_epi32(int32_t(sums)));
-          }
+          if constexpr (T == DType::Q2_K)
+            for (int k = 0; k < 8; ++k) msum = _mm512_dpwssd_epi32(msum, run_pairs[k], _mm512_set1_epi32(halves[size_t(a * nb + sb * 8 + k)]));
+          else
+            for (int k = 0; k < 4; ++k) {
+              const uint32_t sums = uint32_t(uint16_t(xs[2 * k].sum)) | uint32_t(xs[2 * k + 1].sum) << 16;
+              msum = _mm512_dpwssd_epi32(msum, min_pairs[k], _mm512_set1_epi32(int32_t(sums)));
+            }
           acc_a = _mm512_fmadd_ps(_mm512_mul_ps(neg_dmin, xd), _mm512_cvtepi32_ps(msum), acc_a);
         }
         _mm512_store_ps(acc[a], acc_a);
@@ -1642,7 +1742,7 @@ template <DType T>
 constexpr int64_t lane_kernel_rows() {
   if constexpr (T == DType::I4) return 0;
 #ifdef FTLLM_VNNI
-  else if constexpr (kSuper<T> || T == DType::Q6_K) return kAnyRows;
+  else if constexpr (kSuper<T> || T == DType::Q6_K || kRuns16<T>) return kAnyRows;
   else return Weights<T>::kSigned ? 16 : kAnyRows;
 #else
   else if constexpr (kSuper<T> || T == DType::Q6_K) return 0;
@@ -1656,9 +1756,25 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   const size_t bytes = row_bytes(T, K);
   const auto* weights = static_cast<const uint8_t*>(w);
   if (M <= 0) return;
+#ifdef FTLLM_VNNI
+  if constexpr (false) {
+#else
+  if constexpr (kRuns16<T>) {
+#endif
+    // AVX2, Q2_K and Q3_K: every batch through the few-rows kernel, four activation rows at a time, the
+    // weights in tiles of about 256 KB that L2 keeps for every four rows.
+    const int64_t n_tile = M <= 4 ? n1 - n0 : std::max<int64_t>(4, int64_t((256 << 10) / bytes) / 4 * 4);
+    for (int64_t n = n0; n < n1; n += n_tile)
+      for (int64_t m = 0; m < M; m += 4)
+        with_rows<1, 4>(std::min<int64_t>(4, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
+          rows_times_super_few<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
+        });
+    return;
+  } else {
   if (M == 1) {  // decode
 #ifdef FTLLM_VNNI
-    if constexpr (kSuper<T> || T == DType::Q6_K) return rows_times_super_one<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
+    if constexpr (kRuns16<T>) return rows_times_super_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
+    else if constexpr (kSuper<T> || T == DType::Q6_K) return rows_times_super_one<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
 #else
     if constexpr (kSuper<T> || T == DType::Q6_K) return rows_times_super_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
 #endif
@@ -1675,10 +1791,11 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
           with_rows<1, L>(std::min<int64_t>(L, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
             const Q8Block* x = xq + m * nb;
             float* out = y + m * ldy;
-            if constexpr (R == 1 && !kSuper<T> && T != DType::Q6_K) rows_times_weights_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
+            if constexpr (R == 1 && !kSuper<T> && T != DType::Q6_K && !kRuns16<T>) rows_times_weights_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
 #ifdef FTLLM_VNNI
+            else if constexpr (kRuns16<T> && R <= kSuperOneRows) rows_times_super_few<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
             else if constexpr ((kSuper<T> || T == DType::Q6_K) && R <= kSuperOneRows) rows_times_super_one<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
-            else if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
+            else if constexpr (kSuper<T> || T == DType::Q6_K || kRuns16<T>) rows_times_super_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
             else rows_times_weights_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
 #else
             else rows_times_weights_lanes<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
@@ -1694,6 +1811,7 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
       if constexpr (kSuper<T> || T == DType::Q6_K) rows_times_super_few<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
       else rows_times_weights_lanes<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy);
     });
+  }
   }
 }
 
@@ -1810,6 +1928,8 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
     case DType::Q4_K: return matmul_t<DType::Q4_K>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q5_K: return matmul_t<DType::Q5_K>(xq, M, K, w, n0, n1, y, ldy);
     case DType::Q6_K: return matmul_t<DType::Q6_K>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q2_K: return matmul_t<DType::Q2_K>(xq, M, K, w, n0, n1, y, ldy);
+    case DType::Q3_K: return matmul_t<DType::Q3_K>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4: return matmul_t<DType::I4>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4G32: return matmul_t<DType::I4G32>(xq, M, K, w, n0, n1, y, ldy);
     case DType::I4G64: return matmul_t<DType::I4G64>(xq, M, K, w, n0, n1, y, ldy);

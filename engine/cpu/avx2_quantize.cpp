@@ -10,7 +10,7 @@ namespace ftllm::cpu::avx2 {
 bool uses_q8(DType t) {
   switch (t) {
     case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q4_K:
-    case DType::Q5_K: case DType::Q6_K: case DType::I8: case DType::I4: case DType::I4G32: case DType::I4G64:
+    case DType::Q5_K: case DType::Q6_K: case DType::Q2_K: case DType::Q3_K: case DType::I8: case DType::I4: case DType::I4G32: case DType::I4G64:
     case DType::I4G128: case DType::I4G256: case DType::MXFP4:
       return true;
     default:

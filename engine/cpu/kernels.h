@@ -88,10 +88,12 @@ struct Kernels {
   void (*rescale_add)(float* acc, float x, const float* b, float y, int64_t n);
 };
 
-// Q4_K, Q5_K and Q6_K take their activations with one scale per 256 values (llama.cpp's q8_K): every block
+// The K-quants take their activations with one scale per 256 values (llama.cpp's q8_K): every block
 // of a super-block then shares d, and the kernel sums the super-block's integer dots, times the weight's
 // scales, before one float multiply.
-constexpr bool q8_per_256(DType wt) { return wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K; }
+constexpr bool q8_per_256(DType wt) {
+  return wt == DType::Q2_K || wt == DType::Q3_K || wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K;
+}
 
 // The activation blocks kernel table k wants for weights of type wt (uses_q8(wt) must hold).
 inline void quantize_activations(const Kernels& k, DType wt, const float* x, int64_t K, Q8Block* out) {

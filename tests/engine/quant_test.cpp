@@ -247,14 +247,28 @@ BOOST_AUTO_TEST_CASE(four_and_five_bit_dots_stay_exact_at_their_extremes) {
   // weight but a block's first sits at its type's top value and every activation at +-127, the largest
   // sums the narrowing can meet. (Q8_0 and int8 would overflow it: they are here to show they do not take it.)
   // The K-quants' one-row kernels add byte pairs in int16 too (Q6_K's less their offset 32 * (x + x')).
+  // ggml's types have no quantizer here: their blocks are written directly, every value bit set (Q8_0's
+  // values 127, MXFP4's exponent 2^-1) and the float16 scales and minimums 1.
   const int64_t K = 512, N = 21, nb = K / 32;
   std::vector<float> row(static_cast<size_t>(K));
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::MXFP4, DType::I4, DType::I4G32, DType::I4G128,
-                  DType::Q8_0, DType::I8, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                  DType::Q8_0, DType::I8, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     std::vector<uint8_t> w(size_t(N) * row_bytes(t, K));
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t k = 0; k < K; ++k) row[size_t(k)] = (k % 32 ? 0.875f : -1.0f) * float(1 + n % 3);
-      quant::quantize_row(t, row.data(), K, w.data() + size_t(n) * row_bytes(t, K));
+    if (quant::can_quantize_to(t)) {
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t k = 0; k < K; ++k) row[size_t(k)] = (k % 32 ? 0.875f : -1.0f) * float(1 + n % 3);
+        quant::quantize_row(t, row.data(), K, w.data() + size_t(n) * row_bytes(t, K));
+      }
+    } else {
+      std::fill(w.begin(), w.end(), t == DType::Q8_0 ? 0x7f : 0xff);
+      const size_t block = dtype_layout(t).block_bytes;
+      for (const test::GgmlLayout& g : kGgml)
+        if (g.type == t)
+          for (size_t at = 0; at < w.size(); at += block) {
+            for (size_t f : g.scales) w[at + f] = 0x00, w[at + f + 1] = 0x3c;  // float16 1.0
+            for (size_t f : g.mins) w[at + f] = 0x00, w[at + f + 1] = 0x3c;
+            for (size_t f : g.exponents) w[at + f] = 126;
+          }
     }
     for (const cpu::Kernels* table : fast_tables())
       for (float sign : {1.0f, -1.0f}) {
