@@ -1147,10 +1147,16 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
 // A 64-byte load of Q4_K's packed bytes holds the nibbles of two pairs of sub-blocks: its low nibbles are
 // sub-blocks 4q and 4q + 2, its high ones 4q + 1 and 4q + 3. The activation row is laid out once per call
 // in that order (kOneRowOrder), so each half meets its own block; Q6_K's halves come in block order.
+// (Q2_K and Q3_K: below.)
 template <DType T>
 constexpr int kOneRowOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 template <>
 constexpr int kOneRowOrder<DType::Q6_K>[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+// Q2_K / Q3_K: a 64-byte load holds both halves' bytes, and its plane j is sub-blocks j and 4 + j.
+template <>
+constexpr int kOneRowOrder<DType::Q2_K>[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+template <>
+constexpr int kOneRowOrder<DType::Q3_K>[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
 // int16 word `a` of `words` in the result's words 0-15, word `b` in words 16-31.
 inline __m512i two_words(__m512i words, int a, int b) {
@@ -1164,12 +1170,26 @@ inline __m512i two_words(__m512i words, int a, int b) {
 // Q6_K's 63 less its offset 32) and activations (at most 127) fit int16, as in super_dots_k /
 // super_dots_q6k, whose integers these give.
 template <DType T>
-[[gnu::always_inline]] inline void super_values(const typename Weights<T>::Block& blk, __m128i scale_words, __m512i* u, __m512i* s) {
+[[gnu::always_inline]] inline void super_values(const typename Weights<T>::Block& blk, __m256i scale_words, __m512i* u, __m512i* s) {
   const __m512i mask = _mm512_set1_epi8(0x0F);
-  if constexpr (T == DType::Q6_K) {
+  const int64_t one = 0x0001000100010001;  // 1 in each int16 word
+  if constexpr (kRuns16<T>) {  // the sixteen runs' scales given as words
+    const __m512i words = _mm512_castsi256_si512(scale_words), q = _mm512_loadu_si512(blk.qs);
+    __m512i hm;
+    if constexpr (T == DType::Q3_K) hm = _mm512_broadcast_i64x4(load32(blk.hmask));
+    for (int j = 0; j < 4; ++j) {  // plane j: sub-blocks j (runs 2j, 2j + 1) and 4 + j (runs 8 + 2j, 9 + 2j)
+      u[j] = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), _mm512_set1_epi8(3));
+      if constexpr (T == DType::Q3_K) {  // sub-block k's third bit: bit k of each hmask byte, worth 4
+        const __m512i h = _mm512_srlv_epi16(hm, _mm512_inserti64x4(_mm512_set1_epi16(int16_t(j)), _mm256_set1_epi16(int16_t(4 + j)), 1));
+        u[j] = _mm512_or_si512(u[j], _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(1)), 2));
+      }
+      s[j] = _mm512_permutexvar_epi16(_mm512_setr_epi64(2 * j * one, 2 * j * one, (2 * j + 1) * one, (2 * j + 1) * one, (8 + 2 * j) * one,
+                                                        (8 + 2 * j) * one, (9 + 2 * j) * one, (9 + 2 * j) * one),
+                                      words);
+    }
+  } else if constexpr (T == DType::Q6_K) {
     const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales))));
     const __m512i three = _mm512_set1_epi8(3);
-    const int64_t one = 0x0001000100010001;  // 1 in each int16 word
     const __m512i run_of_lane = _mm512_setr_epi64(0, 0, one, one, 2 * one, 2 * one, 3 * one, 3 * one);
     for (int half = 0; half < 2; ++half) {
       const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * half);  // quarters 0 and 1 (low nibbles), 2 and 3 (high)
@@ -1184,7 +1204,7 @@ template <DType T>
       s[2 * half + 1] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16(int16_t(8 * half + 4)), run_of_lane), scales);
     }
   } else {
-    const __m512i words = _mm512_castsi128_si512(scale_words);
+    const __m512i words = _mm512_castsi256_si512(scale_words);
     __m512i qh;
     if constexpr (T == DType::Q5_K) qh = _mm512_broadcast_i64x4(load32(blk.qh));
     for (int q = 0; q < 2; ++q) {
@@ -1209,13 +1229,14 @@ inline __m256i fold16(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si25
 // apart together (k_scale_bytes on four lanes): each row's eight scales and eight minimums as int16
 // words, and d and -dmin.
 struct FourRowScales {
-  __m128i words[4] = {}, mins[4] = {};
+  __m256i words[4] = {}, mins[4] = {};
   __m128 d, neg_dmin;
-  // Each row's sum_j mn_j * sum(x_j), row i in lane i, against the activation blocks' sums (int16 words).
-  __m128i min_sums(__m128i sums) const {
-    __m128i m[4];
-    for (int i = 0; i < 4; ++i) m[i] = _mm_madd_epi16(mins[i], sums);
-    return _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
+  // Each row's sum_j mn_j * sum(x_j), row i in lane i, against the activation blocks' (or runs') sums
+  // as int16 words.
+  __m128i min_sums(__m256i sums) const {
+    __m256i m[4];
+    for (int i = 0; i < 4; ++i) m[i] = _mm256_madd_epi16(mins[i], sums);
+    return sum_lanes4(m[0], m[1], m[2], m[3]);
   }
 };
 inline FourRowScales four_row_scales(const uint8_t* const* heads) {
@@ -1234,11 +1255,37 @@ inline FourRowScales four_row_scales(const uint8_t* const* heads) {
   const __m128i mn[2] = {_mm_unpacklo_epi32(mn_lo, mn_hi), _mm_unpackhi_epi32(mn_lo, mn_hi)};
   FourRowScales out;
   for (int i = 0; i < 4; ++i) {
-    out.words[i] = _mm_cvtepu8_epi16(i % 2 ? _mm_srli_si128(sc[i / 2], 8) : sc[i / 2]);
-    out.mins[i] = _mm_cvtepu8_epi16(i % 2 ? _mm_srli_si128(mn[i / 2], 8) : mn[i / 2]);
+    out.words[i] = _mm256_zextsi128_si256(_mm_cvtepu8_epi16(i % 2 ? _mm_srli_si128(sc[i / 2], 8) : sc[i / 2]));
+    out.mins[i] = _mm256_zextsi128_si256(_mm_cvtepu8_epi16(i % 2 ? _mm_srli_si128(mn[i / 2], 8) : mn[i / 2]));
   }
   out.d = _mm_cvtph_ps(_mm_cvtepi32_epi16(dd));
   out.neg_dmin = _mm_sub_ps(_mm_setzero_ps(), _mm_cvtph_ps(_mm_cvtepi32_epi16(_mm_srli_epi32(dd, 16))));
+  return out;
+}
+
+// Q2_K's and Q3_K's run scales of four rows as sixteen int16 words each (Q3_K's less 32; Weights<Q3_K>::scale
+// on sixteen bytes at once), Q2_K's minimums too, and d (Q2_K: -dmin).
+template <DType T>
+inline FourRowScales four_row_run_scales(const typename Weights<T>::Block* const* blocks) {
+  FourRowScales out;
+  for (int i = 0; i < 4; ++i) {
+    const auto& blk = *blocks[i];
+    if constexpr (T == DType::Q2_K) {
+      const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+      out.words[i] = _mm256_and_si256(bytes, _mm256_set1_epi16(0xF));
+      out.mins[i] = _mm256_srli_epi16(bytes, 4);
+    } else {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.scales));
+      const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(b, _mm_set1_epi8(0xF)), _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0xF)));
+      int32_t c;
+      std::memcpy(&c, blk.scales + 8, 4);  // run i's top two bits: bits 2 (i / 4) of byte i % 4
+      const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(c), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+      out.words[i] = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_or_si128(low, _mm_slli_epi16(high, 4))), _mm256_set1_epi16(32));
+    }
+  }
+  out.d = widen4(blocks[0]->d, blocks[1]->d, blocks[2]->d, blocks[3]->d);
+  if constexpr (T == DType::Q2_K)
+    out.neg_dmin = _mm_sub_ps(_mm_setzero_ps(), widen4(blocks[0]->dmin, blocks[1]->dmin, blocks[2]->dmin, blocks[3]->dmin));
   return out;
 }
 
@@ -1248,14 +1295,15 @@ inline FourRowScales four_row_scales(const uint8_t* const* heads) {
 template <DType T, int R>
 void rows_times_super_one(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   using K = Weights<T>;
-  constexpr bool kMins = T != DType::Q6_K;
+  constexpr bool kMins = T != DType::Q6_K && T != DType::Q3_K;
+  constexpr bool kOffsets = T == DType::Q6_K || T == DType::Q3_K;
   const int64_t supers = nb / 8;
-  // Each activation row's super-blocks in kOneRowOrder, with (Q6_K) the byte pairs' offsets
-  // 32 * (x + x') and (Q4_K, Q5_K) the eight blocks' sums.
+  // Each activation row's super-blocks in kOneRowOrder, with the byte pairs' offsets (Q6_K: 32 * (x + x'),
+  // Q3_K: 4 * (x + x')) and the sums the minimums meet (Q4_K, Q5_K: the eight blocks'; Q2_K: the sixteen runs').
   struct alignas(64) LaidOut {
     int8_t q[256];
     int16_t offsets[128];
-    __m128i sums;
+    __m256i sums;
   };
   thread_local std::vector<LaidOut> laid_out;
   laid_out.resize(size_t(R * supers));
@@ -1264,12 +1312,17 @@ void rows_times_super_one(const Q8Block* x, int64_t nb, const uint8_t* w, size_t
       LaidOut& o = laid_out[size_t(a * supers + sb)];
       const Q8Block* xs = x + a * nb + sb * 8;
       for (int j = 0; j < 8; ++j) std::memcpy(o.q + 32 * j, xs[kOneRowOrder<T>[j]].q, 32);
-      if constexpr (kMins)
-        o.sums = _mm_setr_epi16(int16_t(xs[0].sum), int16_t(xs[1].sum), int16_t(xs[2].sum), int16_t(xs[3].sum), int16_t(xs[4].sum),
-                                int16_t(xs[5].sum), int16_t(xs[6].sum), int16_t(xs[7].sum));
-      else
+      if constexpr (T == DType::Q2_K) {
+        alignas(32) int16_t runs[16];
+        for (int j = 0; j < 8; ++j) runs[2 * j] = int16_t(sum16(xs[j].q)), runs[2 * j + 1] = int16_t(xs[j].sum - runs[2 * j]);
+        o.sums = _mm256_load_si256(reinterpret_cast<const __m256i*>(runs));
+      } else if constexpr (kMins) {
+        o.sums = _mm256_zextsi128_si256(_mm_setr_epi16(int16_t(xs[0].sum), int16_t(xs[1].sum), int16_t(xs[2].sum), int16_t(xs[3].sum),
+                                                       int16_t(xs[4].sum), int16_t(xs[5].sum), int16_t(xs[6].sum), int16_t(xs[7].sum)));
+      } else {
         for (int k = 0; k < 4; ++k)
-          _mm512_store_si512(o.offsets + 32 * k, _mm512_maddubs_epi16(_mm512_set1_epi8(32), _mm512_load_si512(o.q + 64 * k)));
+          _mm512_store_si512(o.offsets + 32 * k, _mm512_maddubs_epi16(_mm512_set1_epi8(T == DType::Q6_K ? 32 : 4), _mm512_load_si512(o.q + 64 * k)));
+      }
     }
   for (int64_t n = n0; n < n1; n += 4) {
     const int live = int(std::min<int64_t>(4, n1 - n));
@@ -1282,7 +1335,10 @@ void rows_times_super_one(const Q8Block* x, int64_t nb, const uint8_t* w, size_t
       ahead.step();
       const auto blk = [&](int i) -> const typename K::Block& { return K::block(r[i], sb); };
       FourRowScales f;
-      if constexpr (kMins) {
+      if constexpr (kRuns16<T>) {
+        const typename K::Block* blocks[4] = {&blk(0), &blk(1), &blk(2), &blk(3)};
+        f = four_row_run_scales<T>(blocks);
+      } else if constexpr (kMins) {
         const uint8_t* heads[4] = {reinterpret_cast<const uint8_t*>(&blk(0)), reinterpret_cast<const uint8_t*>(&blk(1)),
                                    reinterpret_cast<const uint8_t*>(&blk(2)), reinterpret_cast<const uint8_t*>(&blk(3))};
         f = four_row_scales(heads);
@@ -1298,7 +1354,7 @@ void rows_times_super_one(const Q8Block* x, int64_t nb, const uint8_t* w, size_t
           isum[i][a] = _mm512_setzero_si512();
           for (int k = 0; k < 4; ++k) {
             __m512i pairs = _mm512_maddubs_epi16(u[k], _mm512_load_si512(o.q + 64 * k));
-            if constexpr (!kMins) pairs = _mm512_sub_epi16(pairs, _mm512_load_si512(o.offsets + 32 * k));
+            if constexpr (kOffsets) pairs = _mm512_sub_epi16(pairs, _mm512_load_si512(o.offsets + 32 * k));
             isum[i][a] = _mm512_dpwssd_epi32(isum[i][a], pairs, s[k]);
           }
         }
@@ -1773,8 +1829,7 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   } else {
   if (M == 1) {  // decode
 #ifdef FTLLM_VNNI
-    if constexpr (kRuns16<T>) return rows_times_super_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
-    else if constexpr (kSuper<T> || T == DType::Q6_K) return rows_times_super_one<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
+    if constexpr (kSuper<T> || T == DType::Q6_K || kRuns16<T>) return rows_times_super_one<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
 #else
     if constexpr (kSuper<T> || T == DType::Q6_K) return rows_times_super_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);
 #endif
@@ -1793,8 +1848,7 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
             float* out = y + m * ldy;
             if constexpr (R == 1 && !kSuper<T> && T != DType::Q6_K && !kRuns16<T>) rows_times_weights_few<T, 1>(x, nb, weights, bytes, n, n_end, out, ldy);
 #ifdef FTLLM_VNNI
-            else if constexpr (kRuns16<T> && R <= kSuperOneRows) rows_times_super_few<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
-            else if constexpr ((kSuper<T> || T == DType::Q6_K) && R <= kSuperOneRows) rows_times_super_one<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
+            else if constexpr ((kSuper<T> || T == DType::Q6_K || kRuns16<T>) && R <= kSuperOneRows) rows_times_super_one<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
             else if constexpr (kSuper<T> || T == DType::Q6_K || kRuns16<T>) rows_times_super_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
             else rows_times_weights_lanes16<T, R>(x, nb, weights, bytes, n, n_end, out, ldy);
 #else
