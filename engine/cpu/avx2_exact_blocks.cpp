@@ -352,15 +352,29 @@ struct Weights<DType::Q6_K> {
 // of each half's 32 bytes (sub-block 4h + j is plane j of bytes 32h..32h+31). Q2_K: value = d * sc * q - dmin
 // * m (4-bit sc and m per run); Q3_K: value = d * (sc - 32) * (q - 4), q's third bit (4) in hmask (bit
 // 4h + j of byte l), sc six bits (ggml's 12-byte packing).
-template <>
-struct Weights<DType::Q2_K> {
-  using Block = quant::BlockQ2_K;
+template <DType T, typename B>
+struct Runs16 {
+  using Block = B;
+  static constexpr bool kSigned = false;
+  static constexpr int kOffset = 0;
   static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
+  // The 256 values as unsigned bytes (Q3_K's q + 4), in activation order.
+  static void unpack(const Block& blk, uint8_t (*out)[32]) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load32(blk.qs + 32 * h);
+      for (int j = 0; j < 4; ++j) {
+        __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3));
+        if constexpr (T == DType::Q3_K)
+          u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load32(blk.hmask), 4 * h + j), _mm256_set1_epi8(1)), 2));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out[4 * h + j]), u);
+      }
+    }
+  }
 };
 template <>
-struct Weights<DType::Q3_K> {
-  using Block = quant::BlockQ3_K;
-  static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
+struct Weights<DType::Q2_K> : Runs16<DType::Q2_K, quant::BlockQ2_K> {};
+template <>
+struct Weights<DType::Q3_K> : Runs16<DType::Q3_K, quant::BlockQ3_K> {
   // Run i's scale less 32.
   static int scale(const Block& blk, int i) {
     const int low = i < 8 ? blk.scales[i] & 0xF : blk.scales[i - 8] >> 4;
@@ -1584,17 +1598,28 @@ template <DType T, int W, int G>
     for (int g = 0; g < G; ++g) out[w * G + g] = acc[w][g];
 }
 
-// Q6_K: W weight rows against G groups of eight activation rows, a super-block at a time.
-template <int W, int G>
-[[gnu::always_inline]] inline void tile_q6k(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
-  using K = Weights<DType::Q6_K>;
+// Q6_K, Q2_K and Q3_K (runs of 16 values, each with its scale): W weight rows against G groups of eight
+// activation rows, a super-block at a time. The few-rows kernel's integers (Q6_K and Q3_K: the runs'
+// offsets 32 or 4 times their activations' sums taken off; Q2_K: its minimums against them) and float steps.
+template <DType T, int W, int G>
+[[gnu::always_inline]] inline void tile_runs16(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
+  using K = Weights<T>;
   __m256 acc[W][G];
   for (int w = 0; w < W; ++w)
     for (int g = 0; g < G; ++g) acc[w][g] = _mm256_setzero_ps();
   alignas(32) uint8_t values[W][8][32];
+  int16_t scale[W][16], mins[W][16];
   for (int64_t sb = 0; sb < nb / 8; ++sb) {
-    prefetch_superblock<quant::BlockQ6_K, W>(rows, ahead, sb);
-    for (int w = 0; w < W; ++w) K::unpack(K::block(rows[w], sb), values[w]);
+    prefetch_superblock<typename K::Block, W>(rows, ahead, sb);
+    for (int w = 0; w < W; ++w) {
+      const auto& blk = K::block(rows[w], sb);
+      K::unpack(blk, values[w]);
+      for (int r = 0; r < 16; ++r) {
+        if constexpr (T == DType::Q6_K) scale[w][r] = blk.scales[r];
+        else if constexpr (T == DType::Q3_K) scale[w][r] = int16_t(K::scale(blk, r));
+        else scale[w][r] = int16_t(blk.scales[r] & 0xF), mins[w][r] = int16_t(blk.scales[r] >> 4);
+      }
+    }
     __m256i isum[W][G];
     for (int w = 0; w < W; ++w)
       for (int g = 0; g < G; ++g) isum[w][g] = _mm256_setzero_si256();
@@ -1614,7 +1639,7 @@ template <int W, int G>
           if (c % 2 == 1)
             for (int w = 0; w < W; ++w)
               for (int g = 0; g < G; ++g) {
-                isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_madd_epi16(part[w][g], _mm256_set1_epi16(K::block(rows[w], sb).scales[2 * j + run])));
+                isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_madd_epi16(part[w][g], _mm256_set1_epi16(scale[w][2 * j + run])));
                 part[w][g] = _mm256_setzero_si256();
               }
         }
@@ -1624,15 +1649,21 @@ template <int W, int G>
       const auto& blk = K::block(rows[w], sb);
       const __m256 d = _mm256_set1_ps(h2f(blk.d));
       for (int g = 0; g < G; ++g) {
-        // The offset: 32 * sum_runs sc_r * sum(x)_r, two runs per block as int16 pairs.
-        __m256i offset = _mm256_setzero_si256();
-        for (int j = 0; j < 8; ++j) {
-          const int32_t sc_pair = int16_pair(blk.scales[2 * j], blk.scales[2 * j + 1]);
-          offset = _mm256_add_epi32(offset, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(x[g][sb * 8 + j].half_sums)),
-                                                              _mm256_set1_epi32(sc_pair)));
+        // sum_runs v_r * sum(x)_r (v: the scales, or Q2_K's minimums), two runs per block as int16 pairs.
+        __m256i runs = _mm256_setzero_si256();
+        const int16_t* v = T == DType::Q2_K ? mins[w] : scale[w];
+        for (int j = 0; j < 8; ++j)
+          runs = _mm256_add_epi32(runs, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(x[g][sb * 8 + j].half_sums)),
+                                                          _mm256_set1_epi32(int16_pair(v[2 * j], v[2 * j + 1]))));
+        const __m256 xd = _mm256_load_ps(x[g][sb * 8].d);
+        if constexpr (T == DType::Q2_K) {
+          acc[w][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[w][g]), _mm256_mul_ps(d, xd), acc[w][g]);
+          const __m256 neg_dmin = _mm256_set1_ps(-h2f(blk.dmin));
+          acc[w][g] = _mm256_fmadd_ps(_mm256_mul_ps(neg_dmin, xd), _mm256_cvtepi32_ps(runs), acc[w][g]);
+        } else {
+          const __m256i total = _mm256_sub_epi32(isum[w][g], _mm256_slli_epi32(runs, T == DType::Q6_K ? 5 : 2));
+          acc[w][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, xd), acc[w][g]);
         }
-        const __m256i total = _mm256_sub_epi32(isum[w][g], _mm256_slli_epi32(offset, 5));
-        acc[w][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_load_ps(x[g][sb * 8].d)), acc[w][g]);
       }
     }
   }
@@ -1682,7 +1713,7 @@ void transpose_rows(const Q8Block* xq, int64_t M, int64_t nb, std::vector<Octet>
         o.s[i] = x ? min_operand<T>(*x) : 0.0f;
         o.start[i] = x ? -kTransposeOffset<T> * x->sum : 0;
         o.sum_pairs[i] = x && b % 2 == 0 && b + 1 < nb ? int16_pair(x->sum, x[1].sum) : 0;
-        o.half_sums[i] = T == DType::Q6_K && x ? half_sums(*x) : 0;
+        o.half_sums[i] = (T == DType::Q6_K || kRuns16<T>) && x ? half_sums(*x) : 0;
       }
     }
   }
@@ -1719,7 +1750,7 @@ void rows_times_weights(const Q8Block* xq, int64_t M, int64_t nb, const uint8_t*
 #ifdef FTLLM_VNNI
     if constexpr (G % 2 == 0) tile_wide<T, W, G / 2>(xs, nb, rows, ahead, out);
 #else
-    if constexpr (T == DType::Q6_K) tile_q6k<W, G>(xs, nb, rows, ahead, out);
+    if constexpr (T == DType::Q6_K || kRuns16<T>) tile_runs16<T, W, G>(xs, nb, rows, ahead, out);
     else if constexpr (kSuper<T>) tile_k<T, W, G>(xs, nb, rows, ahead, out);
 #endif
     else tile<T, W, G>(xs, nb, rows, ahead, out);
@@ -1817,14 +1848,9 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
 #else
   if constexpr (kRuns16<T>) {
 #endif
-    // AVX2, Q2_K and Q3_K: every batch through the few-rows kernel, four activation rows at a time, the
-    // weights in tiles of about 256 KB that L2 keeps for every four rows.
-    const int64_t n_tile = M <= 4 ? n1 - n0 : std::max<int64_t>(4, int64_t((256 << 10) / bytes) / 4 * 4);
-    for (int64_t n = n0; n < n1; n += n_tile)
-      for (int64_t m = 0; m < M; m += 4)
-        with_rows<1, 4>(std::min<int64_t>(4, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
-          rows_times_super_few<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
-        });
+    // AVX2, Q2_K and Q3_K: up to five rows through the few-rows kernel, more through the GEMM.
+    if (M >= kFewRows) return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy);
+    with_rows<1, kFewRows - 1>(M, [&]<int R>() { rows_times_super_few<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy); });
     return;
   } else {
   if (M == 1) {  // decode
