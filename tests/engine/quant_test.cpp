@@ -341,6 +341,31 @@ BOOST_AUTO_TEST_CASE(every_row_is_the_same_alone_or_in_a_batch_of_1_to_64) {
       }
 }
 
+BOOST_AUTO_TEST_CASE(fp8_rows_widen_to_the_dequantized_values) {
+  // The float kernels meet fp8 rows widened by a vector reader: its values must be dequantize_row's, so
+  // the result is the float32 kernel's on the dequantized rows, bit for bit (scales from tiny to large).
+  std::mt19937 rng(5);
+  const int64_t K = 384, N = 9;
+  std::vector<float> src = random_floats(size_t(N * K), rng);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) src[size_t(n * K + k)] *= std::pow(10.0f, float(n) - 5.0f);
+  std::vector<uint8_t> w(size_t(N) * row_bytes(DType::FP8, K));
+  std::vector<float> widened(size_t(N * K));
+  for (int64_t n = 0; n < N; ++n) {
+    quant::quantize_row(DType::FP8, src.data() + n * K, K, w.data() + size_t(n) * row_bytes(DType::FP8, K));
+    quant::dequantize_row(DType::FP8, w.data() + size_t(n) * row_bytes(DType::FP8, K), widened.data() + n * K, K);
+  }
+  for (const cpu::Kernels* table : fast_tables())
+    for (int64_t M : {1, 3}) {
+      const auto x = random_floats(size_t(M * K), rng);
+      std::vector<float> got(size_t(M * N)), want(size_t(M * N));
+      table->matmul(DType::FP8, x.data(), nullptr, M, K, w.data(), 0, N, got.data(), N);
+      table->matmul(DType::F32, x.data(), nullptr, M, K, widened.data(), 0, N, want.data(), N);
+      for (size_t i = 0; i < got.size(); ++i)
+        BOOST_REQUIRE_MESSAGE(float_bits(got[i]) == float_bits(want[i]), table->name << " M=" << M << " output " << i << ": " << got[i] << " vs " << want[i]);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(amx_tiles_give_the_vnni_kernels_bits) {
   // The AMX GEMM (in hardware where this CPU has it, emulated wherever AVX-512 VNNI is) against the VNNI
   // table, bit for bit: several panels of 16 weight rows and groups of 16 activation rows, with the
