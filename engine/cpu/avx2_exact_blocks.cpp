@@ -358,32 +358,30 @@ struct Runs16 {
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
   static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
-  // The 256 values as unsigned bytes (Q3_K's q + 4), in activation order.
+  // Sub-block 4h + j as unsigned bytes (Q3_K's q + 4).
+  static __m256i plane(const Block& blk, int h, int j) {
+    const __m256i u = _mm256_and_si256(_mm256_srli_epi16(load32(blk.qs + 32 * h), 2 * j), _mm256_set1_epi8(3));
+    if constexpr (T == DType::Q3_K)
+      return _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load32(blk.hmask), 4 * h + j), _mm256_set1_epi8(1)), 2));
+    return u;
+  }
+  // The 256 values in activation order.
   static void unpack(const Block& blk, uint8_t (*out)[32]) {
-    for (int h = 0; h < 2; ++h) {
-      const __m256i q = load32(blk.qs + 32 * h);
-      for (int j = 0; j < 4; ++j) {
-        __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3));
-        if constexpr (T == DType::Q3_K)
-          u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load32(blk.hmask), 4 * h + j), _mm256_set1_epi8(1)), 2));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out[4 * h + j]), u);
-      }
-    }
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 4; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(out[4 * h + j]), plane(blk, h, j));
   }
 };
 template <>
 struct Weights<DType::Q2_K> : Runs16<DType::Q2_K, quant::BlockQ2_K> {};
 template <>
 struct Weights<DType::Q3_K> : Runs16<DType::Q3_K, quant::BlockQ3_K> {
-  // Run i's scale less 32.
-  static int scale(const Block& blk, int i) {
-    const int low = i < 8 ? blk.scales[i] & 0xF : blk.scales[i - 8] >> 4;
-    const int high = (blk.scales[8 + i % 4] >> (2 * (i / 4))) & 3;
-    return (low | high << 4) - 32;
-  }
+  static int scale(const Block& blk, int i) { return quant::decode::q3_k_scale(blk.scales, i); }  // less 32
 };
 template <DType T>
 constexpr bool kRuns16 = T == DType::Q2_K || T == DType::Q3_K;
+// The K-quants whose values have a minimum (-dmin * m) besides the scaled quant.
+template <DType T>
+constexpr bool kHasMins = T == DType::Q2_K || T == DType::Q4_K || T == DType::Q5_K;
 
 template <DType T>
 inline __m256i block_dot(__m256i acc, __m256i w, __m256i x) {
@@ -829,13 +827,6 @@ template <int R>
   }
 }
 
-// The sum of the 16 signed bytes at q.
-inline int32_t sum16(const int8_t* q) {
-  const __m128i biased = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), _mm_set1_epi8(char(0x80)));
-  const __m128i sad = _mm_sad_epu8(biased, _mm_setzero_si128());
-  return _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4) - 16 * 128;
-}
-
 // Q2_K's or Q3_K's super-block sb of one weight row against R activation rows: per row, the integer
 // sum_runs sc_r * (q . x)_r (Q3_K: (sc_r - 32) * ((q - 4) . x)_r, the offset taken off the byte pairs) as
 // lanes to be added, and (Q2_K) sum_runs m_r * sum(x)_r in msum.
@@ -849,15 +840,11 @@ template <DType T, int R>
     if constexpr (T == DType::Q2_K) scale[i] = int16_t(blk.scales[i] & 0xF), mins[i] = uint8_t(blk.scales[i] >> 4);
     else scale[i] = int16_t(Weights<T>::scale(blk, i));
   }
-  const __m256i three = _mm256_set1_epi8(3);
   __m256i mins_x[R];  // Q2_K: sum_l m_run(l) * x_l, as lanes to be added
   for (int i = 0; i < R; ++i) isum[i] = mins_x[i] = _mm256_setzero_si256();
   for (int h = 0; h < 2; ++h) {
-    const __m256i q = load32(blk.qs + 32 * h);
     for (int j = 0; j < 4; ++j) {
-      __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
-      if constexpr (T == DType::Q3_K)
-        u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load32(blk.hmask), 4 * h + j), _mm256_set1_epi8(1)), 2));
+      const __m256i u = Weights<T>::plane(blk, h, j);
       const int run = 8 * h + 2 * j;
       const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(scale[run + 1]), _mm_set1_epi16(scale[run]));
       for (int i = 0; i < R; ++i) {
@@ -891,7 +878,7 @@ template <DType T, int R>
 void rows_times_super_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
                       int64_t ldy) {
   using K = Weights<T>;
-  constexpr bool kMins = T != DType::Q6_K && T != DType::Q3_K;
+  constexpr bool kMins = kHasMins<T>;
   const int64_t supers = nb / 8;
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
@@ -1017,17 +1004,14 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
                               int64_t ldy) {
   using K = Weights<T>;
   constexpr bool kRuns = T == DType::Q6_K || kRuns16<T>;  // a scale per run of 16 values, not per sub-block
-  constexpr bool kMins = T != DType::Q6_K && T != DType::Q3_K;
+  constexpr bool kMins = kHasMins<T>;
   const int64_t supers = nb / 8;
   alignas(64) __m512i values[8][8];
   // Each activation block's two halves' sums as an int16 pair (for the runs' offsets or minimums).
   thread_local std::vector<int32_t> halves;
   if constexpr (kRuns) {
     halves.resize(size_t(R * nb));
-    for (int64_t i = 0; i < R * nb; ++i) {
-      const int32_t first = sum16(x[i].q);
-      halves[size_t(i)] = int32_t(uint32_t(uint16_t(first)) | uint32_t(x[i].sum - first) << 16);
-    }
+    for (int64_t i = 0; i < R * nb; ++i) halves[size_t(i)] = half_sums(x[i]);
   }
   for (int64_t n = n0; n < n1; n += 16) {
     const int live = int(std::min<int64_t>(16, n1 - n));
@@ -1046,7 +1030,7 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
       const uint8_t* at = r[0] + sizeof(typename K::Block) * size_t(sb);
       auto word = [&](size_t offset) { return _mm512_i32gather_epi32(rows, at + offset, 1); };
       const __m512i ff = _mm512_set1_epi32(0xff);
-      __m512i packed[4];  // the scale bytes as words: see scales() and run_min()
+      __m512i packed[4];  // the scale bytes as words, taken apart by scales() and (Q2_K) run_pairs
       __m512 d, neg_dmin = _mm512_setzero_ps();
       if constexpr (T == DType::Q4_K || T == DType::Q5_K) {  // scales 0-3, 4-7, minimums 0-3, 4-7
         const __m512i dd = word(0), a = word(4), b = word(8), c = word(12);  // k_scale_bytes' A, B, C
@@ -1154,9 +1138,7 @@ void rows_times_super_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, si
       for (int i = 0; i < live; ++i) y[a * ldy + n + i] = acc[a][i];
   }
 }
-#endif
 
-#ifdef FTLLM_VNNI
 // ---- One activation row against K-quants, 512 bits at a time ----------------------------------------
 // A 64-byte load of Q4_K's packed bytes holds the nibbles of two pairs of sub-blocks: its low nibbles are
 // sub-blocks 4q and 4q + 2, its high ones 4q + 1 and 4q + 3. The activation row is laid out once per call
@@ -1309,7 +1291,7 @@ inline FourRowScales four_row_run_scales(const typename Weights<T>::Block* const
 template <DType T, int R>
 void rows_times_super_one(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   using K = Weights<T>;
-  constexpr bool kMins = T != DType::Q6_K && T != DType::Q3_K;
+  constexpr bool kMins = kHasMins<T>;
   constexpr bool kOffsets = T == DType::Q6_K || T == DType::Q3_K;
   const int64_t supers = nb / 8;
   // Each activation row's super-blocks in kOneRowOrder, with the byte pairs' offsets (Q6_K: 32 * (x + x'),
@@ -1327,8 +1309,8 @@ void rows_times_super_one(const Q8Block* x, int64_t nb, const uint8_t* w, size_t
       const Q8Block* xs = x + a * nb + sb * 8;
       for (int j = 0; j < 8; ++j) std::memcpy(o.q + 32 * j, xs[kOneRowOrder<T>[j]].q, 32);
       if constexpr (T == DType::Q2_K) {
-        alignas(32) int16_t runs[16];
-        for (int j = 0; j < 8; ++j) runs[2 * j] = int16_t(sum16(xs[j].q)), runs[2 * j + 1] = int16_t(xs[j].sum - runs[2 * j]);
+        alignas(32) int32_t runs[8];  // int16 pairs: the runs in order
+        for (int j = 0; j < 8; ++j) runs[j] = half_sums(xs[j]);
         o.sums = _mm256_load_si256(reinterpret_cast<const __m256i*>(runs));
       } else if constexpr (kMins) {
         o.sums = _mm256_zextsi128_si256(_mm_setr_epi16(int16_t(xs[0].sum), int16_t(xs[1].sum), int16_t(xs[2].sum), int16_t(xs[3].sum),

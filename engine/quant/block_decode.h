@@ -158,6 +158,14 @@ __device__ __forceinline__ bool unit_wide(const uint8_t* row, int64_t u, float* 
 }
 #endif
 
+// Q3_K's scale of run i (0-15) from its twelve packed bytes: the low four bits in a nibble of bytes 0-7, the
+// top two in bytes 8-11; stored with 32 added.
+FTLLM_HD int q3_k_scale(const uint8_t* scales, int i) {
+  const int low = i < 8 ? scales[i] & 0xF : scales[i - 8] >> 4;
+  const int high = (scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return (low | high << 4) - 32;
+}
+
 // Values [32u, 32u + 32) of a row of type T into y.
 template <DType T>
 FTLLM_HD void unit(const uint8_t* row, int64_t u, float* y) {
@@ -214,9 +222,7 @@ FTLLM_HD void unit(const uint8_t* row, int64_t u, float* y) {
     const uint8_t m = uint8_t(1u << (n * 4 + s % 4));
     for (int h = 0; h < 2; ++h) {
       const int i = n * 8 + (s % 4) * 2 + h;
-      const int low = i < 8 ? scales[i] & 0xF : scales[i - 8] >> 4;
-      const int high = (scales[8 + i % 4] >> (2 * (i / 4))) & 3;
-      const float dl = d * float((low | high << 4) - 32);
+      const float dl = d * float(q3_k_scale(scales, i));
       for (int l = 16 * h; l < 16 * h + 16; ++l) y[l] = dl * float(((q[l] >> shift) & 3) - ((hmask[l] & m) ? 0 : 4));
     }
   } else if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
