@@ -24,7 +24,8 @@ bool uses_q8(DType t);
 void quantize_q8(const float* x, int64_t K, Q8Block* out);
 void quantize_q8_256(const float* x, int64_t K, Q8Block* out);
 
-// avx2_exact_blocks.cpp: weight rows [n0, n1) of a type uses_q8 names against M quantized activation rows.
+// avx2_exact_blocks.cpp (with avx2_k_quants.cpp for the K-quants): weight rows [n0, n1) of a type uses_q8
+// names against M quantized activation rows.
 void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                int64_t ldy);
 
@@ -49,7 +50,7 @@ void attend_block(const AttendBlock& block, const AttendRows& rows);
 // with u the block's bytes (signed, or unsigned holding value + offset: start = -offset * x.sum), and
 // the row's result times its row scale at the end where row_scale.
 // Q6_K is `q6k`; Q4_K and Q5_K (`super`) take super-blocks of eight such blocks with 6-bit scales and minimums instead
-// (avx2_exact_blocks.cpp, Weights<Q4_K>): acc = fma(float(sum_j sc_j (x_j . u_j)), d * x.d, acc), then
+// (avx2_k_quants.cpp, Weights<Q4_K>): acc = fma(float(sum_j sc_j (x_j . u_j)), d * x.d, acc), then
 // acc = fma(-dmin * x.d, float(sum_j mn_j sum(x_j)), acc).
 struct AmxType {
   bool supported = false, is_signed = false, has_min = false, min_times_ds = false, row_scale = false, super = false, q6k = false;

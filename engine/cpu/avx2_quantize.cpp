@@ -1,4 +1,5 @@
-// Activations quantized to int8 blocks (Q8Block) for the integer matmuls of avx2_exact_blocks.cpp, and
+// Activations quantized to int8 blocks (Q8Block) for the integer matmuls (avx2_exact_blocks.cpp,
+// avx2_k_quants.cpp), and
 // which weight types take them. Built with -mavx2 -mfma -mf16c; the AVX-512 VNNI table uses these too
 // (the bytes are the scalar reference's either way).
 #include <immintrin.h>
