@@ -11,9 +11,21 @@ namespace ftllm::cpu::FTLLM_QUANT_NS {
 
 namespace {
 
-// Q4_K / Q5_K: a super-block's twelve packed bytes as its eight 6-bit scales and eight 6-bit minimums.
-// As words A, B, C: scales 0-3 are A's low six bits, mins 0-3 B's; scales 4-7 are C's low nibbles with
-// A's top two bits above them, mins 4-7 C's high nibbles with B's top two bits (scale_min_k4 per byte).
+// Q4_K / Q5_K: a super-block's twelve packed bytes as its eight 6-bit scales (bytes 0-7) and eight 6-bit
+// minimums (bytes 8-15). As words A, B, C: scales 0-3 are A's low six bits, mins 0-3 B's; scales 4-7 are C's
+// low nibbles with A's top two bits above them, mins 4-7 C's high nibbles with B's top two bits
+// (scale_min_k4 per byte). The load takes 16 bytes: the block's next four follow the scales.
+template <typename Block>
+inline __m128i k_scales_mins(const Block& blk) {
+  static_assert(offsetof(Block, scales) + 16 <= sizeof(Block));
+  const __m128i abc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+  const __m128i acbc = _mm_shuffle_epi32(abc, 0x98), low = _mm_srlv_epi32(acbc, _mm_setr_epi32(0, 0, 0, 4));  // A, C, B, C >> 4
+  const __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(abc, 0x40), 6), _mm_set1_epi8(3)), 4);  // A's, B's top bits
+  return _mm_or_si128(_mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)),
+                      _mm_and_si128(top, _mm_setr_epi32(0, -1, 0, -1)));
+}
+// The same in general registers, for the kernels whose vector ports are the busier (the GEMM tile: the
+// vector form cost it 5%).
 inline void k_scale_bytes(const uint8_t* packed, uint8_t* sc, uint8_t* mn) {
   uint32_t a, b, c;
   std::memcpy(&a, packed, 4);
@@ -24,6 +36,17 @@ inline void k_scale_bytes(const uint8_t* packed, uint8_t* sc, uint8_t* mn) {
   const uint32_t m[2] = {b & low6, ((c >> 4) & nibble) | (((b >> 6) & two) << 4)};
   std::memcpy(sc, s, 8);
   std::memcpy(mn, m, 8);
+}
+
+// Q3_K's sixteen 6-bit scales less 32, as int8: run i's low four bits are byte i's low nibble (i < 8) or
+// byte i - 8's high one, its top two bits 2 (i / 4) up in byte 8 + i % 4 (block_decode.h's q3_k_scale).
+inline __m128i q3_k_scales(const uint8_t* packed) {
+  const __m128i nibbles = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed));
+  const __m128i low = _mm_and_si128(_mm_unpacklo_epi64(nibbles, _mm_srli_epi16(nibbles, 4)), _mm_set1_epi8(0x0F));
+  uint32_t top_bytes;
+  std::memcpy(&top_bytes, packed + 8, 4);
+  const __m128i top = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(int(top_bytes)), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+  return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
 }
 
 // Q4_K's super-block: 256 values in eight sub-blocks of 32, each with a 6-bit scale and minimum; the
@@ -75,21 +98,16 @@ struct Weights<DType::Q6_K> {
   static constexpr int kOffset = 0;
   static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
   // The values in activation order: block 4h + k of the super-block is quarter k of half h (low nibbles
-  // of ql's 64 bytes for quarters 0 and 1, high ones for 2 and 3; the top two bits from qh, 2k up).
-  // quarters() gives a half's four blocks of unsigned values (0..63); unpack() stores all eight.
-  [[gnu::always_inline]] static void quarters(const Block& blk, int half, __m256i* u) {
-    const __m256i mask = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
-    const __m256i ql0 = load32(blk.ql + 64 * half), ql1 = load32(blk.ql + 64 * half + 32), qh = load32(blk.qh + 32 * half);
-    const __m256i low[4] = {_mm256_and_si256(ql0, mask), _mm256_and_si256(ql1, mask), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask),
-                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask)};
-    for (int k = 0; k < 4; ++k) u[k] = _mm256_or_si256(low[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4));
+  // of ql's 64 bytes for quarters 0 and 1, high ones for 2 and 3; the top two bits from qh, 2k up), as
+  // unsigned values (0..63).
+  [[gnu::always_inline]] static __m256i quarter(const Block& blk, int half, int k) {
+    const __m256i ql = load32(blk.ql + 64 * half + 32 * (k % 2)), qh = load32(blk.qh + 32 * half);
+    return _mm256_or_si256(_mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F)),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3)), 4));
   }
   static void unpack(const Block& blk, uint8_t (*out)[32]) {
-    for (int half = 0; half < 2; ++half) {
-      __m256i u[4];
-      quarters(blk, half, u);
-      for (int k = 0; k < 4; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(out[4 * half + k]), u[k]);
-    }
+#pragma GCC unroll 8
+    for (int b = 0; b < 8; ++b) _mm256_store_si256(reinterpret_cast<__m256i*>(out[b]), quarter(blk, b / 4, b % 4));
   }
 };
 
@@ -136,115 +154,128 @@ template <typename Block, int W>
       _mm_prefetch(reinterpret_cast<const char*>(rows[w] + ahead + sizeof(Block) * size_t(sb) + line), _MM_HINT_T0);
 }
 
-// One K-quant weight row's super-block sb against R activation rows (nb blocks each, one after another):
-// per row, the sub-block dots times their scales (as lanes to be added) and the minimums' sum_j mn_j * sum(x_j).
-template <DType T, int R>
-[[gnu::always_inline]] inline void super_dots_k(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum,
-                                                int32_t* msum) {
+// ---- Up to five activation rows on AVX2: four weight rows side by side -------------------------------
+// Each activation row's sums of its runs of 16 values, super-block by super-block: 16 int16 a register, run
+// r of the super-block in word r (|sum| <= 2032). The per-run terms of a super-block (minimums times their
+// activation sums, offsets times theirs) are then one vpmaddwd a row instead of a step per sub-block.
+struct alignas(32) RunSums {
+  int32_t pairs[8];  // half_sums of the super-block's blocks
+  __m256i load() const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs)); }
+};
+inline void run_sums(const Q8Block* x, int64_t nb, int64_t rows, std::vector<RunSums>& out) {
+  const int64_t supers = nb / 8;
+  out.resize(size_t(rows * supers));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t sb = 0; sb < supers; ++sb)
+      for (int b = 0; b < 8; ++b) out[size_t(i * supers + sb)].pairs[b] = half_sums(x[i * nb + sb * 8 + b]);
+}
+
+// Word a of each 128-bit half of v (a < 8) in every word of the low half, word b of the high half in every word of the high half.
+template <int A, int B>
+inline __m256i words_of_halves(__m256i v) {
+  return _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16(int16_t(((2 * B + 1) << 8) | 2 * B)), _mm_set1_epi16(int16_t(((2 * A + 1) << 8) | 2 * A))));
+}
+
+// One weight row's super-block, unpacked for the few-rows kernel: its scales and minimums as int16, ready
+// to meet any number of activation rows.
+// - per_run: a multiplier per run of 16 against the activations' run sums (run_sums): Q4_K/Q5_K's and
+//   Q2_K's minimums (Q4_K's each twice, a sub-block being two runs), Q6_K's and Q3_K's scales (for their
+//   offsets 32 and 4);
+// - scales: the scales in words, each 128-bit half holding the ones its half of a value register meets.
+template <DType T>
+struct SuperScales {
+  __m256i per_run, scales;
+};
+template <DType T>
+[[gnu::always_inline]] inline SuperScales<T> super_scales(const typename Weights<T>::Block& blk) {
+  if constexpr (kSuper<T>) {
+    const __m128i sm = k_scales_mins(blk);  // scales in bytes 0-7, minimums in 8-15
+    return {_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm)), _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm))};
+  } else if constexpr (T == DType::Q6_K) {
+    const __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+    return {s, s};
+  } else if constexpr (T == DType::Q2_K) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)), low = _mm_set1_epi8(0x0F);
+    return {_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), low)), _mm256_cvtepu8_epi16(_mm_and_si128(v, low))};
+  } else {
+    const __m256i s = _mm256_cvtepi8_epi16(q3_k_scales(blk.scales));
+    return {s, s};
+  }
+}
+
+// The scales for value register k of the few-rows kernel's order (below) as int16 words for its byte pairs.
+template <DType T, int K>
+[[gnu::always_inline]] inline __m256i scales_for(const SuperScales<T>& s) {
+  if constexpr (kSuper<T>) return words_of_halves<K, K>(s.scales);  // sub-block K: one scale
+  // Runs of 16: register K is sub-block K (half K / 4), runs 2K and 2K + 1 in its two 128-bit halves.
+  const __m256i half = _mm256_permute2x128_si256(s.scales, s.scales, K < 4 ? 0x00 : 0x11);
+  return words_of_halves<2 * (K % 4), 2 * (K % 4) + 1>(half);
+}
+
+// Sub-block K (values 32K..32K+31) of a K-quant super-block as unsigned bytes (Q6_K's q, Q3_K's q + 4).
+template <DType T, int K>
+[[gnu::always_inline]] inline __m256i value_register(const typename Weights<T>::Block& blk) {
   const __m256i low = _mm256_set1_epi8(0x0F);
-  const auto& blk = Weights<T>::block(row, sb);
-  alignas(8) uint8_t sc[8], mn[8];
-  k_scale_bytes(blk.scales, sc, mn);
-  for (int i = 0; i < R; ++i) isum[i] = _mm256_setzero_si256();
-  for (int p = 0; p < 4; ++p) {
-    const __m256i v = load32(blk.qs + 32 * p);
-    __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-    if constexpr (T == DType::Q5_K) {  // bits 2p and 2p + 1 of each qh byte, worth 16
-      const __m256i h = _mm256_srli_epi16(load32(blk.qh), 2 * p);
-      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
-      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(2)), 3));
+  if constexpr (kSuper<T>) {  // sub-blocks 2p and 2p + 1: the low and high nibbles of bytes 32p..32p+31
+    const __m256i v = load32(blk.qs + 32 * (K / 2));
+    const __m256i u = _mm256_and_si256(K % 2 ? _mm256_srli_epi16(v, 4) : v, low);
+    if constexpr (T == DType::Q4_K) {
+      return u;
+    } else {
+      // Bit K of each qh byte moved to bit 4 (worth 16; a 16-bit shift of at most 4 leaves it in its byte).
+      const __m256i qh = load32(blk.qh), fifth = K < 4 ? _mm256_slli_epi16(qh, 4 - K) : K > 4 ? _mm256_srli_epi16(qh, K - 4) : qh;
+      return _mm256_or_si256(u, _mm256_and_si256(fifth, _mm256_set1_epi8(16)));
     }
-    const __m256i s0 = _mm256_set1_epi16(sc[2 * p]), s1 = _mm256_set1_epi16(sc[2 * p + 1]);
-    for (int i = 0; i < R; ++i) {
-      const Q8Block* xb = x + i * nb + sb * 8 + 2 * p;
-      // u <= 31 and |x| <= 127: the byte-pair sums fit int16, then times the 6-bit scale in int32.
-      const __m256i p0 = _mm256_maddubs_epi16(lo, load32(xb[0].q)), p1 = _mm256_maddubs_epi16(hi, load32(xb[1].q));
-      isum[i] = dot_i16(dot_i16(isum[i], p0, s0), p1, s1);
-    }
+  } else if constexpr (T == DType::Q6_K) {
+    return Weights<T>::quarter(blk, K / 4, K % 4);
+  } else {
+    return Weights<T>::plane(blk, K / 4, K % 4);
   }
+}
+
+// isum[i] + the dots of sub-blocks K..7 of a weight row's super-block with the activations' blocks at
+// x + i * nb (values of at most 63 against |x| <= 127: the byte pairs fit int16, then times the scale in
+// int32). Each value register is made and used before the next, so that few are live (AVX2 has 16).
+template <DType T, int R, int K>
+[[gnu::always_inline]] inline void sub_block_dots(const Q8Block* x, int64_t nb, const typename Weights<T>::Block& blk, const SuperScales<T>& s,
+                                                  __m256i* isum) {
+  const __m256i u = value_register<T, K>(blk), sc = scales_for<T, K>(s);
+  for (int i = 0; i < R; ++i) isum[i] = dot_i16(isum[i], _mm256_maddubs_epi16(u, load32(x[i * nb + K].q)), sc);
+  if constexpr (K < 7) sub_block_dots<T, R, K + 1>(x, nb, blk, s, isum);
+}
+
+// One K-quant weight row's super-block sb against R activation rows (nb blocks each, one after another,
+// runs their run_sums for this super-block, one a row): per row, the integer of its sub-blocks' or runs' dots
+// times their scales (Q6_K, Q3_K: their offsets 32 and 4 taken off as scale * run sum) as lanes to be added
+// in isum, and the minimums' sum_r m_r * sum(x_r) as lanes in mins (types with minimums).
+template <DType T, int R>
+[[gnu::always_inline]] inline void super_dots(const Q8Block* x, int64_t nb, const RunSums* runs, int64_t supers, const uint8_t* row,
+                                              int64_t sb, __m256i* isum, __m256i* mins) {
+  const auto& blk = Weights<T>::block(row, sb);
+  const SuperScales<T> s = super_scales<T>(blk);
+  for (int i = 0; i < R; ++i) isum[i] = _mm256_setzero_si256();
+  sub_block_dots<T, R, 0>(x + sb * 8, nb, blk, s, isum);
   for (int i = 0; i < R; ++i) {
-    msum[i] = 0;
-    for (int j = 0; j < 8; ++j) msum[i] += int32_t(mn[j]) * x[i * nb + sb * 8 + j].sum;
+    __m256i acc = isum[i];
+    const __m256i per_run = _mm256_madd_epi16(s.per_run, runs[i * supers + sb].load());
+    if constexpr (kHasMins<T>) mins[i] = per_run;
+    if constexpr (T == DType::Q6_K) acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(per_run, 5));
+    if constexpr (T == DType::Q3_K) acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(per_run, 2));
+    isum[i] = acc;
   }
 }
 
-// Q6_K's super-block sb of one weight row against R activation rows: per row, the integer
-// sum_runs sc_r * ((q - 32) . x)_r as lanes to be added (the offset taken off the byte pairs).
-template <int R>
-[[gnu::always_inline]] inline void super_dots_q6k(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum) {
-  const __m256i offset = _mm256_set1_epi8(32);
-  const auto& blk = Weights<DType::Q6_K>::block(row, sb);
-  for (int i = 0; i < R; ++i) isum[i] = _mm256_setzero_si256();
-  for (int half = 0; half < 2; ++half) {
-    __m256i values[4];
-    Weights<DType::Q6_K>::quarters(blk, half, values);
-    for (int k = 0; k < 4; ++k) {
-      const __m256i u = values[k];
-      const int8_t* sc = blk.scales + 8 * half + 2 * k;
-      const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
-      for (int i = 0; i < R; ++i) {
-        const __m256i xv = load32(x[i * nb + sb * 8 + 4 * half + k].q);
-        // |u x + u' x'| <= 16002 and |32 (x + x')| <= 8128: int16 holds both and their difference.
-        const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, xv), _mm256_maddubs_epi16(offset, xv));
-        isum[i] = dot_i16(isum[i], pairs, scales);
-      }
-    }
-  }
-}
-
-// Q2_K's or Q3_K's super-block sb of one weight row against R activation rows: per row, the integer
-// sum_runs sc_r * (q . x)_r (Q3_K: (sc_r - 32) * ((q - 4) . x)_r, the offset taken off the byte pairs) as
-// lanes to be added, and (Q2_K) sum_runs m_r * sum(x)_r in msum.
+// Weight rows [n0, n1) against R activation rows (nb blocks each, one after another), into y (rows ldy
+// apart): four weight rows' super-blocks side by side, each unpacked once for the R rows, their lanes
+// added together (sum_lanes4) before the float steps.
 template <DType T, int R>
-[[gnu::always_inline]] inline void super_dots_runs16(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum,
-                                                     int32_t* msum) {
-  const auto& blk = Weights<T>::block(row, sb);
-  int16_t scale[16];
-  uint8_t mins[16];
-  for (int i = 0; i < 16; ++i) {
-    if constexpr (T == DType::Q2_K) scale[i] = int16_t(blk.scales[i] & 0xF), mins[i] = uint8_t(blk.scales[i] >> 4);
-    else scale[i] = int16_t(Weights<T>::scale(blk, i));
-  }
-  __m256i mins_x[R];  // Q2_K: sum_l m_run(l) * x_l, as lanes to be added
-  for (int i = 0; i < R; ++i) isum[i] = mins_x[i] = _mm256_setzero_si256();
-  for (int h = 0; h < 2; ++h) {
-    for (int j = 0; j < 4; ++j) {
-      const __m256i u = Weights<T>::plane(blk, h, j);
-      const int run = 8 * h + 2 * j;
-      const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(scale[run + 1]), _mm_set1_epi16(scale[run]));
-      for (int i = 0; i < R; ++i) {
-        const Q8Block& xb = x[i * nb + sb * 8 + 4 * h + j];
-        const __m256i xv = load32(xb.q);
-        // u <= 7 and |x| <= 127: the byte pairs (less Q3_K's 4 * (x + x')) fit int16.
-        __m256i pairs = _mm256_maddubs_epi16(u, xv);
-        if constexpr (T == DType::Q3_K) pairs = _mm256_sub_epi16(pairs, _mm256_maddubs_epi16(_mm256_set1_epi8(4), xv));
-        isum[i] = dot_i16(isum[i], pairs, scales);
-        if constexpr (T == DType::Q2_K)
-          mins_x[i] = dot_i16(mins_x[i], _mm256_maddubs_epi16(_mm256_set_m128i(_mm_set1_epi8(int8_t(mins[run + 1])), _mm_set1_epi8(int8_t(mins[run]))), xv),
-                              _mm256_set1_epi16(1));
-      }
-    }
-  }
-  if constexpr (T == DType::Q2_K)
-    for (int i = 0; i < R; ++i) msum[i] = sum_lanes(mins_x[i]);
-}
-
-// A super-block's dots for any K-quant (Q6_K has no minimums: msum is left alone).
-template <DType T, int R>
-[[gnu::always_inline]] inline void super_dots(const Q8Block* x, int64_t nb, const uint8_t* row, int64_t sb, __m256i* isum, int32_t* msum) {
-  if constexpr (T == DType::Q6_K) super_dots_q6k<R>(x, nb, row, sb, isum);
-  else if constexpr (kRuns16<T>) super_dots_runs16<T, R>(x, nb, row, sb, isum, msum);
-  else super_dots_k<T, R>(x, nb, row, sb, isum, msum);
-}
-
-// Q4_K, Q5_K and Q6_K: weight rows [n0, n1) against R activation rows (nb blocks each, one after another),
-// into y (rows ldy apart): four weight rows' super-blocks side by side, each unpacked once for the R rows.
-template <DType T, int R>
-[[gnu::noinline]] void rows_times_super_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
-                      int64_t ldy) {
+[[gnu::noinline]] void rows_times_super_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
+                                            float* y, int64_t ldy) {
   using K = Weights<T>;
   constexpr bool kMins = kHasMins<T>;
   const int64_t supers = nb / 8;
+  thread_local std::vector<RunSums> runs;
+  run_sums(x, nb, R, runs);
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
     const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
@@ -254,12 +285,11 @@ template <DType T, int R>
     for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
     for (int64_t sb = 0; sb < supers; ++sb) {
       ahead.step();
-      __m256i i0[R], i1[R], i2[R], i3[R];
-      int32_t m0[R], m1[R], m2[R], m3[R];
-      super_dots<T, R>(x, nb, r[0], sb, i0, m0);
-      super_dots<T, R>(x, nb, r[1], sb, i1, m1);
-      super_dots<T, R>(x, nb, r[2], sb, i2, m2);
-      super_dots<T, R>(x, nb, r[3], sb, i3, m3);
+      __m256i i0[R], i1[R], i2[R], i3[R], m0[R], m1[R], m2[R], m3[R];
+      super_dots<T, R>(x, nb, runs.data(), supers, r[0], sb, i0, m0);
+      super_dots<T, R>(x, nb, runs.data(), supers, r[1], sb, i1, m1);
+      super_dots<T, R>(x, nb, runs.data(), supers, r[2], sb, i2, m2);
+      super_dots<T, R>(x, nb, runs.data(), supers, r[3], sb, i3, m3);
       const __m128 d = widen4(K::block(r[0], sb).d, K::block(r[1], sb).d, K::block(r[2], sb).d, K::block(r[3], sb).d);
       __m128 neg_dmin = _mm_setzero_ps();
       if constexpr (kMins)
@@ -268,8 +298,7 @@ template <DType T, int R>
       for (int i = 0; i < R; ++i) {
         const __m128 xd = _mm_set1_ps(x[i * nb + sb * 8].d);
         acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes4(i0[i], i1[i], i2[i], i3[i])), _mm_mul_ps(d, xd), acc[i]);
-        if constexpr (kMins)
-          acc[i] = _mm_fmadd_ps(_mm_mul_ps(neg_dmin, xd), _mm_cvtepi32_ps(_mm_setr_epi32(m0[i], m1[i], m2[i], m3[i])), acc[i]);
+        if constexpr (kMins) acc[i] = _mm_fmadd_ps(_mm_mul_ps(neg_dmin, xd), _mm_cvtepi32_ps(sum_lanes4(m0[i], m1[i], m2[i], m3[i])), acc[i]);
       }
     }
     for (int i = 0; i < R; ++i) _mm_storeu_ps(y + i * ldy + n, acc[i]);
@@ -278,14 +307,13 @@ template <DType T, int R>
     const uint8_t* r = w + size_t(n) * row_bytes;
     float acc[R] = {};
     for (int64_t sb = 0; sb < supers; ++sb) {
-      __m256i isum[R];
-      int32_t ms[R];
-      super_dots<T, R>(x, nb, r, sb, isum, ms);
+      __m256i isum[R], mins[R];
+      super_dots<T, R>(x, nb, runs.data(), supers, r, sb, isum, mins);
       const float d = h2f(K::block(r, sb).d);
       for (int i = 0; i < R; ++i) {
         const float xd = x[i * nb + sb * 8].d;
         acc[i] = std::fma(float(sum_lanes(isum[i])), d * xd, acc[i]);
-        if constexpr (kMins) acc[i] = std::fma(-h2f(K::block(r, sb).dmin) * xd, float(ms[i]), acc[i]);
+        if constexpr (kMins) acc[i] = std::fma(-h2f(K::block(r, sb).dmin) * xd, float(sum_lanes(mins[i])), acc[i]);
       }
     }
     for (int i = 0; i < R; ++i) y[i * ldy + n] = acc[i];
@@ -312,7 +340,7 @@ template <DType T>
   const __m512i mask = _mm512_set1_epi8(0x0F);
   if constexpr (T == DType::Q6_K) {
     const __m512i three = _mm512_set1_epi8(3);
-    for (int half = 0; half < 2; ++half) {  // Weights<Q6_K>::quarters
+    for (int half = 0; half < 2; ++half) {  // Weights<Q6_K>::quarter
       __m512i ql0[8], ql1[8], qh[8];
       turned_bytes<Block>(r, sb, offsetof(Block, ql) + 64 * half, ql0);
       turned_bytes<Block>(r, sb, offsetof(Block, ql) + 64 * half + 32, ql1);
