@@ -109,27 +109,82 @@ void matmul_float(const float* x, int64_t M, int64_t K, const void* w, int64_t n
   gemm<T>(x, M, K, w, n0, n1, y, ldy);
 }
 
-// An fp8 row (per 128 values a float32 scale, then 128 e4m3 bytes) widened to float32 eight values at a
-// time: each byte moved into a float16's fields is its value times 2^-8 (KvFP8 in avx2_kv.h), and the
-// scale times 2^8 takes that back, so every value is e4m3 * scale rounded once, dequantize_row's bits
-// (its scalar table ran 4.5 Gweights/s a thread at one row). The NaN codes, which the quantizer never
-// writes, read as 480 * scale.
+// fp8 rows: per 128 values a float32 scale, then 128 e4m3 bytes. Each byte moved into a float16's fields
+// is its value times 2^-8 (KvFP8 in avx2_kv.h), and the scale times 2^8 takes that back, so every value is
+// e4m3 * scale rounded once, dequantize_row's bits (its scalar table ran 4.5 Gweights/s a thread at one
+// row). The NaN codes, which the quantizer never writes, read as 480 * scale.
+constexpr int64_t kFp8Block = 128;
+constexpr size_t kFp8BlockBytes = 4 + kFp8Block;
+inline __m256 fp8_scale(const uint8_t* block) { return _mm256_set1_ps(quant::decode::f32(block) * 256.0f); }
+// Sixteen e4m3 bytes as float16 bits, then float32: the values times 2^-8, w0 the first eight. A byte b
+// interleaved above a zero byte is b << 8; shifted right by one, arithmetically, its sign stays at bit 15
+// (and copies into 14, cleared after) while the rest lands at bits 7-13, f16's exponent and mantissa.
+inline void fp8_times_2_to_minus_8(const uint8_t* bytes, __m256& w0, __m256& w1) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)), keep = _mm_set1_epi16(int16_t(0xBFFF));
+  const __m128i lo = _mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), v), 1), keep);
+  const __m128i hi = _mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(_mm_setzero_si128(), v), 1), keep);
+  w0 = _mm256_cvtph_ps(lo), w1 = _mm256_cvtph_ps(hi);
+}
+
 void widen_fp8_row(const uint8_t* row, float* out, int64_t k) {
-  for (int64_t b = 0; b < k / 128; ++b, row += 132, out += 128) {
-    const __m256 scale = _mm256_set1_ps(quant::decode::f32(row) * 256.0f);
-    for (int c = 0; c < 128; c += 8) {
-      const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 4 + c)));
-      const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x80)), 8), _mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x7f)), 7));
-      _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_cvtph_ps(h), scale));
+  for (int64_t b = 0; b < k / kFp8Block; ++b, row += kFp8BlockBytes, out += kFp8Block) {
+    const __m256 scale = fp8_scale(row);
+    for (int c = 0; c < kFp8Block; c += 16) {
+      __m256 w0, w1;
+      fp8_times_2_to_minus_8(row + 4 + c, w0, w1);
+      _mm256_storeu_ps(out + c, _mm256_mul_ps(w0, scale)), _mm256_storeu_ps(out + c + 8, _mm256_mul_ps(w1, scale));
     }
   }
 }
 
+// fp8 weight rows [n0, n1) against one activation row, widened in registers and summed as tile<F32, 1, 1>
+// sums the widened rows (two accumulators taking alternate eights of values, added, hsum; a row is whole
+// blocks, so no tail): the same bits as widening them first. W rows at a time, so that 2W chains of fma
+// are in flight (one row's two wait on the fma latency), each block's scale read once a row.
+template <int W>
+void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t bytes, float* y, size_t ahead) {
+  __m256 a0[W], a1[W];
+  for (int i = 0; i < W; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < K / kFp8Block; ++b) {
+    const uint8_t* block[W];
+    __m256 scale[W];
+    for (int i = 0; i < W; ++i) {
+      block[i] = rows + i * bytes + b * kFp8BlockBytes;
+      scale[i] = fp8_scale(block[i]);
+      if (ahead)
+        for (size_t line = 0; line < kFp8BlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(block[i] + ahead + line), _MM_HINT_T1);
+    }
+    for (int c = 0; c < kFp8Block; c += 16) {
+      const __m256 x0 = _mm256_loadu_ps(x + b * kFp8Block + c), x1 = _mm256_loadu_ps(x + b * kFp8Block + c + 8);
+      for (int i = 0; i < W; ++i) {
+        __m256 w0, w1;
+        fp8_times_2_to_minus_8(block[i] + 4 + c, w0, w1);
+        a0[i] = _mm256_fmadd_ps(x0, _mm256_mul_ps(w0, scale[i]), a0[i]);
+        a1[i] = _mm256_fmadd_ps(x1, _mm256_mul_ps(w1, scale[i]), a1[i]);
+      }
+    }
+  }
+  for (int i = 0; i < W; ++i) y[i] = hsum(_mm256_add_ps(a0[i], a1[i]));
+}
+
+void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y) {
+  constexpr int W = 4;
+  const size_t bytes = row_bytes(DType::FP8, K);
+  const auto* rows = static_cast<const uint8_t*>(w);
+  int64_t n = n0;
+  for (; n + W <= n1; n += W)
+    fp8_rows_times_one<W>(x, K, rows + size_t(n) * bytes, bytes, y + n, n + W + kAheadRows <= n1 ? size_t(kAheadRows) * bytes : 0);
+  for (; n < n1; ++n) fp8_rows_times_one<1>(x, K, rows + size_t(n) * bytes, bytes, y + n, 0);
+}
+
 // Block types without an integer kernel: weight rows are widened to float32 a few at a time (in cache)
-// and go through the float kernels; the model is never widened as a whole.
+// and go through the float kernels; the model is never widened as a whole. fp8 rows meeting one activation
+// row are widened in registers instead (fp8_gemv: the same bits; the AVX-512 float kernel sums as the
+// AVX2 one does).
 template <bool Vnni>
 void matmul_widened(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                     int64_t ldy) {
+  if (wt == DType::FP8 && M == 1) return fp8_gemv(x, K, w, n0, n1, y);
   const size_t bytes = row_bytes(wt, K);
   const int64_t group = M > 1 ? std::max<int64_t>(4, (64 << 10) / (K * int64_t(sizeof(float)))) : 1;
   thread_local std::vector<float> rows;
