@@ -179,12 +179,14 @@ void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, 
 
 // Block types without an integer kernel: weight rows are widened to float32 a few at a time (in cache)
 // and go through the float kernels; the model is never widened as a whole. fp8 rows meeting one activation
-// row are widened in registers instead (fp8_gemv: the same bits; the AVX-512 float kernel sums as the
-// AVX2 one does).
+// row are widened in registers instead (fp8_gemv, and its AVX-512 build: the same bits).
 template <bool Vnni>
 void matmul_widened(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                     int64_t ldy) {
-  if (wt == DType::FP8 && M == 1) return fp8_gemv(x, K, w, n0, n1, y);
+  if (wt == DType::FP8 && M == 1) {
+    if constexpr (Vnni) return avx512vnni::fp8_gemv(x, K, w, n0, n1, y);
+    else return fp8_gemv(x, K, w, n0, n1, y);
+  }
   const size_t bytes = row_bytes(wt, K);
   const int64_t group = M > 1 ? std::max<int64_t>(4, (64 << 10) / (K * int64_t(sizeof(float)))) : 1;
   thread_local std::vector<float> rows;

@@ -92,5 +92,7 @@ void amx_pack_q6k_panel(const uint8_t* w, size_t row_bytes, int64_t n, int64_t s
 // the AVX2 kernel sums them (the same bits), four by four.
 void matmul_float(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                   int64_t ldy);
+// fp8 weight rows [n0, n1) against one activation row, with the bits of the AVX2 build's fp8_gemv.
+void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y);
 
 }  // namespace ftllm::cpu::avx512vnni

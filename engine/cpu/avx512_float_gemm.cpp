@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "avx2_quant.h"
 #include "avx2_util.h"
@@ -175,7 +176,56 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64
   });
 }
 
+// fp8 rows (per 128 values a float32 scale, then 128 e4m3 bytes) against one activation row, widened in
+// registers as avx2_kernels.cpp's fp8_gemv widens them (each byte into a float16's fields, times the
+// scale and 2^8: dequantize_row's values) and summed as tile<F32, 1, 1> sums the widened row, sixteen
+// values a step, four weight rows at a time, each block's scale once a row.
+template <int W>
+void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t bytes, float* y, size_t ahead) {
+  constexpr int64_t kBlock = 128;
+  constexpr size_t kBlockBytes = 4 + kBlock;
+  __m512 acc[W];
+  for (int i = 0; i < W; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const uint8_t* block[W];
+    __m512 scale[W];
+    for (int i = 0; i < W; ++i) {
+      block[i] = rows + i * bytes + b * kBlockBytes;
+      float s;
+      std::memcpy(&s, block[i], 4);
+      scale[i] = _mm512_set1_ps(s * 256.0f);
+      if (ahead)
+        for (size_t line = 0; line < kBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(block[i] + ahead + line), _MM_HINT_T1);
+    }
+    for (int64_t c = 0; c < kBlock; c += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + b * kBlock + c);
+      for (int i = 0; i < W; ++i) {
+        // Byte b as b << 8, shifted right by one arithmetically: the sign stays at bit 15 (its copy in
+        // bit 14 cleared), the rest lands in float16's exponent and mantissa, the value times 2^-8.
+        const __m256i v = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[i] + 4 + c))), 8);
+        const __m256i h = _mm256_and_si256(_mm256_srai_epi16(v, 1), _mm256_set1_epi16(int16_t(0xBFFF)));
+        acc[i] = _mm512_fmadd_ps(xv, _mm512_mul_ps(_mm512_cvtph_ps(h), scale[i]), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < W; ++i) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc[i]);
+    y[i] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+  }
+}
+
 }  // namespace
+
+void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y) {
+  constexpr int W = 4;
+  const size_t bytes = row_bytes(DType::FP8, K);
+  const auto* rows = static_cast<const uint8_t*>(w);
+  int64_t n = n0;
+  for (; n + W <= n1; n += W)
+    fp8_rows_times_one<W>(x, K, rows + size_t(n) * bytes, bytes, y + n, n + W + kAheadRows <= n1 ? size_t(kAheadRows) * bytes : 0);
+  for (; n < n1; ++n) fp8_rows_times_one<1>(x, K, rows + size_t(n) * bytes, bytes, y + n, 0);
+}
 
 void matmul_float(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                   int64_t ldy) {
