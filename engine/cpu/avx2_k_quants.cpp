@@ -910,8 +910,8 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   const auto* weights = static_cast<const uint8_t*>(w);
   if (M <= 0) return;
 #ifdef FTLLM_VNNI
-  // Sixteen activation rows at a time (one or two through the one-row kernel, kSuperOneRows); beyond sixteen the weights go in tiles of about 256 KB, read from
-  // memory once and from L2 by each sixteen rows.
+  // Sixteen activation rows at a time (one or two through the one-row kernel, kSuperOneRows); beyond
+  // sixteen the weights go in tiles of about 256 KB, read from memory once and from L2 by each sixteen rows.
   constexpr int L = 16;
   const int64_t n_tile = M <= L ? n1 - n0 : std::max<int64_t>(L, int64_t((256 << 10) / bytes) / L * L);
   for (int64_t n = n0; n < n1; n += n_tile)

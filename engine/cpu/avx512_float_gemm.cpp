@@ -218,13 +218,10 @@ void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t b
 }  // namespace
 
 void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y) {
-  constexpr int W = 4;
   const size_t bytes = row_bytes(DType::FP8, K);
-  const auto* rows = static_cast<const uint8_t*>(w);
-  int64_t n = n0;
-  for (; n + W <= n1; n += W)
-    fp8_rows_times_one<W>(x, K, rows + size_t(n) * bytes, bytes, y + n, n + W + kAheadRows <= n1 ? size_t(kAheadRows) * bytes : 0);
-  for (; n < n1; ++n) fp8_rows_times_one<1>(x, K, rows + size_t(n) * bytes, bytes, y + n, 0);
+  for_each_weight_rows<4>(n0, n1, bytes, kAheadRows, [&]<int W>(int64_t n, size_t ahead) {
+    fp8_rows_times_one<W>(x, K, static_cast<const uint8_t*>(w) + size_t(n) * bytes, bytes, y + n, ahead);
+  });
 }
 
 void matmul_float(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,

@@ -31,4 +31,12 @@ inline void for_each_weight_row(int64_t n0, int64_t n1, size_t w_row_bytes, int6
   for (int64_t n = n0; n < n1; ++n) row(n, n + ahead_rows < n1 ? size_t(ahead_rows) * w_row_bytes : 0);
 }
 
+// The same W weight rows at a time, then the last ones alone: rows.template operator()<W or 1>(n, ahead).
+template <int W, typename Rows>
+inline void for_each_weight_rows(int64_t n0, int64_t n1, size_t w_row_bytes, int64_t ahead_rows, Rows&& rows) {
+  int64_t n = n0;
+  for (; n + W <= n1; n += W) rows.template operator()<W>(n, n + W + ahead_rows <= n1 ? size_t(ahead_rows) * w_row_bytes : 0);
+  for (; n < n1; ++n) rows.template operator()<1>(n, size_t(0));
+}
+
 }  // namespace ftllm::cpu
