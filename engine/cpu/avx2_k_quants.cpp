@@ -899,8 +899,11 @@ template <DType T, int W, int G>
 #endif
 
 #ifdef FTLLM_VNNI
-// From three activation rows the sixteen-lane kernel is the faster (Zen 5).
-constexpr int kSuperOneRows = 2;
+// Up to this many activation rows take the one-row kernel, more the sixteen-lane kernel: the faster from
+// three rows on Zen 5, and for Q3_K (whose third bits cost the one-row kernel more) from two: at two rows,
+// one thread, K = 2048, Q3_K ran 64-66 Gweights/s one-row, 85-88 in lanes; Q2_K, Q4_K and Q6_K lost 25-35%.
+template <DType T>
+constexpr int kSuperOneRows = T == DType::Q3_K ? 1 : 2;
 #endif
 
 template <DType T>
@@ -910,14 +913,14 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   const auto* weights = static_cast<const uint8_t*>(w);
   if (M <= 0) return;
 #ifdef FTLLM_VNNI
-  // Sixteen activation rows at a time (one or two through the one-row kernel, kSuperOneRows); beyond
+  // Sixteen activation rows at a time (up to kSuperOneRows through the one-row kernel); beyond
   // sixteen the weights go in tiles of about 256 KB, read from memory once and from L2 by each sixteen rows.
   constexpr int L = 16;
   const int64_t n_tile = M <= L ? n1 - n0 : std::max<int64_t>(L, int64_t((256 << 10) / bytes) / L * L);
   for (int64_t n = n0; n < n1; n += n_tile)
     for (int64_t m = 0; m < M; m += L)
       with_rows<1, L>(std::min<int64_t>(L, M - m), [&, n_end = std::min(n1, n + n_tile)]<int R>() {
-        if constexpr (R <= kSuperOneRows) rows_times_super_one<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
+        if constexpr (R <= kSuperOneRows<T>) rows_times_super_one<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
         else rows_times_super_lanes16<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
       });
 #else
