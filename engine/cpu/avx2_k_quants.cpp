@@ -49,6 +49,19 @@ inline __m128i q3_k_scales(const uint8_t* packed) {
   return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
 }
 
+// Each K-quant's Weights<T>::sub_block(blk, k) gives sub-block k of a super-block (values 32k..32k+31, the
+// activations' order) as unsigned bytes; unpack_sub_blocks stores all eight.
+template <typename W>
+inline void unpack_sub_blocks(const typename W::Block& blk, uint8_t (*out)[32]) {
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(out[k]), W::sub_block(blk, k));
+}
+// Q4_K's and Q5_K's sub-blocks 2p and 2p + 1 are the low and high nibbles of bytes 32p..32p+31 of qs.
+inline __m256i k_nibbles(const uint8_t* qs, int k) {
+  const __m256i v = load32(qs + 32 * (k / 2));
+  return _mm256_and_si256(k % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
+}
+
 // Q4_K's super-block: 256 values in eight sub-blocks of 32, each with a 6-bit scale and minimum; the
 // activations come with one scale per 256 (quantize_q8_256). Its step per super-block is
 //     acc = fma(float(sum_j sc_j * (u_j . x_j)), d * xd, acc); acc = fma(-dmin * xd, float(sum_j mn_j * sum(x_j)), acc)
@@ -58,15 +71,7 @@ struct Weights<DType::Q4_K> {
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
   static const quant::BlockQ4_K& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const quant::BlockQ4_K*>(row)[sb]; }
-  // Sub-blocks 2p and 2p + 1 are the low and high nibbles of bytes 32p..32p+31.
-  static void unpack(const quant::BlockQ4_K& blk, uint8_t (*out)[32]) {
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    for (int p = 0; p < 4; ++p) {
-      const __m256i v = load32(blk.qs + 32 * p);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out[2 * p]), _mm256_and_si256(v, low));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out[2 * p + 1]), _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
-    }
-  }
+  static __m256i sub_block(const Block& blk, int k) { return k_nibbles(blk.qs, k); }
 };
 
 // Q5_K: Q4_K with a fifth bit per value in qh (sub-block 2p's in bit 2p of each byte, 2p + 1's in bit 2p + 1).
@@ -76,16 +81,10 @@ struct Weights<DType::Q5_K> {
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
   static const quant::BlockQ5_K& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const quant::BlockQ5_K*>(row)[sb]; }
-  static void unpack(const quant::BlockQ5_K& blk, uint8_t (*out)[32]) {
-    const __m256i low = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
-    const __m256i qh = load32(blk.qh);
-    for (int p = 0; p < 4; ++p) {
-      const __m256i v = load32(blk.qs + 32 * p), h = _mm256_srli_epi16(qh, 2 * p);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out[2 * p]),
-                         _mm256_or_si256(_mm256_and_si256(v, low), _mm256_slli_epi16(_mm256_and_si256(h, one), 4)));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out[2 * p + 1]),
-                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), _mm256_slli_epi16(_mm256_and_si256(h, two), 3)));
-    }
+  // Bit k of each qh byte moved to bit 4 (worth 16; a 16-bit shift of at most 4 leaves it in its byte).
+  static __m256i sub_block(const Block& blk, int k) {
+    const __m256i qh = load32(blk.qh), fifth = k < 4 ? _mm256_slli_epi16(qh, 4 - k) : k > 4 ? _mm256_srli_epi16(qh, k - 4) : qh;
+    return _mm256_or_si256(k_nibbles(blk.qs, k), _mm256_and_si256(fifth, _mm256_set1_epi8(16)));
   }
 };
 
@@ -97,17 +96,14 @@ struct Weights<DType::Q6_K> {
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
   static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
-  // The values in activation order: block 4h + k of the super-block is quarter k of half h (low nibbles
-  // of ql's 64 bytes for quarters 0 and 1, high ones for 2 and 3; the top two bits from qh, 2k up), as
-  // unsigned values (0..63).
-  [[gnu::always_inline]] static __m256i quarter(const Block& blk, int half, int k) {
-    const __m256i ql = load32(blk.ql + 64 * half + 32 * (k % 2)), qh = load32(blk.qh + 32 * half);
-    return _mm256_or_si256(_mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F)),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3)), 4));
-  }
-  static void unpack(const Block& blk, uint8_t (*out)[32]) {
-#pragma GCC unroll 8
-    for (int b = 0; b < 8; ++b) _mm256_store_si256(reinterpret_cast<__m256i*>(out[b]), quarter(blk, b / 4, b % 4));
+  // Sub-block k of the super-block is quarter q = k % 4 of half k / 4 (low nibbles of the half's 64 ql
+  // bytes for quarters 0 and 1, high ones for 2 and 3; the top two bits from qh, 2q up), as unsigned
+  // values (0..63).
+  [[gnu::always_inline]] static __m256i sub_block(const Block& blk, int k) {
+    const int half = k / 4, q = k % 4;
+    const __m256i ql = load32(blk.ql + 64 * half + 32 * (q % 2)), qh = load32(blk.qh + 32 * half);
+    return _mm256_or_si256(_mm256_and_si256(q < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F)),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * q), _mm256_set1_epi8(3)), 4));
   }
 };
 
@@ -121,17 +117,12 @@ struct Runs16 {
   static constexpr bool kSigned = false;
   static constexpr int kOffset = 0;
   static const Block& block(const uint8_t* row, int64_t sb) { return reinterpret_cast<const Block*>(row)[sb]; }
-  // Sub-block 4h + j as unsigned bytes (Q3_K's q + 4).
-  static __m256i plane(const Block& blk, int h, int j) {
-    const __m256i u = _mm256_and_si256(_mm256_srli_epi16(load32(blk.qs + 32 * h), 2 * j), _mm256_set1_epi8(3));
+  // Sub-block k = 4h + j (plane j of half h) as unsigned bytes (Q3_K's q + 4; its third bit is bit k of hmask).
+  static __m256i sub_block(const Block& blk, int k) {
+    const __m256i u = _mm256_and_si256(_mm256_srli_epi16(load32(blk.qs + 32 * (k / 4)), 2 * (k % 4)), _mm256_set1_epi8(3));
     if constexpr (T == DType::Q3_K)
-      return _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load32(blk.hmask), 4 * h + j), _mm256_set1_epi8(1)), 2));
+      return _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load32(blk.hmask), k), _mm256_set1_epi8(1)), 2));
     return u;
-  }
-  // The 256 values in activation order.
-  static void unpack(const Block& blk, uint8_t (*out)[32]) {
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < 4; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(out[4 * h + j]), plane(blk, h, j));
   }
 };
 template <>
@@ -182,12 +173,11 @@ inline __m256i words_of_halves(__m256i v) {
 //   Q2_K's minimums (Q4_K's each twice, a sub-block being two runs), Q6_K's and Q3_K's scales (for their
 //   offsets 32 and 4);
 // - scales: the scales in words, each 128-bit half holding the ones its half of a value register meets.
-template <DType T>
 struct SuperScales {
   __m256i per_run, scales;
 };
 template <DType T>
-[[gnu::always_inline]] inline SuperScales<T> super_scales(const typename Weights<T>::Block& blk) {
+[[gnu::always_inline]] inline SuperScales super_scales(const typename Weights<T>::Block& blk) {
   if constexpr (kSuper<T>) {
     const __m128i sm = k_scales_mins(blk);  // scales in bytes 0-7, minimums in 8-15
     return {_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm)), _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm))};
@@ -205,41 +195,20 @@ template <DType T>
 
 // The scales for value register k of the few-rows kernel's order (below) as int16 words for its byte pairs.
 template <DType T, int K>
-[[gnu::always_inline]] inline __m256i scales_for(const SuperScales<T>& s) {
+[[gnu::always_inline]] inline __m256i scales_for(const SuperScales& s) {
   if constexpr (kSuper<T>) return words_of_halves<K, K>(s.scales);  // sub-block K: one scale
   // Runs of 16: register K is sub-block K (half K / 4), runs 2K and 2K + 1 in its two 128-bit halves.
   const __m256i half = _mm256_permute2x128_si256(s.scales, s.scales, K < 4 ? 0x00 : 0x11);
   return words_of_halves<2 * (K % 4), 2 * (K % 4) + 1>(half);
 }
 
-// Sub-block K (values 32K..32K+31) of a K-quant super-block as unsigned bytes (Q6_K's q, Q3_K's q + 4).
-template <DType T, int K>
-[[gnu::always_inline]] inline __m256i value_register(const typename Weights<T>::Block& blk) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  if constexpr (kSuper<T>) {  // sub-blocks 2p and 2p + 1: the low and high nibbles of bytes 32p..32p+31
-    const __m256i v = load32(blk.qs + 32 * (K / 2));
-    const __m256i u = _mm256_and_si256(K % 2 ? _mm256_srli_epi16(v, 4) : v, low);
-    if constexpr (T == DType::Q4_K) {
-      return u;
-    } else {
-      // Bit K of each qh byte moved to bit 4 (worth 16; a 16-bit shift of at most 4 leaves it in its byte).
-      const __m256i qh = load32(blk.qh), fifth = K < 4 ? _mm256_slli_epi16(qh, 4 - K) : K > 4 ? _mm256_srli_epi16(qh, K - 4) : qh;
-      return _mm256_or_si256(u, _mm256_and_si256(fifth, _mm256_set1_epi8(16)));
-    }
-  } else if constexpr (T == DType::Q6_K) {
-    return Weights<T>::quarter(blk, K / 4, K % 4);
-  } else {
-    return Weights<T>::plane(blk, K / 4, K % 4);
-  }
-}
-
 // isum[i] + the dots of sub-blocks K..7 of a weight row's super-block with the activations' blocks at
 // x + i * nb (values of at most 63 against |x| <= 127: the byte pairs fit int16, then times the scale in
 // int32). Each value register is made and used before the next, so that few are live (AVX2 has 16).
 template <DType T, int R, int K>
-[[gnu::always_inline]] inline void sub_block_dots(const Q8Block* x, int64_t nb, const typename Weights<T>::Block& blk, const SuperScales<T>& s,
+[[gnu::always_inline]] inline void sub_block_dots(const Q8Block* x, int64_t nb, const typename Weights<T>::Block& blk, const SuperScales& s,
                                                   __m256i* isum) {
-  const __m256i u = value_register<T, K>(blk), sc = scales_for<T, K>(s);
+  const __m256i u = Weights<T>::sub_block(blk, K), sc = scales_for<T, K>(s);
   for (int i = 0; i < R; ++i) isum[i] = dot_i16(isum[i], _mm256_maddubs_epi16(u, load32(x[i * nb + K].q)), sc);
   if constexpr (K < 7) sub_block_dots<T, R, K + 1>(x, nb, blk, s, isum);
 }
@@ -252,7 +221,7 @@ template <DType T, int R>
 [[gnu::always_inline]] inline void super_dots(const Q8Block* x, int64_t nb, const RunSums* runs, int64_t supers, const uint8_t* row,
                                               int64_t sb, __m256i* isum, __m256i* mins) {
   const auto& blk = Weights<T>::block(row, sb);
-  const SuperScales<T> s = super_scales<T>(blk);
+  const SuperScales s = super_scales<T>(blk);
   for (int i = 0; i < R; ++i) isum[i] = _mm256_setzero_si256();
   sub_block_dots<T, R, 0>(x + sb * 8, nb, blk, s, isum);
   for (int i = 0; i < R; ++i) {
@@ -332,7 +301,7 @@ template <typename Block>
 
 // Super-block sb of sixteen K-quant rows as unsigned values, turned: out[j][c] holds chunk c of sub-block
 // j (values 32j + 4c .. 32j + 4c + 3) of every row, row i in lane i. The packed bytes are turned first and
-// split into values after: every unpacking step (Weights<T>::unpack) works on each byte in its place, so
+// split into values after: every unpacking step (Weights<T>::sub_block) works on each byte in its place, so
 // it gives the same bytes either way, and one turn of packed bytes serves two sub-blocks (Q4_K).
 template <DType T>
 [[gnu::always_inline]] inline void turned_super(const uint8_t* const* r, int64_t sb, __m512i (*out)[8]) {
@@ -340,7 +309,7 @@ template <DType T>
   const __m512i mask = _mm512_set1_epi8(0x0F);
   if constexpr (T == DType::Q6_K) {
     const __m512i three = _mm512_set1_epi8(3);
-    for (int half = 0; half < 2; ++half) {  // Weights<Q6_K>::quarter
+    for (int half = 0; half < 2; ++half) {  // Weights<Q6_K>::sub_block
       __m512i ql0[8], ql1[8], qh[8];
       turned_bytes<Block>(r, sb, offsetof(Block, ql) + 64 * half, ql0);
       turned_bytes<Block>(r, sb, offsetof(Block, ql) + 64 * half + 32, ql1);
@@ -369,7 +338,7 @@ template <DType T>
   } else {
     __m512i qh[8];
     if constexpr (T == DType::Q5_K) turned_bytes<Block>(r, sb, offsetof(Block, qh), qh);
-    for (int p = 0; p < 4; ++p) {  // Weights<Q4_K>::unpack (and Q5_K's)
+    for (int p = 0; p < 4; ++p) {  // Weights<Q4_K>::sub_block (and Q5_K's)
       __m512i qs[8];
       turned_bytes<Block>(r, sb, offsetof(Block, qs) + 32 * p, qs);
       for (int c = 0; c < 8; ++c) {
@@ -778,7 +747,7 @@ template <DType T, int W, int G>
   for (int64_t sb = 0; sb < nb / 8; ++sb) {
     prefetch_superblock<typename K::Block, W>(rows, ahead, sb);
     for (int w = 0; w < W; ++w) {
-      K::unpack(K::block(rows[w], sb), nibbles[w]);
+      unpack_sub_blocks<K>(K::block(rows[w], sb), nibbles[w]);
       k_scale_bytes(K::block(rows[w], sb).scales, sc[w], mn[w]);
     }
     __m256i isum[W][G];
@@ -839,7 +808,7 @@ template <DType T, int W, int G>
     prefetch_superblock<typename K::Block, W>(rows, ahead, sb);
     for (int w = 0; w < W; ++w) {
       const auto& blk = K::block(rows[w], sb);
-      K::unpack(blk, values[w]);
+      unpack_sub_blocks<K>(blk, values[w]);
       for (int r = 0; r < 16; ++r) {
         if constexpr (T == DType::Q6_K) scale[w][r] = blk.scales[r];
         else if constexpr (T == DType::Q3_K) scale[w][r] = int16_t(K::scale(blk, r));
@@ -944,7 +913,7 @@ void amx_pack_super_panel_t(const uint8_t* w, size_t row_bytes, int64_t n, int64
     AmxSuperBlock& p = out[sb];
     for (int r = 0; r < 16; ++r) {
       const auto& blk = K::block(w + size_t(n + r) * row_bytes, sb);
-      K::unpack(blk, values[r]);
+      unpack_sub_blocks<K>(blk, values[r]);
       uint8_t sc[8], mn[8];
       k_scale_bytes(blk.scales, sc, mn);
       for (int j = 0; j < 8; ++j) p.scale[j][r] = sc[j];
@@ -968,7 +937,7 @@ void amx_pack_q6k_panel(const uint8_t* w, size_t row_bytes, int64_t n, int64_t s
     AmxQ6Block& p = out[sb];
     for (int r = 0; r < 16; ++r) {
       const auto& blk = K::block(w + size_t(n + r) * row_bytes, sb);
-      K::unpack(blk, values[r]);
+      unpack_sub_blocks<K>(blk, values[r]);
       for (int run = 0; run < 16; ++run) p.scale[run][r] = blk.scales[run];
       for (int j = 0; j < 8; ++j) p.scale_pairs[j][r] = int16_pair(blk.scales[2 * j], blk.scales[2 * j + 1]);
       p.d[r] = h2f(blk.d);
