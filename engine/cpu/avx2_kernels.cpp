@@ -113,8 +113,8 @@ void matmul_float(const float* x, int64_t M, int64_t K, const void* w, int64_t n
 // is its value times 2^-8 (KvFP8 in avx2_kv.h), and the scale times 2^8 takes that back, so every value is
 // e4m3 * scale rounded once, dequantize_row's bits (its scalar table ran 4.5 Gweights/s a thread at one
 // row). The NaN codes, which the quantizer never writes, read as 480 * scale.
-constexpr int64_t kFp8Block = 128;
-constexpr size_t kFp8BlockBytes = 4 + kFp8Block;
+constexpr int64_t kFp8Block = dtype_layout(DType::FP8).block_values;
+constexpr size_t kFp8BlockBytes = dtype_layout(DType::FP8).block_bytes;
 inline __m256 fp8_scale(const uint8_t* block) { return _mm256_set1_ps(quant::decode::f32(block) * 256.0f); }
 // Sixteen e4m3 bytes as float16 bits, then float32: the values times 2^-8, w0 the first eight. A byte b
 // interleaved above a zero byte is b << 8; shifted right by one, arithmetically, its sign stays at bit 15

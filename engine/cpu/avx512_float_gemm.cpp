@@ -182,8 +182,8 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64
 // values a step, four weight rows at a time, each block's scale once a row.
 template <int W>
 void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t bytes, float* y, size_t ahead) {
-  constexpr int64_t kBlock = 128;
-  constexpr size_t kBlockBytes = 4 + kBlock;
+  constexpr int64_t kBlock = dtype_layout(DType::FP8).block_values;
+  constexpr size_t kBlockBytes = dtype_layout(DType::FP8).block_bytes;
   __m512 acc[W];
   for (int i = 0; i < W; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / kBlock; ++b) {
