@@ -132,13 +132,14 @@ void cpu_paged_attention(Context& ctx, const Tensor& q, const AttentionBatch& b,
     plan.tiles.push_back(tile);
     t = tile.t1;
   }
-  // Enough work for every thread (two items each: more measured slower, each item a fixed cost): whole
+  // Enough work for every thread that runs jobs now (two items each: more measured slower, each item a
+  // fixed cost; a pool adapting to a busy machine may run fewer than its size, see ThreadPool): whole
   // tiles when there are plenty, else segments (their partial results merged after), and heads split
   // too when even that is short: key-value heads apart, then the query heads sharing one. An item of
   // every head reads each cache row once, whole and in order (per head, a row's parts are a stride
   // apart: 3-4x slower from memory); a split's items of one segment lie side by side, so the threads,
   // taking items in order, still read each row from memory once.
-  const int64_t want = 2 * ctx.pool.size();
+  const int64_t want = 2 * ctx.pool.active();
   const bool split = int64_t(plan.tiles.size()) < want;
   int64_t segment_items = 0;
   for (const Tile& tile : plan.tiles) segment_items += tile.last / SK - tile.first / SK + 1;

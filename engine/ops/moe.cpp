@@ -171,7 +171,7 @@ void moe_experts(Context& ctx, const Tensor& x, const Routes& routes, std::span<
   std::vector<int32_t> active;
   for (int32_t e = 0; e < E; ++e)
     if (first[size_t(e) + 1] > first[size_t(e)]) active.push_back(e);
-  const int threads = ctx.pool.size();
+  const int threads = ctx.pool.active();
 
   // gate and up of every active expert, in pieces of output rows.
   const std::vector<cpu::Q8Block> xq = quantized_rows(ctx, experts.front().gate.dtype, xs.data(), P, H);
