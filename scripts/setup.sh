@@ -13,6 +13,7 @@ apt_packages=(
   clang libclang-rt-14-dev  # the libFuzzer targets (meson test fuzz)
   haproxy                   # deploy/haproxy's config, run by the integration tests
   chromium chromium-driver  # the WebUI test drives headless Chromium through Selenium
+  stress-ng                 # the busy neighbour of tests/bench/contention_bench.sh
 )
 
 missing=()
