@@ -793,6 +793,47 @@ template <DType T, int W, int G>
     for (int g = 0; g < G; ++g) out[w * G + g] = acc[w][g];
 }
 
+// The GEMM walks the activation groups innermost (rows_times_weights), so a tile's W weight rows meet
+// one group after another: tile_runs16 unpacks their super-blocks once, into a thread's copy that the
+// next calls for the same rows reuse, instead of once a group (one thread, K = 2048, 512 rows, Zen 5,
+// AVX2 table: Q3_K 89-95 -> 110-113 Gweights/s, Q6_K 102-107 -> 114-115, Q2_K 105-110 -> 108-113; Q4_K's
+// and Q5_K's nibbles, cheap to take apart, measured no faster from a copy). A copy serves only the GEMM
+// call that made it (gemm_call: another call may find other weights at the same address).
+thread_local uint64_t gemm_call = 0;
+thread_local int64_t gemm_groups = 0;  // the call's groups of eight activation rows: more than a tile's, and rows are met again
+
+template <typename Unpacked, int W, void (*unpack)(const uint8_t*, int64_t, Unpacked&)>
+[[gnu::always_inline]] inline const Unpacked* unpacked_rows(const uint8_t* const* rows, int64_t supers) {
+  thread_local std::vector<Unpacked> copy;
+  thread_local const uint8_t* first = nullptr;
+  thread_local uint64_t call = ~uint64_t(0);
+  if (first != rows[0] || call != gemm_call) {
+    copy.resize(size_t(W * supers));
+    for (int64_t sb = 0; sb < supers; ++sb)
+      for (int w = 0; w < W; ++w) unpack(rows[w], sb, copy[size_t(sb * W + w)]);
+    first = rows[0], call = gemm_call;
+  }
+  return copy.data();
+}
+
+// A Q6_K, Q2_K or Q3_K super-block of one weight row as tile_runs16 reads it (mins: Q2_K's).
+struct UnpackedRuns16 {
+  alignas(32) uint8_t values[8][32];
+  int16_t scale[16], mins[16];
+};
+
+template <DType T>
+void unpack_runs16(const uint8_t* row, int64_t sb, UnpackedRuns16& u) {
+  using K = Weights<T>;
+  const auto& blk = K::block(row, sb);
+  unpack_sub_blocks<K>(blk, u.values);
+  for (int r = 0; r < 16; ++r) {
+    if constexpr (T == DType::Q6_K) u.scale[r] = blk.scales[r];
+    else if constexpr (T == DType::Q3_K) u.scale[r] = int16_t(K::scale(blk, r));
+    else u.scale[r] = int16_t(blk.scales[r] & 0xF), u.mins[r] = int16_t(blk.scales[r] >> 4);
+  }
+}
+
 // Q6_K, Q2_K and Q3_K (runs of 16 values, each with its scale): W weight rows against G groups of eight
 // activation rows, a super-block at a time. The few-rows kernel's integers (Q6_K and Q3_K: the runs'
 // offsets 32 or 4 times their activations' sums taken off; Q2_K: its minimums against them) and float steps.
@@ -802,18 +843,15 @@ template <DType T, int W, int G>
   __m256 acc[W][G];
   for (int w = 0; w < W; ++w)
     for (int g = 0; g < G; ++g) acc[w][g] = _mm256_setzero_ps();
-  alignas(32) uint8_t values[W][8][32];
-  int16_t scale[W][16], mins[W][16];
+  constexpr auto unpack = unpack_runs16<T>;
+  const UnpackedRuns16* unpacked = gemm_groups > G ? unpacked_rows<UnpackedRuns16, W, unpack>(rows, nb / 8) : nullptr;
+  UnpackedRuns16 here[W];
   for (int64_t sb = 0; sb < nb / 8; ++sb) {
     prefetch_superblock<typename K::Block, W>(rows, ahead, sb);
-    for (int w = 0; w < W; ++w) {
-      const auto& blk = K::block(rows[w], sb);
-      unpack_sub_blocks<K>(blk, values[w]);
-      for (int r = 0; r < 16; ++r) {
-        if constexpr (T == DType::Q6_K) scale[w][r] = blk.scales[r];
-        else if constexpr (T == DType::Q3_K) scale[w][r] = int16_t(K::scale(blk, r));
-        else scale[w][r] = int16_t(blk.scales[r] & 0xF), mins[w][r] = int16_t(blk.scales[r] >> 4);
-      }
+    const UnpackedRuns16* u = unpacked + sb * W;
+    if (!unpacked) {
+      for (int w = 0; w < W; ++w) unpack(rows[w], sb, here[w]);
+      u = here;
     }
     __m256i isum[W][G];
     for (int w = 0; w < W; ++w)
@@ -826,7 +864,7 @@ template <DType T, int W, int G>
           for (int g = 0; g < G; ++g) part[w][g] = _mm256_setzero_si256();
         for (int c = 4 * run; c < 4 * run + 4; ++c) {
           for (int w = 0; w < W; ++w) {
-            const __m256i wc = broadcast4(values[w][j] + 4 * c);
+            const __m256i wc = broadcast4(u[w].values[j] + 4 * c);
             for (int g = 0; g < G; ++g)
               part[w][g] = _mm256_add_epi16(part[w][g], _mm256_maddubs_epi16(wc, load32(x[g][b].chunk[c])));
           }
@@ -834,7 +872,7 @@ template <DType T, int W, int G>
           if (c % 2 == 1)
             for (int w = 0; w < W; ++w)
               for (int g = 0; g < G; ++g) {
-                isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_madd_epi16(part[w][g], _mm256_set1_epi16(scale[w][2 * j + run])));
+                isum[w][g] = _mm256_add_epi32(isum[w][g], _mm256_madd_epi16(part[w][g], _mm256_set1_epi16(u[w].scale[2 * j + run])));
                 part[w][g] = _mm256_setzero_si256();
               }
         }
@@ -846,7 +884,7 @@ template <DType T, int W, int G>
       for (int g = 0; g < G; ++g) {
         // sum_runs v_r * sum(x)_r (v: the scales, or Q2_K's minimums), two runs per block as int16 pairs.
         __m256i runs = _mm256_setzero_si256();
-        const int16_t* v = T == DType::Q2_K ? mins[w] : scale[w];
+        const int16_t* v = T == DType::Q2_K ? u[w].mins : u[w].scale;
         for (int j = 0; j < 8; ++j)
           runs = _mm256_add_epi32(runs, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(x[g][sb * 8 + j].half_sums)),
                                                           _mm256_set1_epi32(int16_pair(v[2 * j], v[2 * j + 1]))));
@@ -893,6 +931,8 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
         else rows_times_super_lanes16<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
       });
 #else
+  ++gemm_call;
+  gemm_groups = (M + 7) / 8;
   if (M >= kFewRows)
     return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy,
                                  []<int W, int G>(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) __attribute__((always_inline)) {

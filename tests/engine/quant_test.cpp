@@ -341,6 +341,30 @@ BOOST_AUTO_TEST_CASE(every_row_is_the_same_alone_or_in_a_batch_of_1_to_64) {
       }
 }
 
+// The AVX2 GEMM keeps a thread's unpacked copy of the K-quant weight rows it is on for the activation
+// groups that follow; weights rewritten in place between two calls (a model loaded into the same buffer)
+// are read anew, never from the copy the last call made.
+BOOST_AUTO_TEST_CASE(a_batch_reads_weights_rewritten_in_place_anew) {
+  std::mt19937 rng(33);
+  const int64_t N = 9, K = 512, M = 40, nb = K / 32;  // five groups of eight rows: tiles of two and one
+  for (const cpu::Kernels* table : fast_tables())
+    for (DType t : kAllDTypes) {
+      if (!table->uses_q8(t)) continue;
+      std::vector<uint8_t> w = random_rows(t, N, K, rng);
+      const std::vector<uint8_t> other = random_rows(t, N, K, rng);
+      const auto x = random_floats(size_t(M * K), rng);
+      std::vector<cpu::Q8Block> xq(size_t(M * nb));
+      for (int64_t m = 0; m < M; ++m) cpu::quantize_activations(*table, t, x.data() + m * K, K, xq.data() + m * nb);
+      std::vector<float> before(size_t(M * N)), got(before.size()), want(before.size());
+      table->matmul(t, x.data(), xq.data(), M, K, w.data(), 0, N, before.data(), N);
+      std::copy(other.begin(), other.end(), w.begin());
+      table->matmul(t, x.data(), xq.data(), M, K, w.data(), 0, N, got.data(), N);
+      table->matmul(t, x.data(), xq.data(), M, K, other.data(), 0, N, want.data(), N);
+      BOOST_TEST(before != want, dtype_name(t) << ": the two weights give the same products");
+      BOOST_TEST(std::memcmp(got.data(), want.data(), got.size() * 4) == 0, table->name << " " << dtype_name(t) << ": read the old weights");
+    }
+}
+
 BOOST_AUTO_TEST_CASE(fp8_rows_widen_to_the_dequantized_values) {
   // The float kernels meet fp8 rows widened by a vector reader: its values must be dequantize_row's, so
   // the result is the float32 kernel's on the dequantized rows, bit for bit (scales from tiny to large).
