@@ -94,5 +94,7 @@ void matmul_float(DType wt, const float* x, int64_t M, int64_t K, const void* w,
                   int64_t ldy);
 // fp8 weight rows [n0, n1) against one activation row, with the bits of the AVX2 build's fp8_gemv.
 void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y);
+// The same for a few activation rows (a small decode batch), each row's bits fp8_gemv's.
+void fp8_few_rows(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy);
 
 }  // namespace ftllm::cpu::avx512vnni

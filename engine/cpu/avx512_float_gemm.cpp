@@ -215,12 +215,71 @@ void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t b
   }
 }
 
+// fp8_rows_times_one's sums for R activation rows (ldx apart, R >= 2) against W weight rows: each pair of
+// rows summed as that kernel sums one, so the same bits, and each chunk of a weight row widened once for
+// the R activation rows. (With R = 1 this loop ran one activation row 5% slower than the kernel above.)
+template <int R, int W>
+void fp8_rows_times_few(const float* x, int64_t ldx, int64_t K, const uint8_t* rows, size_t bytes, float* y, int64_t ldy, size_t ahead) {
+  constexpr int64_t kBlock = dtype_layout(DType::FP8).block_values;
+  constexpr size_t kBlockBytes = dtype_layout(DType::FP8).block_bytes;
+  __m512 acc[R][W];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < W; ++i) acc[r][i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const uint8_t* block[W];
+    __m512 scale[W];
+    for (int i = 0; i < W; ++i) {
+      block[i] = rows + i * bytes + b * kBlockBytes;
+      float s;
+      std::memcpy(&s, block[i], 4);
+      scale[i] = _mm512_set1_ps(s * 256.0f);
+      if (ahead)
+        for (size_t line = 0; line < kBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(block[i] + ahead + line), _MM_HINT_T1);
+    }
+    for (int64_t c = 0; c < kBlock; c += 16) {
+      __m512 xv[R];
+      for (int r = 0; r < R; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + b * kBlock + c);
+      for (int i = 0; i < W; ++i) {
+        // Byte b as b << 8, shifted right by one arithmetically: the sign stays at bit 15 (its copy in
+        // bit 14 cleared), the rest lands in float16's exponent and mantissa, the value times 2^-8.
+        const __m256i v = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[i] + 4 + c))), 8);
+        const __m256i h = _mm256_and_si256(_mm256_srai_epi16(v, 1), _mm256_set1_epi16(int16_t(0xBFFF)));
+        const __m512 wv = _mm512_mul_ps(_mm512_cvtph_ps(h), scale[i]);
+        for (int r = 0; r < R; ++r) acc[r][i] = _mm512_fmadd_ps(xv[r], wv, acc[r][i]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < W; ++i) {
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, acc[r][i]);
+      y[r * ldy + i] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+    }
+}
+
 }  // namespace
 
 void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y) {
   const size_t bytes = row_bytes(DType::FP8, K);
   for_each_weight_rows<4>(n0, n1, bytes, kAheadRows, [&]<int W>(int64_t n, size_t ahead) {
     fp8_rows_times_one<W>(x, K, static_cast<const uint8_t*>(w) + size_t(n) * bytes, bytes, y + n, ahead);
+  });
+}
+
+void fp8_few_rows(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const size_t bytes = row_bytes(DType::FP8, K);
+  const auto* weights = static_cast<const uint8_t*>(w);
+  // Four activation rows against two weight rows a step (eight accumulators), the two rows in L1 for
+  // the next four activation rows.
+  for_each_weight_rows<2>(n0, n1, bytes, kAheadRows, [&]<int W>(int64_t n, size_t ahead) {
+    const uint8_t* rows = weights + size_t(n) * bytes;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) fp8_rows_times_few<4, W>(x + m * K, K, K, rows, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
+    switch (M - m) {
+      case 3: return fp8_rows_times_few<3, W>(x + m * K, K, K, rows, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
+      case 2: return fp8_rows_times_few<2, W>(x + m * K, K, K, rows, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
+      case 1: return fp8_rows_times_one<W>(x + m * K, K, rows, bytes, y + m * ldy + n, m ? 0 : ahead);
+    }
   });
 }
 
