@@ -147,13 +147,10 @@ void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t b
   for (int i = 0; i < W; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < K / kFp8Block; ++b) {
     const uint8_t* block[W];
+    float s[W];
+    fp8_blocks<W>(rows, bytes, b, ahead, block, s);
     __m256 scale[W];
-    for (int i = 0; i < W; ++i) {
-      block[i] = rows + i * bytes + b * kFp8BlockBytes;
-      scale[i] = fp8_scale(block[i]);
-      if (ahead)
-        for (size_t line = 0; line < kFp8BlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(block[i] + ahead + line), _MM_HINT_T1);
-    }
+    for (int i = 0; i < W; ++i) scale[i] = _mm256_set1_ps(s[i]);
     for (int c = 0; c < kFp8Block; c += 16) {
       const __m256 x0 = _mm256_loadu_ps(x + b * kFp8Block + c), x1 = _mm256_loadu_ps(x + b * kFp8Block + c + 8);
       for (int i = 0; i < W; ++i) {
@@ -178,13 +175,10 @@ void fp8_rows_times_few(const float* x, int64_t ldx, int64_t K, const uint8_t* r
     for (int i = 0; i < W; ++i) a0[r][i] = a1[r][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < K / kFp8Block; ++b) {
     const uint8_t* block[W];
+    float s[W];
+    fp8_blocks<W>(rows, bytes, b, ahead, block, s);
     __m256 scale[W];
-    for (int i = 0; i < W; ++i) {
-      block[i] = rows + i * bytes + b * kFp8BlockBytes;
-      scale[i] = fp8_scale(block[i]);
-      if (ahead)
-        for (size_t line = 0; line < kFp8BlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(block[i] + ahead + line), _MM_HINT_T1);
-    }
+    for (int i = 0; i < W; ++i) scale[i] = _mm256_set1_ps(s[i]);
     for (int c = 0; c < kFp8Block; c += 16) {
       for (int i = 0; i < W; ++i) {
         __m256 w0, w1;

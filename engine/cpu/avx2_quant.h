@@ -2,6 +2,8 @@
 // matmuls and attention.
 #pragma once
 
+#include <cstring>
+
 #include "kernels.h"
 
 namespace ftllm::cpu {
@@ -13,6 +15,21 @@ inline int32_t half_sums(const Q8Block& x) {
   int32_t low = 0, high = 0;
   for (int j = 0; j < 16; ++j) low += x.q[j], high += x.q[16 + j];
   return int16_pair(low, high);
+}
+
+// Block b of W fp8 weight rows `bytes` apart, for the fp8 kernels of both builds: each row's block (a
+// float32 scale, then the e4m3 bytes) and its scale times 2^8 (the kernels widen each byte to its value
+// times 2^-8), the block `ahead` bytes on asked for into L2.
+template <int W>
+inline void fp8_blocks(const uint8_t* rows, size_t bytes, int64_t b, size_t ahead, const uint8_t* (&block)[W], float (&scale)[W]) {
+  constexpr size_t kBlockBytes = dtype_layout(DType::FP8).block_bytes;
+  for (int i = 0; i < W; ++i) {
+    block[i] = rows + size_t(i) * bytes + size_t(b) * kBlockBytes;
+    std::memcpy(&scale[i], block[i], 4);
+    scale[i] *= 256.0f;
+    if (ahead)
+      for (size_t line = 0; line < kBlockBytes; line += 64) __builtin_prefetch(block[i] + ahead + line, 0, 2);  // prefetcht1
+  }
 }
 
 }  // namespace ftllm::cpu

@@ -183,20 +183,14 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64
 template <int W>
 void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t bytes, float* y, size_t ahead) {
   constexpr int64_t kBlock = dtype_layout(DType::FP8).block_values;
-  constexpr size_t kBlockBytes = dtype_layout(DType::FP8).block_bytes;
   __m512 acc[W];
   for (int i = 0; i < W; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / kBlock; ++b) {
     const uint8_t* block[W];
+    float s[W];
+    fp8_blocks<W>(rows, bytes, b, ahead, block, s);
     __m512 scale[W];
-    for (int i = 0; i < W; ++i) {
-      block[i] = rows + i * bytes + b * kBlockBytes;
-      float s;
-      std::memcpy(&s, block[i], 4);
-      scale[i] = _mm512_set1_ps(s * 256.0f);
-      if (ahead)
-        for (size_t line = 0; line < kBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(block[i] + ahead + line), _MM_HINT_T1);
-    }
+    for (int i = 0; i < W; ++i) scale[i] = _mm512_set1_ps(s[i]);
     for (int64_t c = 0; c < kBlock; c += 16) {
       const __m512 xv = _mm512_loadu_ps(x + b * kBlock + c);
       for (int i = 0; i < W; ++i) {
@@ -221,21 +215,15 @@ void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t b
 template <int R, int W>
 void fp8_rows_times_few(const float* x, int64_t ldx, int64_t K, const uint8_t* rows, size_t bytes, float* y, int64_t ldy, size_t ahead) {
   constexpr int64_t kBlock = dtype_layout(DType::FP8).block_values;
-  constexpr size_t kBlockBytes = dtype_layout(DType::FP8).block_bytes;
   __m512 acc[R][W];
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < W; ++i) acc[r][i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / kBlock; ++b) {
     const uint8_t* block[W];
+    float s[W];
+    fp8_blocks<W>(rows, bytes, b, ahead, block, s);
     __m512 scale[W];
-    for (int i = 0; i < W; ++i) {
-      block[i] = rows + i * bytes + b * kBlockBytes;
-      float s;
-      std::memcpy(&s, block[i], 4);
-      scale[i] = _mm512_set1_ps(s * 256.0f);
-      if (ahead)
-        for (size_t line = 0; line < kBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(block[i] + ahead + line), _MM_HINT_T1);
-    }
+    for (int i = 0; i < W; ++i) scale[i] = _mm512_set1_ps(s[i]);
     for (int64_t c = 0; c < kBlock; c += 16) {
       __m512 xv[R];
       for (int r = 0; r < R; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + b * kBlock + c);
