@@ -147,10 +147,8 @@ void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t b
   for (int i = 0; i < W; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < K / kFp8Block; ++b) {
     const uint8_t* block[W];
-    float s[W];
-    fp8_blocks<W>(rows, bytes, b, ahead, block, s);
     __m256 scale[W];
-    for (int i = 0; i < W; ++i) scale[i] = _mm256_set1_ps(s[i]);
+    fp8_blocks<W>(rows, bytes, b, ahead, block, scale, [](float v) { return _mm256_set1_ps(v); });
     for (int c = 0; c < kFp8Block; c += 16) {
       const __m256 x0 = _mm256_loadu_ps(x + b * kFp8Block + c), x1 = _mm256_loadu_ps(x + b * kFp8Block + c + 8);
       for (int i = 0; i < W; ++i) {
@@ -175,10 +173,8 @@ void fp8_rows_times_few(const float* x, int64_t ldx, int64_t K, const uint8_t* r
     for (int i = 0; i < W; ++i) a0[r][i] = a1[r][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < K / kFp8Block; ++b) {
     const uint8_t* block[W];
-    float s[W];
-    fp8_blocks<W>(rows, bytes, b, ahead, block, s);
     __m256 scale[W];
-    for (int i = 0; i < W; ++i) scale[i] = _mm256_set1_ps(s[i]);
+    fp8_blocks<W>(rows, bytes, b, ahead, block, scale, [](float v) { return _mm256_set1_ps(v); });
     for (int c = 0; c < kFp8Block; c += 16) {
       for (int i = 0; i < W; ++i) {
         __m256 w0, w1;
@@ -206,21 +202,15 @@ void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, 
 // (its bytes in L1 for the next four).
 void fp8_few_rows(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(DType::FP8, K);
-  const auto* weights = static_cast<const uint8_t*>(w);
-  if (M == 2)
-    return for_each_weight_rows<2>(n0, n1, bytes, kAheadRows, [&]<int W>(int64_t n, size_t ahead) {
-      fp8_rows_times_few<2, W>(x, K, K, weights + size_t(n) * bytes, bytes, y + n, ldy, ahead);
+  auto weight_rows = [&]<int W>(int64_t n, size_t ahead) {
+    const uint8_t* rows = static_cast<const uint8_t*>(w) + size_t(n) * bytes;
+    for_each_row_group<4>(M, [&]<int R>(int64_t m) {
+      if constexpr (R == 1) fp8_rows_times_one<W>(x + m * K, K, rows, bytes, y + m * ldy + n, m ? 0 : ahead);
+      else fp8_rows_times_few<R, W>(x + m * K, K, K, rows, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
     });
-  for_each_weight_rows<1>(n0, n1, bytes, kAheadRows, [&]<int W>(int64_t n, size_t ahead) {
-    const uint8_t* row = weights + size_t(n) * bytes;
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4) fp8_rows_times_few<4, 1>(x + m * K, K, K, row, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
-    switch (M - m) {
-      case 3: return fp8_rows_times_few<3, 1>(x + m * K, K, K, row, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
-      case 2: return fp8_rows_times_few<2, 1>(x + m * K, K, K, row, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
-      case 1: return fp8_rows_times_one<1>(x + m * K, K, row, bytes, y + m * ldy + n, m ? 0 : ahead);
-    }
-  });
+  };
+  if (M == 2) return for_each_weight_rows<2>(n0, n1, bytes, kAheadRows, weight_rows);
+  for_each_weight_rows<1>(n0, n1, bytes, kAheadRows, weight_rows);
 }
 
 // Block types without an integer kernel: weight rows are widened to float32 a few at a time (in cache)

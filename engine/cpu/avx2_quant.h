@@ -19,14 +19,16 @@ inline int32_t half_sums(const Q8Block& x) {
 
 // Block b of W fp8 weight rows `bytes` apart, for the fp8 kernels of both builds: each row's block (a
 // float32 scale, then the e4m3 bytes) and its scale times 2^8 (the kernels widen each byte to its value
-// times 2^-8), the block `ahead` bytes on asked for into L2.
-template <int W>
-inline void fp8_blocks(const uint8_t* rows, size_t bytes, int64_t b, size_t ahead, const uint8_t* (&block)[W], float (&scale)[W]) {
+// times 2^-8) in every lane of a register (broadcast), the block `ahead` bytes on asked for into L2.
+template <int W, typename Vec, typename Broadcast>
+inline void fp8_blocks(const uint8_t* rows, size_t bytes, int64_t b, size_t ahead, const uint8_t* (&block)[W], Vec (&scale)[W],
+                       Broadcast broadcast) {
   constexpr size_t kBlockBytes = dtype_layout(DType::FP8).block_bytes;
   for (int i = 0; i < W; ++i) {
     block[i] = rows + size_t(i) * bytes + size_t(b) * kBlockBytes;
-    std::memcpy(&scale[i], block[i], 4);
-    scale[i] *= 256.0f;
+    float s;
+    std::memcpy(&s, block[i], 4);
+    scale[i] = broadcast(s * 256.0f);
     if (ahead)
       for (size_t line = 0; line < kBlockBytes; line += 64) __builtin_prefetch(block[i] + ahead + line, 0, 2);  // prefetcht1
   }

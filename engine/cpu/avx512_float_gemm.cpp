@@ -176,6 +176,14 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64
   });
 }
 
+// Sixteen e4m3 bytes as floats, each its value times 2^-8: byte b as b << 8, shifted right by one
+// arithmetically, keeps its sign at bit 15 (its copy in bit 14 cleared) and lands the rest in float16's
+// exponent and mantissa.
+inline __m512 fp8_times_2_to_minus_8(const uint8_t* bytes) {
+  const __m256i v = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes))), 8);
+  return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(v, 1), _mm256_set1_epi16(int16_t(0xBFFF))));
+}
+
 // fp8 rows (per 128 values a float32 scale, then 128 e4m3 bytes) against one activation row, widened in
 // registers as avx2_kernels.cpp's fp8_gemv widens them (each byte into a float16's fields, times the
 // scale and 2^8: dequantize_row's values) and summed as tile<F32, 1, 1> sums the widened row, sixteen
@@ -187,19 +195,11 @@ void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t b
   for (int i = 0; i < W; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / kBlock; ++b) {
     const uint8_t* block[W];
-    float s[W];
-    fp8_blocks<W>(rows, bytes, b, ahead, block, s);
     __m512 scale[W];
-    for (int i = 0; i < W; ++i) scale[i] = _mm512_set1_ps(s[i]);
+    fp8_blocks<W>(rows, bytes, b, ahead, block, scale, [](float v) { return _mm512_set1_ps(v); });
     for (int64_t c = 0; c < kBlock; c += 16) {
       const __m512 xv = _mm512_loadu_ps(x + b * kBlock + c);
-      for (int i = 0; i < W; ++i) {
-        // Byte b as b << 8, shifted right by one arithmetically: the sign stays at bit 15 (its copy in
-        // bit 14 cleared), the rest lands in float16's exponent and mantissa, the value times 2^-8.
-        const __m256i v = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[i] + 4 + c))), 8);
-        const __m256i h = _mm256_and_si256(_mm256_srai_epi16(v, 1), _mm256_set1_epi16(int16_t(0xBFFF)));
-        acc[i] = _mm512_fmadd_ps(xv, _mm512_mul_ps(_mm512_cvtph_ps(h), scale[i]), acc[i]);
-      }
+      for (int i = 0; i < W; ++i) acc[i] = _mm512_fmadd_ps(xv, _mm512_mul_ps(fp8_times_2_to_minus_8(block[i] + 4 + c), scale[i]), acc[i]);
     }
   }
   for (int i = 0; i < W; ++i) {
@@ -220,19 +220,13 @@ void fp8_rows_times_few(const float* x, int64_t ldx, int64_t K, const uint8_t* r
     for (int i = 0; i < W; ++i) acc[r][i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / kBlock; ++b) {
     const uint8_t* block[W];
-    float s[W];
-    fp8_blocks<W>(rows, bytes, b, ahead, block, s);
     __m512 scale[W];
-    for (int i = 0; i < W; ++i) scale[i] = _mm512_set1_ps(s[i]);
+    fp8_blocks<W>(rows, bytes, b, ahead, block, scale, [](float v) { return _mm512_set1_ps(v); });
     for (int64_t c = 0; c < kBlock; c += 16) {
       __m512 xv[R];
       for (int r = 0; r < R; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + b * kBlock + c);
       for (int i = 0; i < W; ++i) {
-        // Byte b as b << 8, shifted right by one arithmetically: the sign stays at bit 15 (its copy in
-        // bit 14 cleared), the rest lands in float16's exponent and mantissa, the value times 2^-8.
-        const __m256i v = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block[i] + 4 + c))), 8);
-        const __m256i h = _mm256_and_si256(_mm256_srai_epi16(v, 1), _mm256_set1_epi16(int16_t(0xBFFF)));
-        const __m512 wv = _mm512_mul_ps(_mm512_cvtph_ps(h), scale[i]);
+        const __m512 wv = _mm512_mul_ps(fp8_times_2_to_minus_8(block[i] + 4 + c), scale[i]);
         for (int r = 0; r < R; ++r) acc[r][i] = _mm512_fmadd_ps(xv[r], wv, acc[r][i]);
       }
     }
@@ -256,18 +250,14 @@ void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, 
 
 void fp8_few_rows(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(DType::FP8, K);
-  const auto* weights = static_cast<const uint8_t*>(w);
   // Four activation rows against two weight rows a step (eight accumulators), the two rows in L1 for
   // the next four activation rows.
   for_each_weight_rows<2>(n0, n1, bytes, kAheadRows, [&]<int W>(int64_t n, size_t ahead) {
-    const uint8_t* rows = weights + size_t(n) * bytes;
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4) fp8_rows_times_few<4, W>(x + m * K, K, K, rows, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
-    switch (M - m) {
-      case 3: return fp8_rows_times_few<3, W>(x + m * K, K, K, rows, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
-      case 2: return fp8_rows_times_few<2, W>(x + m * K, K, K, rows, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
-      case 1: return fp8_rows_times_one<W>(x + m * K, K, rows, bytes, y + m * ldy + n, m ? 0 : ahead);
-    }
+    const uint8_t* rows = static_cast<const uint8_t*>(w) + size_t(n) * bytes;
+    for_each_row_group<4>(M, [&]<int R>(int64_t m) {
+      if constexpr (R == 1) fp8_rows_times_one<W>(x + m * K, K, rows, bytes, y + m * ldy + n, m ? 0 : ahead);
+      else fp8_rows_times_few<R, W>(x + m * K, K, K, rows, bytes, y + m * ldy + n, ldy, m ? 0 : ahead);
+    });
   });
 }
 

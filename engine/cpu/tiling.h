@@ -39,4 +39,19 @@ inline void for_each_weight_rows(int64_t n0, int64_t n1, size_t w_row_bytes, int
   for (; n < n1; ++n) rows.template operator()<1>(n, size_t(0));
 }
 
+// Activation rows [0, M) in groups of G, then the rest as one group: group.template operator()<R>(m) for the
+// group of R rows from row m.
+template <int R, typename Group>
+inline void row_group_of(int64_t m, int64_t rows, Group& group) {
+  if constexpr (R > 1)
+    if (rows < R) return row_group_of<R - 1>(m, rows, group);
+  group.template operator()<R>(m);
+}
+template <int G, typename Group>
+inline void for_each_row_group(int64_t M, Group&& group) {
+  int64_t m = 0;
+  for (; m + G <= M; m += G) group.template operator()<G>(m);
+  if (m < M) row_group_of<G - 1>(m, M - m, group);
+}
+
 }  // namespace ftllm::cpu
