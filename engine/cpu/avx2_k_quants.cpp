@@ -793,29 +793,6 @@ template <DType T, int W, int G>
     for (int g = 0; g < G; ++g) out[w * G + g] = acc[w][g];
 }
 
-// The GEMM walks the activation groups innermost (rows_times_weights), so a tile's W weight rows meet
-// one group after another: tile_runs16 unpacks their super-blocks once, into a thread's copy that the
-// next calls for the same rows reuse, instead of once a group (one thread, K = 2048, 512 rows, Zen 5,
-// AVX2 table: Q3_K 89-95 -> 110-113 Gweights/s, Q6_K 102-107 -> 114-115, Q2_K 105-110 -> 108-113; Q4_K's
-// and Q5_K's nibbles, cheap to take apart, measured no faster from a copy). A copy serves only the GEMM
-// call that made it (gemm_call: another call may find other weights at the same address).
-thread_local uint64_t gemm_call = 0;
-thread_local int64_t gemm_groups = 0;  // the call's groups of eight activation rows: more than a tile's, and rows are met again
-
-template <typename Unpacked, int W, void (*unpack)(const uint8_t*, int64_t, Unpacked&)>
-[[gnu::always_inline]] inline const Unpacked* unpacked_rows(const uint8_t* const* rows, int64_t supers) {
-  thread_local std::vector<Unpacked> copy;
-  thread_local const uint8_t* first = nullptr;
-  thread_local uint64_t call = ~uint64_t(0);
-  if (first != rows[0] || call != gemm_call) {
-    copy.resize(size_t(W * supers));
-    for (int64_t sb = 0; sb < supers; ++sb)
-      for (int w = 0; w < W; ++w) unpack(rows[w], sb, copy[size_t(sb * W + w)]);
-    first = rows[0], call = gemm_call;
-  }
-  return copy.data();
-}
-
 // A Q6_K, Q2_K or Q3_K super-block of one weight row as tile_runs16 reads it (mins: Q2_K's).
 struct UnpackedRuns16 {
   alignas(32) uint8_t values[8][32];
@@ -834,23 +811,47 @@ void unpack_runs16(const uint8_t* row, int64_t sb, UnpackedRuns16& u) {
   }
 }
 
+// The GEMM walks the activation groups innermost (rows_times_weights), so a tile's W weight rows meet
+// one group after another: tile_runs16 unpacks their super-blocks once, into a thread's copy that the
+// next groups for the same rows read, instead of once a group (one thread, K = 2048, 512 rows, Zen 5,
+// AVX2 table: Q3_K 89-95 -> 110-113 Gweights/s, Q6_K 102-107 -> 114-115, Q2_K 105-110 -> 108-113; Q4_K's
+// and Q5_K's nibbles, cheap to take apart, measured no faster from a copy). Each GEMM call starts it
+// empty (another call may find other weights at the same address).
+struct UnpackedRows {
+  std::vector<UnpackedRuns16> copy;
+  const uint8_t* first = nullptr;  // the tile's first weight row; nullptr: none yet in this call
+  int width = 0;                   // and its number of rows
+};
+
+template <DType T, int W>
+[[gnu::always_inline]] inline const UnpackedRuns16* unpacked_rows(UnpackedRows& u, const uint8_t* const* rows, int64_t supers) {
+  if (u.first != rows[0] || u.width != W) {
+    u.copy.resize(size_t(W * supers));
+    for (int64_t sb = 0; sb < supers; ++sb)
+      for (int w = 0; w < W; ++w) unpack_runs16<T>(rows[w], sb, u.copy[size_t(sb * W + w)]);
+    u.first = rows[0], u.width = W;
+  }
+  return u.copy.data();
+}
+
 // Q6_K, Q2_K and Q3_K (runs of 16 values, each with its scale): W weight rows against G groups of eight
 // activation rows, a super-block at a time. The few-rows kernel's integers (Q6_K and Q3_K: the runs'
 // offsets 32 or 4 times their activations' sums taken off; Q2_K: its minimums against them) and float steps.
+// reuse: the call's copy of unpacked rows (UnpackedRows), or nullptr where no other group meets these rows.
 template <DType T, int W, int G>
-[[gnu::always_inline]] inline void tile_runs16(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) {
+[[gnu::always_inline]] inline void tile_runs16(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead,
+                                               UnpackedRows* reuse, __m256* out) {
   using K = Weights<T>;
   __m256 acc[W][G];
   for (int w = 0; w < W; ++w)
     for (int g = 0; g < G; ++g) acc[w][g] = _mm256_setzero_ps();
-  constexpr auto unpack = unpack_runs16<T>;
-  const UnpackedRuns16* unpacked = gemm_groups > G ? unpacked_rows<UnpackedRuns16, W, unpack>(rows, nb / 8) : nullptr;
+  const UnpackedRuns16* unpacked = reuse ? unpacked_rows<T, W>(*reuse, rows, nb / 8) : nullptr;
   UnpackedRuns16 here[W];
   for (int64_t sb = 0; sb < nb / 8; ++sb) {
     prefetch_superblock<typename K::Block, W>(rows, ahead, sb);
     const UnpackedRuns16* u = unpacked + sb * W;
     if (!unpacked) {
-      for (int w = 0; w < W; ++w) unpack(rows[w], sb, here[w]);
+      for (int w = 0; w < W; ++w) unpack_runs16<T>(rows[w], sb, here[w]);
       u = here;
     }
     __m256i isum[W][G];
@@ -931,14 +932,17 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
         else rows_times_super_lanes16<T, R>(xq + m * nb, nb, weights, bytes, n, n_end, y + m * ldy, ldy);
       });
 #else
-  ++gemm_call;
-  gemm_groups = (M + 7) / 8;
-  if (M >= kFewRows)
+  if (M >= kFewRows) {
+    // Rows are met again only where the call has more activation groups than a tile takes.
+    thread_local UnpackedRows unpacked;
+    unpacked.first = nullptr;
+    UnpackedRows* reuse = (M + 7) / 8 > kTileGroups ? &unpacked : nullptr;
     return rows_times_weights<T>(xq, M, nb, weights, bytes, n0, n1, y, ldy,
-                                 []<int W, int G>(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) __attribute__((always_inline)) {
+                                 [reuse]<int W, int G>(const Octet* const* x, int64_t nb, const uint8_t* const* rows, size_t ahead, __m256* out) __attribute__((always_inline)) {
                                    if constexpr (kSuper<T>) tile_k<T, W, G>(x, nb, rows, ahead, out);
-                                   else tile_runs16<T, W, G>(x, nb, rows, ahead, out);
+                                   else tile_runs16<T, W, G>(x, nb, rows, ahead, reuse, out);
                                  });
+  }
   with_rows<1, kFewRows - 1>(M, [&]<int R>() { rows_times_super_few<T, R>(xq, nb, weights, bytes, n0, n1, y, ldy); });
 #endif
 }
