@@ -297,7 +297,7 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
       using Wt = Weights<T>;
       const uint8_t* r[8];
       for (int i = 0; i < 8; ++i) r[i] = w + size_t(n + i) * row_bytes;
-      AheadLines ahead(r[0] + size_t(8) * row_bytes, 8 * row_bytes, nb, n + 16 <= n1);
+      AheadLines ahead(r[0], row_bytes, 8, nb, w + size_t(n1) * row_bytes);
       auto eight = [&](__m128 (*four)(const uint8_t* const*, int64_t), int64_t b) { return _mm256_set_m128(four(r + 4, b), four(r, b)); };
       __m256 acc[R];
       for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
@@ -325,7 +325,7 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
   for (; n + 4 <= n1; n += 4) {
     const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
                            w + size_t(n + 3) * row_bytes};
-    AheadLines ahead(r[0] + size_t(kAheadRows) * row_bytes, 4 * row_bytes, nb, n + 4 + kAheadRows <= n1);
+    AheadLines ahead(r[0], row_bytes, 4, nb, w + size_t(n1) * row_bytes);
     __m128 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
     using Wt = Weights<T>;
@@ -401,7 +401,7 @@ void rows_times_weights_lanes(const Q8Block* x, int64_t nb, const uint8_t* w, si
   for (; n + 8 <= n1; n += 8) {
     const uint8_t* r[8];
     for (int i = 0; i < 8; ++i) r[i] = w + size_t(n + i) * row_bytes;
-    AheadLines ahead(r[0] + size_t(8) * row_bytes, 8 * row_bytes, nb, n + 16 <= n1);
+    AheadLines ahead(r[0], row_bytes, 8, nb, w + size_t(n1) * row_bytes);
     __m256 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
     auto eight = [&](__m128 (*four)(const uint8_t* const*, int64_t), int64_t b) { return _mm256_set_m128(four(r + 4, b), four(r, b)); };
@@ -459,7 +459,7 @@ void rows_times_weights_lanes16(const Q8Block* x, int64_t nb, const uint8_t* w, 
   for (; n + 16 <= n1; n += 16) {
     const uint8_t* r[16];
     for (int i = 0; i < 16; ++i) r[i] = w + size_t(n + i) * row_bytes;
-    AheadLines ahead(r[0] + size_t(16) * row_bytes, 16 * row_bytes, nb, n + 32 <= n1);
+    AheadLines ahead(r[0], row_bytes, 16, nb, w + size_t(n1) * row_bytes);
     __m512 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {

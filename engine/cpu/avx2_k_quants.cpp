@@ -249,7 +249,7 @@ template <DType T, int R>
   for (; n + 4 <= n1; n += 4) {
     const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
                            w + size_t(n + 3) * row_bytes};
-    AheadLines ahead(r[0] + size_t(kAheadRows) * row_bytes, 4 * row_bytes, supers, n + 4 + kAheadRows <= n1);
+    AheadLines ahead(r[0], row_bytes, 4, supers, w + size_t(n1) * row_bytes);
     __m128 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm_setzero_ps();
     for (int64_t sb = 0; sb < supers; ++sb) {
@@ -379,7 +379,7 @@ template <DType T, int R>
     const int live = int(std::min<int64_t>(16, n1 - n));
     const uint8_t* r[16];
     for (int i = 0; i < 16; ++i) r[i] = w + size_t(n + std::min(i, live - 1)) * row_bytes;
-    AheadLines ahead(r[0] + size_t(16) * row_bytes, 16 * row_bytes, supers, n + 32 <= n1);
+    AheadLines ahead(r[0], row_bytes, 16, supers, w + size_t(n1) * row_bytes);
     const __m512i rows = _mm512_mullo_epi32(_mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                              _mm512_set1_epi32(live - 1)),
                                             _mm512_set1_epi32(int32_t(row_bytes)));  // byte offsets of r[i] from r[0]
@@ -686,7 +686,7 @@ template <DType T, int R>
     const int live = int(std::min<int64_t>(4, n1 - n));
     const uint8_t* r[4];
     for (int i = 0; i < 4; ++i) r[i] = w + size_t(n + std::min(i, live - 1)) * row_bytes;
-    AheadLines ahead(r[0] + size_t(kAheadRows) * row_bytes, 4 * row_bytes, supers, n + 4 + kAheadRows <= n1);
+    AheadLines ahead(r[0], row_bytes, 4, supers, w + size_t(n1) * row_bytes);
     __m128 acc[R];
     for (int a = 0; a < R; ++a) acc[a] = _mm_setzero_ps();
     for (int64_t sb = 0; sb < supers; ++sb) {
