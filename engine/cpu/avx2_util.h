@@ -35,8 +35,9 @@ inline __m256 exp8(__m256 x) {
 // flight whatever a row holds. Eight rows ahead left short rows starved: one Zen 5 thread read Q4_0 rows
 // of 576 weights (324 bytes) at 42 Gweights/s and of 896 at 39, against 65 for rows of 1536 or more;
 // 8 KB ahead they read 64-66 (12 KB: 68-70, but Qwen2.5-0.5B's Q8_0 decode on one thread went 3-4%
-// slower with it; 4 KB: 53-55). Groups of rows already 8 KB or longer keep one group (more left L1
-// too full: Q6_K at four activation rows ran 25% slower two groups ahead).
+// slower with it; 4 KB: 53-55). Groups of rows already 8 KB or longer keep their distance (one group, at
+// least eight rows): further left L1 too full (Q6_K at four activation rows ran 25% slower two 10 KB
+// groups ahead).
 constexpr int64_t kAheadRows = 8;        // at least this many rows on
 constexpr size_t kAheadBytes = 8 << 10;  // and as many whole groups as fit in this (one at least)
 class AheadLines {
