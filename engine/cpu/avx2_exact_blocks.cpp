@@ -279,6 +279,7 @@ template <DType T>
 template <DType T, int R>
 void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
                             int64_t ldy) {
+  prefetch_first_lines(w + size_t(n0) * row_bytes, w + size_t(n1) * row_bytes);
   struct alignas(32) Lanes {  // an __m256i a std::vector can hold
     int32_t v[8];
   };

@@ -240,6 +240,7 @@ template <DType T, int R>
 template <DType T, int R>
 [[gnu::noinline]] void rows_times_super_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
                                             float* y, int64_t ldy) {
+  prefetch_first_lines(w + size_t(n0) * row_bytes, w + size_t(n1) * row_bytes);
   using K = Weights<T>;
   constexpr bool kMins = kHasMins<T>;
   const int64_t supers = nb / 8;
@@ -652,6 +653,7 @@ inline FourRowScales four_row_run_scales(const typename Weights<T>::Block* const
 // and float steps, so the same bits. In the last four, rows past n1 repeat the last row and are not stored.
 template <DType T, int R>
 [[gnu::noinline]] void rows_times_super_one(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  prefetch_first_lines(w + size_t(n0) * row_bytes, w + size_t(n1) * row_bytes);
   using K = Weights<T>;
   constexpr bool kMins = kHasMins<T>;
   constexpr bool kOffsets = T == DType::Q6_K || T == DType::Q3_K;
