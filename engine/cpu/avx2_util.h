@@ -73,7 +73,7 @@ class AheadLines {
 // and 474 -> 500 (AVX2), medians of 4 alternated runs; Qwen2.5-0.5B's, whose pieces are longer, moved
 // within the noise.
 inline void prefetch_first_lines(const uint8_t* first, const uint8_t* end) {
-  const uint8_t* stop = std::min(first + kAheadBytes, end);
+  const uint8_t* stop = first + std::min<size_t>(kAheadBytes, size_t(end - first));  // never a pointer past the rows
   for (const uint8_t* at = first; at < stop; at += 64) _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T0);
 }
 
