@@ -279,7 +279,6 @@ template <DType T>
 template <DType T, int R>
 void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y,
                             int64_t ldy) {
-  prefetch_first_lines(w + size_t(n0) * row_bytes, w + size_t(n1) * row_bytes);
   struct alignas(32) Lanes {  // an __m256i a std::vector can hold
     int32_t v[8];
   };
@@ -659,6 +658,7 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   const size_t bytes = row_bytes(T, K);
   const auto* weights = static_cast<const uint8_t*>(w);
   if (M <= 0) return;
+  prefetch_first_lines(weights + size_t(n0) * bytes, weights + size_t(n1) * bytes);  // this thread's rows, whichever kernel reads them
   if (M == 1) return rows_times_weights_few<T, 1>(xq, nb, weights, bytes, n0, n1, y, ldy);  // decode
   constexpr int64_t lane_rows = lane_kernel_rows<T>();
   if constexpr (lane_rows > 0)

@@ -240,7 +240,6 @@ template <DType T, int R>
 template <DType T, int R>
 [[gnu::noinline]] void rows_times_super_few(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
                                             float* y, int64_t ldy) {
-  prefetch_first_lines(w + size_t(n0) * row_bytes, w + size_t(n1) * row_bytes);
   using K = Weights<T>;
   constexpr bool kMins = kHasMins<T>;
   const int64_t supers = nb / 8;
@@ -653,7 +652,6 @@ inline FourRowScales four_row_run_scales(const typename Weights<T>::Block* const
 // and float steps, so the same bits. In the last four, rows past n1 repeat the last row and are not stored.
 template <DType T, int R>
 [[gnu::noinline]] void rows_times_super_one(const Q8Block* x, int64_t nb, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  prefetch_first_lines(w + size_t(n0) * row_bytes, w + size_t(n1) * row_bytes);
   using K = Weights<T>;
   constexpr bool kMins = kHasMins<T>;
   constexpr bool kOffsets = T == DType::Q6_K || T == DType::Q3_K;
@@ -922,6 +920,7 @@ void matmul_t(const Q8Block* xq, int64_t M, int64_t K, const void* w, int64_t n0
   const size_t bytes = row_bytes(T, K);
   const auto* weights = static_cast<const uint8_t*>(w);
   if (M <= 0) return;
+  prefetch_first_lines(weights + size_t(n0) * bytes, weights + size_t(n1) * bytes);  // this thread's rows, whichever kernel reads them
 #ifdef FTLLM_VNNI
   // Sixteen activation rows at a time (up to kSuperOneRows through the one-row kernel); beyond
   // sixteen the weights go in tiles of about 256 KB, read from memory once and from L2 by each sixteen rows.
