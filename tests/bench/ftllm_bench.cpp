@@ -18,7 +18,9 @@
 //
 // --context N adds rows for decode at a long context and at 512 tokens: a sequence of each prefilled
 // (in 2048-token slices, not timed), then --decode single-token steps of the two, in turns of eight, timed
-// through the forward pass (attention reads N keys a step), and the ratio of their times a token.
+// through the forward pass (attention reads N keys a step), and the ratio of their times a token. Their
+// roofline counts the KV cache a step reads (a long context's cache can outweigh the weights), and the
+// ratio of the two steps' bytes is the least the ratio of their times can be where bandwidth sets the pace.
 //
 // --adapters N writes N random LoRA adapters of rank R (PEFT's layout, in a temporary directory), loads
 // them, and adds a decode row where row i of the batch uses adapter i % N, measured alternately with the
@@ -396,7 +398,28 @@ double prefill_seconds(ModelInstance& m, const std::vector<int32_t>& tokens, int
 // the same ratios on Zen 5; eight leave a switch's cold caches to one step in eight). The median of
 // `repeat` runs per context.
 constexpr int64_t kTurnSteps = 8;
-std::vector<double> decode_at_contexts(ModelInstance& m, const std::vector<int64_t>& contexts, int64_t steps, int repeat) {
+
+// Bytes of KV cache a decode step reads at `context` keys, as the pool stores them: every attention
+// layer's keys and values (keys alone for latent attention's shared rows), the last `sliding_window` of
+// them in a sliding-window layer, nothing in a recurrent one. At long contexts they join the weights in
+// the step's bandwidth floor.
+double kv_step_bytes(const kvcache::KvPool& kv, const model::ModelConfig& c, int64_t context) {
+  const int64_t kinds = kv.layer_shape()[0];
+  double bytes = 0;
+  for (int64_t l = 0; l < kv.layers(); ++l) {
+    if (kv.recurrent(l)) continue;
+    const bool sliding = c.sliding_window && (c.sliding_layers.empty() || c.sliding_layers[size_t(l)]);
+    bytes += double(sliding ? std::min(context, *c.sliding_window) : context) * double(kinds * kv.row_bytes());
+  }
+  return bytes;
+}
+
+struct ContextRates {
+  std::vector<double> rates;     // tokens/s at each context
+  std::vector<double> kv_bytes;  // KV bytes a step reads there
+};
+ContextRates decode_at_contexts(ModelInstance& m, const std::vector<int64_t>& contexts, int64_t steps, int repeat) {
+  ContextRates out;
   const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
   std::mt19937 rng(5);
   std::vector<int32_t> tokens(size_t(longest + steps));
@@ -421,9 +444,10 @@ std::vector<double> decode_at_contexts(ModelInstance& m, const std::vector<int64
         rates[i].push_back(double(steps) / seconds[i]);
         kv[i].release(pass.kv);
       }
+      out.kv_bytes.clear();
+      for (int64_t n : contexts) out.kv_bytes.push_back(kv_step_bytes(pass.kv, m.config(), n + steps / 2));
     });
-  std::vector<double> out;
-  for (std::vector<double>& r : rates) out.push_back(median(r));
+  for (std::vector<double>& r : rates) out.rates.push_back(median(r));
   return out;
 }
 
@@ -559,13 +583,18 @@ int main(int argc, char** argv) {
   if (context > 0) {
     std::vector<int64_t> contexts{context};
     if (context != kShortContext) contexts.insert(contexts.begin(), kShortContext);
-    const std::vector<double> rates = decode_at_contexts(*m, contexts, decode, repeat);
+    const ContextRates at = decode_at_contexts(*m, contexts, decode, repeat);
+    const std::vector<double>& rates = at.rates;
+    // Here the roofline counts the KV cache the step reads as well as the weights.
     for (size_t i = 0; i < contexts.size(); ++i)
-      std::printf("decode %-4lld at %-6lld %7.1f %10.2f %9.0f%%\n", (long long)decode, (long long)contexts[i], rates[i],
-                  1000.0 / rates[i], 100.0 * rates[i] * step_bytes / (bandwidth * 1e9));
+      std::printf("decode %-4lld at %-6lld %7.1f %10.2f %9.0f%%  (+%.1f MB of KV cache a step)\n", (long long)decode,
+                  (long long)contexts[i], rates[i], 1000.0 / rates[i],
+                  100.0 * rates[i] * (step_bytes + at.kv_bytes[i]) / (bandwidth * 1e9), at.kv_bytes[i] / 1e6);
     if (contexts.size() > 1)
-      std::printf("a token at %lld keys takes %.2fx as long as at %lld (turns of %lld steps alternated, medians of %d runs)\n",
-                  (long long)context, rates[0] / rates[1], (long long)kShortContext, (long long)kTurnSteps, repeat);
+      std::printf("a token at %lld keys takes %.2fx as long as at %lld (turns of %lld steps alternated, medians of %d runs); "
+                  "the bytes it reads, %.2fx\n",
+                  (long long)context, rates[0] / rates[1], (long long)kShortContext, (long long)kTurnSteps, repeat,
+                  (step_bytes + at.kv_bytes[1]) / (step_bytes + at.kv_bytes[0]));
   }
   return 0;
 }
