@@ -69,9 +69,9 @@ class AheadLines {
 // The first kAheadBytes of a matmul call's weight rows [first, end) (a thread's piece of the matrix),
 // asked for all at once as it starts: AheadLines asks only for lines that far on, so without this a
 // piece's first 8 KB came from memory a line at a time, while the pool hands a thread a few pieces of
-// each matrix (of a small model's, 20-60 KB each). SmolLM2-135M's Q4_0 decode on two Zen 5 threads went 479 -> 492 tok/s (AVX-512 table)
-// and 474 -> 500 (AVX2), medians of 4 alternated runs; Qwen2.5-0.5B's, whose pieces are longer, moved
-// within the noise.
+// each matrix (of a small model's, 20-60 KB each). SmolLM2-135M's Q4_0 decode on two Zen 5 threads
+// went 479 -> 492 tok/s (AVX-512 table) and 474 -> 500 (AVX2), medians of 4 alternated runs;
+// Qwen2.5-0.5B's, whose pieces are longer, moved within the noise.
 inline void prefetch_first_lines(const uint8_t* first, const uint8_t* end) {
   const uint8_t* stop = first + std::min<size_t>(kAheadBytes, size_t(end - first));  // never a pointer past the rows
   for (const uint8_t* at = first; at < stop; at += 64) _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T0);
