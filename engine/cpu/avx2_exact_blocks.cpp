@@ -86,10 +86,12 @@ struct Weights<DType::Q8_0> {
 // MXFP4: each nibble looked up as ggml's doubled e2m1 integer plus 12 (0..24, unsigned bytes; the dot
 // starts from -12 * sum(x), as Q4_0's from -8 * sum(x)), the block scale 2^(e - 128) exact, so a block's
 // step is as exact as Q4_0's.
-// Every e8m0 exponent's half scale (block_decode.h's e8m0_half), looked up instead of branched on.
-const auto kHalfScales = [] {
+// Every e8m0 exponent's half scale (block_decode.h's e8m0_half, spelled out to be constexpr), looked up
+// instead of branched on. Built by the compiler: a table this file filled at start-up would run code built
+// with this file's ISA flags before cpuid is asked, and stop the program on machines without them.
+constexpr auto kHalfScales = [] {
   std::array<float, 256> t{};
-  for (int e = 0; e < 256; ++e) t[size_t(e)] = quant::decode::e8m0_half(uint8_t(e));
+  for (uint32_t e = 0; e < 256; ++e) t[e] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
   return t;
 }();
 

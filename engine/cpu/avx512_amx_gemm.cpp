@@ -23,7 +23,6 @@
 
 #include <cstddef>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "../quant/ggml_blocks.h"
@@ -357,10 +356,17 @@ const Kernels& avx512amx_emulated_kernel_table() {
 bool avx512amx_matches_vnni(const Kernels& amx) {
   const Kernels& vnni = avx512vnni_kernel_table();
   const int64_t M = 48, N = 48, K = 768, nb = K / 32;
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  // splitmix64, not std::mt19937: a library template instantiated here is built with AVX-512, and the
+  // linker may hand that copy to callers anywhere in the program (isa_isolation_test.cpp).
+  uint64_t state = 7;
+  auto rng = [&state] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return uint32_t((z ^ (z >> 31)) >> 32);
+  };
   std::vector<float> x(size_t(M * K));
-  for (float& v : x) v = value(rng);
+  for (float& v : x) v = float(rng()) * 0x1p-31f - 1.0f;  // -1 .. 1
   std::vector<Q8Block> xq(size_t(M * nb));
   // Random bytes, but every block's float16 scales (where the block holds them) finite, 2^-8 .. 2^-5.
   struct Case {
