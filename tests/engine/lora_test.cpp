@@ -215,15 +215,19 @@ BOOST_AUTO_TEST_CASE(max_loras_bounds_the_adapters_of_one_batch) {
       std::condition_variable cv;
       size_t left = requests.size();
       std::vector<std::vector<int32_t>> tokens(requests.size());
-      for (size_t i = 0; i < requests.size(); ++i)
-        model->runner().submit(requests[i], [&, i](const GenerationEvent& e) {
-          const ServingLoad load = model->runner().load();
-          std::lock_guard lock(mu);
-          most_running = std::max(most_running, load.running_adapters.size());
-          b_waited |= std::count(load.waiting_adapters.begin(), load.waiting_adapters.end(), "b") > 0 && load.running_adapters == std::vector<std::string>{"a"};
-          tokens[i].insert(tokens[i].end(), e.tokens.begin(), e.tokens.end());
-          if (e.finished && --left == 0) cv.notify_all();
-        });
+      // All four are queued before any step runs (the worker waits for the compute lock held here): else
+      // this thread, paused by a busy machine, could queue b after the first a had finished (seen in CI).
+      model->runner().exclusive([&](const auto&) {
+        for (size_t i = 0; i < requests.size(); ++i)
+          model->runner().submit(requests[i], [&, i](const GenerationEvent& e) {
+            const ServingLoad load = model->runner().load();
+            std::lock_guard lock(mu);
+            most_running = std::max(most_running, load.running_adapters.size());
+            b_waited |= std::count(load.waiting_adapters.begin(), load.waiting_adapters.end(), "b") > 0 && load.running_adapters == std::vector<std::string>{"a"};
+            tokens[i].insert(tokens[i].end(), e.tokens.begin(), e.tokens.end());
+            if (e.finished && --left == 0) cv.notify_all();
+          });
+      });
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return left == 0; });
       BOOST_TEST(most_running == size_t(max_loras));
