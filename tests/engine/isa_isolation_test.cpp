@@ -25,9 +25,18 @@ std::string run(const std::string& command) {
   return out;
 }
 
+// tests/meson.build names the libraries, except in sanitized builds: instrumented, their library templates
+// stay out of line (std::vector's growth, with VEX moves), and only the tests run those libraries.
+struct IsaLibrariesNamed {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) {
+    boost::test_tools::assertion_result r(std::getenv("FTLLM_ISA_LIBS") != nullptr);
+    r.message() << "FTLLM_ISA_LIBS is not set (a sanitized build, or not run by meson test)";
+    return r;
+  }
+};
+
 std::vector<std::string> isa_libraries() {
-  const char* list = std::getenv("FTLLM_ISA_LIBS");  // set by tests/meson.build
-  BOOST_REQUIRE_MESSAGE(list && *list, "FTLLM_ISA_LIBS is not set: run this test through meson test");
+  const std::string list = std::getenv("FTLLM_ISA_LIBS");
   std::vector<std::string> paths;
   std::istringstream in(list);
   for (std::string path; std::getline(in, path, ':');) paths.push_back(path);
@@ -74,7 +83,7 @@ std::set<std::string> weak_functions(const std::string& library) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(isa_flagged_code_runs_only_after_dispatch) {
+BOOST_AUTO_TEST_CASE(isa_flagged_code_runs_only_after_dispatch, *boost::unit_test::precondition(IsaLibrariesNamed())) {
   for (const std::string& library : isa_libraries()) {
     BOOST_TEST_CONTEXT(library) {
       const std::map<std::string, int> vectors = vector_instructions(library);
