@@ -389,6 +389,41 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
   }
 }
 
+// Eight weight rows' block dots against activation block xb, row i in lane i (the offset included): u[j]
+// holds chunk j of the eight rows (transpose8), magnitude[j] its |w| where the weights are signed.
+template <DType T>
+[[gnu::always_inline]] inline __m256i lane_block_dots(const __m256i* u, const __m256i* magnitude, const Q8Block& xb) {
+  using Wt = Weights<T>;
+  const __m256i start = _mm256_set1_epi32(-Wt::kOffset * xb.sum);
+#ifndef FTLLM_VNNI
+  // Without VNNI a dot is two multiplies (byte pairs to int16, then int16 pairs to int32), and the
+  // multiply ports set this kernel's pace. Unsigned weights' int16 pairs reach 2 * kMaxByte * 128, so
+  // several chunks add as int16 first (all eight for 4-bit values: 8 * 3840 < 32767; four for 5-bit)
+  // and meet one widening multiply: 9 or 10 multiplies a block and row instead of 16. Exact, as before.
+  if constexpr (!Wt::kSigned) {
+    constexpr int kPerWidening = 32767 / (2 * Wt::kMaxByte * 128) >= 8 ? 8 : 4;
+    static_assert(32767 / (2 * Wt::kMaxByte * 128) >= kPerWidening);
+    __m256i dots = start;
+    for (int h = 0; h < 8; h += kPerWidening) {
+      __m256i pairs[2] = {_mm256_maddubs_epi16(u[h], broadcast4(xb.q + 4 * h)),
+                          _mm256_maddubs_epi16(u[h + 1], broadcast4(xb.q + 4 * (h + 1)))};
+      for (int j = h + 2; j < h + kPerWidening; ++j)  // two chains: an add waits for the multiply before it
+        pairs[j % 2] = _mm256_add_epi16(pairs[j % 2], _mm256_maddubs_epi16(u[j], broadcast4(xb.q + 4 * j)));
+      dots = _mm256_add_epi32(dots, _mm256_madd_epi16(_mm256_add_epi16(pairs[0], pairs[1]), _mm256_set1_epi16(1)));
+    }
+    return dots;
+  }
+#endif
+  // Two chains of dots, not one of eight: a dot waits for the one before it (4-5 cycles).
+  __m256i chain[2] = {start, _mm256_setzero_si256()};
+  for (int j = 0; j < 8; ++j) {
+    const __m256i xj = broadcast4(xb.q + 4 * j);
+    if constexpr (Wt::kSigned) chain[j % 2] = dot_u8s8(chain[j % 2], magnitude[j], _mm256_sign_epi8(xj, u[j]));
+    else chain[j % 2] = dot_u8s8(chain[j % 2], u[j], xj);
+  }
+  return _mm256_add_epi32(chain[0], chain[1]);
+}
+
 // Weight rows [n0, n1) against R activation rows (2 to 5: a small decode batch or prefill chunk), eight
 // weight rows at a time with each vector lane a weight row: a block of the eight rows is unpacked and
 // turned once (transpose8), then every activation row's block is dotted against it by broadcasting its
@@ -421,14 +456,7 @@ void rows_times_weights_lanes(const Q8Block* x, int64_t nb, const uint8_t* w, si
       if constexpr (Wt::kHasMin && T != DType::I4) wmins = eight(Wt::mins4, b);
       for (int i = 0; i < R; ++i) {
         const Q8Block& xb = x[i * nb + b];
-        // Two chains of dots, not one of eight: a dot waits for the one before it (4-5 cycles).
-        __m256i chain[2] = {_mm256_set1_epi32(-Wt::kOffset * xb.sum), _mm256_setzero_si256()};
-        for (int j = 0; j < 8; ++j) {
-          const __m256i xj = broadcast4(xb.q + 4 * j);
-          if constexpr (Wt::kSigned) chain[j % 2] = dot_u8s8(chain[j % 2], magnitude[j], _mm256_sign_epi8(xj, u[j]));
-          else chain[j % 2] = dot_u8s8(chain[j % 2], u[j], xj);
-        }
-        const __m256i dots = _mm256_add_epi32(chain[0], chain[1]);
+        const __m256i dots = lane_block_dots<T>(u, magnitude, xb);
         const __m256 xd = _mm256_set1_ps(xb.d);
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), Wt::kHasScale ? _mm256_mul_ps(wscales, xd) : xd, acc[i]);
         if constexpr (Wt::kHasMin) acc[i] = _mm256_fmadd_ps(wmins, _mm256_set1_ps(min_operand<T>(xb)), acc[i]);
