@@ -6,11 +6,11 @@
 // same alone or grouped, so its bits depend on nothing but its own query and keys, in either build.
 //
 // Groups of up to eight rows (kGroup). Built twice (meson.build): for the AVX2 table, whose scores take
-// a group's rows two at a time (their accumulators, keys and query fill AVX2's 16 vector registers)
+// a group's rows four at a time, two keys at a time (their accumulators, keys and query fill AVX2's 16 registers)
 // and whose weighing takes them all, each value widened once; with FTLLM_VNNI for the AVX-512 tables,
 // the scores, softmax and weighing steps of avx512_attention_steps.h on 512-bit registers, all eight
 // rows at a time, with the same bits. Decode's seven query heads per key-value head (Qwen2.5) then
-// widen each key and value once rather than four times (AVX2: each value once, each key four times).
+// widen each key and value once rather than four times (AVX2: each value once, each key twice).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -34,7 +34,7 @@ constexpr int kScoreRows = 8;
 using avx512::scores4, avx512::softmax_step, avx512::weigh16;
 #else
 namespace ftllm::cpu::avx2 {
-constexpr int kScoreRows = 2;
+constexpr int kScoreRows = 4;
 #endif
 constexpr int kGroup = 8;
 
@@ -60,28 +60,36 @@ void widen(const uint8_t* const* rows, kvcache::KvDtype t, int64_t j0, int64_t j
 }
 
 #ifndef FTLLM_VNNI  // the AVX-512 tables' scores4 and softmax_step are avx512_attention_steps.h's
-// Q rows (queries q[0..Q)) against keys k[0..3] (rows read by L, `width` values, a
-// multiple of 8), times scale, into s[r] + j. Each key's eight lanes are summed by the same hadd tree
-// whatever its neighbours, so a score's bits depend only on its query and key.
+// Q rows (queries q[0..Q), Q <= 4) against keys k[0..3] (rows read by L, `width` values, a multiple of
+// 8), times scale, into s[r] + j. The keys go in two pairs, each over the whole width: four rows' eight
+// accumulators, two keys and a query fit AVX2's 16 registers with the first pair's sums, and each key is
+// widened once for four rows, not two (7 query heads a key-value head: twice a decode, not four times).
+// Each key's eight lanes are summed by the same hadd tree whatever its neighbours, so a score's bits
+// depend only on its query and key.
 template <int Q, typename L>
 inline void scores4(const float* const* q, const uint8_t* const* k, int64_t width, float scale, float* const* s, int64_t j) {
-  __m256 a[Q][4];
-  for (int r = 0; r < Q; ++r)
-    for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < width; c += 8) {
-    const __m256 k0 = L::load8(k[0], c), k1 = L::load8(k[1], c), k2 = L::load8(k[2], c), k3 = L::load8(k[3], c);
-    for (int r = 0; r < Q; ++r) {
-      const __m256 qv = _mm256_loadu_ps(q[r] + c);
-      a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(qv, k1, a[r][1]);
-      a[r][2] = _mm256_fmadd_ps(qv, k2, a[r][2]);
-      a[r][3] = _mm256_fmadd_ps(qv, k3, a[r][3]);
+  __m256 first_pair[Q];
+  for (int half = 0; half < 2; ++half) {
+    __m256 a[Q][2];
+    for (int r = 0; r < Q; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < width; c += 8) {
+      const __m256 k0 = L::load8(k[2 * half], c), k1 = L::load8(k[2 * half + 1], c);
+      for (int r = 0; r < Q; ++r) {
+        const __m256 qv = _mm256_loadu_ps(q[r] + c);
+        a[r][0] = _mm256_fmadd_ps(qv, k0, a[r][0]);
+        a[r][1] = _mm256_fmadd_ps(qv, k1, a[r][1]);
+      }
     }
-  }
-  for (int r = 0; r < Q; ++r) {
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[r][0], a[r][1]), _mm256_hadd_ps(a[r][2], a[r][3]));
-    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    _mm_storeu_ps(s[r] + j, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+    for (int r = 0; r < Q; ++r) {
+      const __m256 pair = _mm256_hadd_ps(a[r][0], a[r][1]);
+      if (half == 0) {
+        first_pair[r] = pair;
+        continue;
+      }
+      const __m256 h = _mm256_hadd_ps(first_pair[r], pair);
+      const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+      _mm_storeu_ps(s[r] + j, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+    }
   }
 }
 
