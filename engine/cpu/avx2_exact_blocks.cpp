@@ -2,9 +2,10 @@
 // against int8 activations, summed as avx2_exact_blocks.h says. Each batch size takes its own shape:
 // - one activation row (decode): eight weight rows' block dots narrowed to int16 and added in pairs to
 //   eight lanes (weights of at most 31), or four rows' side by side reduced by unpacks (Q8_0, int8);
-// - two to five (small decode batches): eight weight rows, each block unpacked and turned once so that a
-//   vector lane is a weight row, then dotted against every activation row with nothing to reduce;
-// - more (prefill, batched decode): a GEMM whose vector lanes are eight activation rows. The
+// - more, for the unsigned block types (4- and 5-bit, MXFP4): the lane kernels, each vector lane a
+//   weight row, a block of eight (sixteen on AVX-512) weight rows unpacked and turned once for up to
+//   sixteen activation rows (lane_kernel_rows says which types and batches);
+// - more, otherwise (signed weights, int4): a GEMM whose vector lanes are eight activation rows. The
 //   activations are transposed once per call so that 4-byte chunk c of eight rows' blocks sits in one
 //   register; a weight block is unpacked once per tile and each of its eight 4-byte chunks is broadcast
 //   against every group of activation rows (llama.cpp's repacked kernels get the same effect by
@@ -424,7 +425,7 @@ template <DType T>
   return _mm256_add_epi32(chain[0], chain[1]);
 }
 
-// Weight rows [n0, n1) against R activation rows (2 to 5: a small decode batch or prefill chunk), eight
+// Weight rows [n0, n1) against R activation rows (2 to 16: a decode batch or a prefill's rows), eight
 // weight rows at a time with each vector lane a weight row: a block of the eight rows is unpacked and
 // turned once (transpose8), then every activation row's block is dotted against it by broadcasting its
 // 4-byte chunks, and the eight lanes are the eight rows' block dots, with nothing left to add across
@@ -658,27 +659,25 @@ template <DType T, int W, int P>
 }
 #endif
 
-// The types go through the lane kernels, L activation rows at a time (sixteen on the AVX-512 tables,
-// eight on AVX2) against L weight rows a lane each, for batches of up to this many rows (0: never; every
-// batch: kAnyRows). Against the GEMM's tiles (whose dots need a separate broadcast of each weight word)
-// Zen 5 ran, one thread, Q4_0: 8 rows 1.75x, 16 rows 1.35x and a prefill 1.1x as fast on AVX-512; on
-// AVX2 8 rows 1.1x and from 16 rows 1.06x (Q4_1 1.1x). Signed weights (Q8_0, int8) take them only up to
-// sixteen rows on AVX-512 (a prefill ran 0.75x: their tiles broadcast the weights straight from their
-// rows, with no unpacking) and never on AVX2 (its sign steps lost 3-7%); on AVX2 five-bit values and
-// MXFP4 only up to eight rows (beyond, the tiles' int16 sums won: 16 rows of Q5_0 ran 0.87x, MXFP4 0.87x).
+// The types go through the lane kernels, L = 16 activation rows at a time against 16 weight rows a lane
+// each (AVX-512) or 8 (AVX2), for batches of up to this many rows (0: never; every batch: kAnyRows).
+// Against the GEMM's tiles (whose dots need a separate broadcast of each weight word) Zen 5 ran, one
+// thread, Q4_0: 8 rows 1.75x, 16 rows 1.35x and a prefill 1.1x as fast on AVX-512. On AVX2, since its
+// lanes add int16 pairs over several chunks (lane_block_dots) and each unpacked block meets 16 rows, not
+// 8, Zen 3 ran Q4_0 from 16 rows 1.2-1.4x as fast as with 8 rows (32 rows a pass: no further gain), and
+// Q5_0, MXFP4 and Q4_1 as fast as or faster than on the tiles, which 8-row passes had lost to (0.87x).
+// Signed weights (Q8_0, int8) take them only up to sixteen rows on AVX-512 (a prefill ran 0.75x: their
+// tiles broadcast the weights straight from their rows, with no unpacking) and never on AVX2 (its sign
+// steps lost 3-7%).
 constexpr int64_t kAnyRows = INT64_MAX;
-#ifdef FTLLM_VNNI
 constexpr int kLaneRows = 16;
-#else
-constexpr int kLaneRows = 8;
-#endif
 template <DType T>
 constexpr int64_t lane_kernel_rows() {
   if constexpr (T == DType::I4) return 0;
 #ifdef FTLLM_VNNI
   else return Weights<T>::kSigned ? 16 : kAnyRows;
 #else
-  else return Weights<T>::kSigned ? 0 : Weights<T>::kMaxByte <= 15 ? kAnyRows : 8;
+  else return Weights<T>::kSigned ? 0 : kAnyRows;
 #endif
 }
 
