@@ -6,8 +6,8 @@
 // same alone or grouped, so its bits depend on nothing but its own query and keys, in either build.
 //
 // Groups of up to eight rows (kGroup). Built twice (meson.build): for the AVX2 table, whose scores take
-// a group's rows four at a time, two keys at a time (their accumulators, keys and query fill AVX2's 16 registers)
-// and whose weighing takes them all, each value widened once; with FTLLM_VNNI for the AVX-512 tables,
+// a group's rows four at a time and the keys two at a time (accumulators, keys and query fill AVX2's 16
+// registers) and whose weighing takes them all, each value widened once; with FTLLM_VNNI for the AVX-512 tables,
 // the scores, softmax and weighing steps of avx512_attention_steps.h on 512-bit registers, all eight
 // rows at a time, with the same bits. Decode's seven query heads per key-value head (Qwen2.5) then
 // widen each key and value once rather than four times (AVX2: each value once, each key twice).

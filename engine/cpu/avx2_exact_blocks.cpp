@@ -390,6 +390,14 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
   }
 }
 
+#ifndef FTLLM_VNNI
+// Without VNNI, unsigned weights' byte pairs times int8 activations (vpmaddubsw) reach 2 * kMaxByte * 128
+// per int16 lane: this many 4-byte chunks (8 for 4-bit values, 4 for 5-bit and MXFP4) still add exactly
+// as int16 before one widening vpmaddwd.
+template <DType T>
+constexpr int kInt16Chunks = 32767 / (2 * Weights<T>::kMaxByte * 128) >= 8 ? 8 : 4;
+#endif
+
 // Eight weight rows' block dots against activation block xb, row i in lane i (the offset included): u[j]
 // holds chunk j of the eight rows (transpose8), magnitude[j] its |w| where the weights are signed.
 template <DType T>
@@ -398,11 +406,10 @@ template <DType T>
   const __m256i start = _mm256_set1_epi32(-Wt::kOffset * xb.sum);
 #ifndef FTLLM_VNNI
   // Without VNNI a dot is two multiplies (byte pairs to int16, then int16 pairs to int32), and the
-  // multiply ports set this kernel's pace. Unsigned weights' int16 pairs reach 2 * kMaxByte * 128, so
-  // several chunks add as int16 first (all eight for 4-bit values: 8 * 3840 < 32767; four for 5-bit)
-  // and meet one widening multiply: 9 or 10 multiplies a block and row instead of 16. Exact, as before.
+  // multiply ports set this kernel's pace: unsigned weights' chunks add as int16 first (kInt16Chunks)
+  // and meet one widening multiply, 9 or 10 multiplies a block and row instead of 16. Exact, as before.
   if constexpr (!Wt::kSigned) {
-    constexpr int kPerWidening = 32767 / (2 * Wt::kMaxByte * 128) >= 8 ? 8 : 4;
+    constexpr int kPerWidening = kInt16Chunks<T>;
     static_assert(32767 / (2 * Wt::kMaxByte * 128) >= kPerWidening);
     __m256i dots = start;
     for (int h = 0; h < 8; h += kPerWidening) {
@@ -579,9 +586,8 @@ template <DType T, int W, int G>
 #endif
       }
 #ifndef FTLLM_VNNI
-      // Unsigned bytes times int8 pair up to 2 * kMaxByte * 127 per int16 lane: as many chunks as still
-      // fit add as int16 (8 for nibbles, 4 for five bits), then widen.
-      constexpr int kPairChunks = 32767 / (2 * Weights<T>::kMaxByte * 127) >= 8 ? 8 : 4;
+      // As many chunks as still fit add as int16 (kInt16Chunks), then widen.
+      constexpr int kPairChunks = kInt16Chunks<T>;
       if constexpr (!Weights<T>::kSigned)
         if (c % kPairChunks == kPairChunks - 1)
           for (int w = 0; w < W; ++w)
