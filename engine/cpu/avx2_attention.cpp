@@ -7,10 +7,11 @@
 //
 // Groups of up to eight rows (kGroup). Built twice (meson.build): for the AVX2 table, whose scores take
 // a group's rows four at a time and the keys two at a time (accumulators, keys and query fill AVX2's 16
-// registers) and whose weighing takes them all, each value widened once; with FTLLM_VNNI for the AVX-512 tables,
-// the scores, softmax and weighing steps of avx512_attention_steps.h on 512-bit registers, all eight
-// rows at a time, with the same bits. Decode's seven query heads per key-value head (Qwen2.5) then
-// widen each key and value once rather than four times (AVX2: each value once, each key twice).
+// registers) and whose weighing takes them four at a time too (weight broadcasts, not fmas, limited seven
+// at once); with FTLLM_VNNI for the AVX-512 tables, the scores, softmax and weighing steps of
+// avx512_attention_steps.h on 512-bit registers, all eight rows at a time, with the same bits. Decode's
+// seven query heads per key-value head (Qwen2.5) then widen each key and value once rather than four
+// times (AVX2: twice).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -155,8 +156,17 @@ void weigh_rows(const float* const* p, const float* alpha, const uint8_t* const*
   for (; c + 16 * kChunks <= width; c += 16 * kChunks) weigh16<Q, kChunks, L>(p, alpha, v, j0, j1, c, acc);
   for (; c + 16 <= width; c += 16) weigh16<Q, 1, L>(p, alpha, v, j0, j1, c, acc);
 #endif
-  // AVX2's 16 registers: Q x kChunks accumulators, Q weights and a value.
-  constexpr int kChunks8 = Q <= 2 ? 4 : Q <= 4 ? 2 : 1;
+#ifndef FTLLM_VNNI
+  // More than four rows go as four, then the rest: seven rows by one chunk broadcast seven weights for
+  // each value chunk's seven fmas (the loads, not the fmas, set the pace); four rows by two chunks and
+  // three by four load 38 weights and chunks for a key's 56 fmas (d 64), not 64, each value widened twice.
+  if constexpr (Q > 4) {
+    weigh_rows<4, L>(p, alpha, v, width, j0, j1, acc);
+    return weigh_rows<Q - 4, L>(p + 4, alpha + 4, v, width, j0, j1, acc + 4);
+  }
+#endif
+  // AVX2's 16 registers: Q x kChunks accumulators, Q weights and a value (three rows: 12, 3 and 1).
+  constexpr int kChunks8 = Q <= 3 ? 4 : Q <= 4 ? 2 : 1;
   for (; c + 8 * kChunks8 <= width; c += 8 * kChunks8) weigh<Q, kChunks8, L>(p, alpha, v, j0, j1, c, acc);
   for (; c < width; c += 8) weigh<Q, 1, L>(p, alpha, v, j0, j1, c, acc);
 }
