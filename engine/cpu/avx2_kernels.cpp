@@ -74,15 +74,10 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
     }
 }
 
+// Several activation rows through the register tiles, weight rows in tiles that stay in L2.
 template <DType T>
-void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+void tiles(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
-  if (M == 1) {  // decode: every weight read once, from memory
-    return for_each_weight_row(n0, n1, bytes, kAheadRows, [&](int64_t n, size_t ahead) {
-      const char* row = static_cast<const char*>(w) + size_t(n) * bytes;
-      tile<T, 1, 1>(x, K, &row, ahead, y + n, ldy);
-    });
-  }
   for_each_register_tile<2, 3>(M, n0, n1, bytes, [&](int64_t m, int r, int64_t n, int count) {
     const char* rows[3];
     for (int i = 0; i < count; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
@@ -100,6 +95,24 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64
     if (count == 2) return tile<T, 1, 2>(xm, K, rows, ahead, ym, ldy);
     return tile<T, 1, 1>(xm, K, rows, ahead, ym, ldy);
   });
+}
+
+// Activation rows go through the tiles a block of at most this many bytes at a time, so they stay in a
+// core's share of L3 while each tile of weights passes over them (the weights are read again for each
+// block). Zen 3, one thread, F16, K 4864, 512 rows (10 MB): 28 Gweights/s in one block, 34.5 in 2 MB.
+constexpr int64_t kActivationBlockBytes = 2 << 20;
+
+template <DType T>
+void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  if (M == 1) {  // decode: every weight read once, from memory
+    const size_t bytes = row_bytes(T, K);
+    return for_each_weight_row(n0, n1, bytes, kAheadRows, [&](int64_t n, size_t ahead) {
+      const char* row = static_cast<const char*>(w) + size_t(n) * bytes;
+      tile<T, 1, 1>(x, K, &row, ahead, y + n, ldy);
+    });
+  }
+  const int64_t block = std::max<int64_t>(2, (kActivationBlockBytes / (K * int64_t(sizeof(float)))) & ~int64_t(1));
+  for (int64_t m = 0; m < M; m += block) tiles<T>(x + m * K, std::min(block, M - m), K, w, n0, n1, y + m * ldy, ldy);
 }
 
 // Float weights, all summed alike. With AVX-512 every batch size goes to avx512_float_gemm.cpp.

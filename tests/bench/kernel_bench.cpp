@@ -104,8 +104,10 @@ int main(int argc, char** argv) {
     const std::optional<DType> parsed = parse_dtype(name);
     if (!parsed) return std::fprintf(stderr, "ftllm-kernel-bench: unknown dtype %s\n", name.c_str()), 2;
     const DType t = *parsed;
-    // Hot: 256 rows (in L2 for 4-bit types); cold: 64 MB of rows, more than any cache here.
-    const int64_t hot_rows = 256, cold_rows = std::max<int64_t>(256, int64_t(64e6 / double(row_bytes(t, K))));
+    // Hot: 256 rows (in L2 for 4-bit types); cold: 64 MB of rows, more than any cache here, and at least
+    // the prefill's rows (one thread's share of a 0.5B model's MLP rows).
+    const int64_t hot_rows = 256, prefill_rows = 2432;
+    const int64_t cold_rows = std::max<int64_t>(prefill_rows, int64_t(64e6 / double(row_bytes(t, K))));
     Tensor w = Tensor::zeros(t, {cold_rows, K});
     std::vector<float> row(static_cast<size_t>(K));
     for (int64_t r = 0; r < cold_rows; ++r) {
@@ -122,12 +124,12 @@ int main(int argc, char** argv) {
       return best_rate(double(M * rows * K), [&] { k.matmul(t, x.data(), xq.data(), M, K, w.data, 0, rows, y.data(), cold_rows); });
     };
     if (only_m > 0) {
-      std::printf("%-10s M=%lld: %.2f\n", name.c_str(), (long long)only_m, run(std::min<int64_t>(only_m, 512), 2432));
+      std::printf("%-10s M=%lld: %.2f\n", name.c_str(), (long long)only_m, run(std::min<int64_t>(only_m, 512), prefill_rows));
       continue;
     }
     std::printf("%-10s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(), run(1, hot_rows),
                 run(1, cold_rows), run(2, cold_rows), run(4, hot_rows), run(4, cold_rows), run(5, cold_rows), run(8, cold_rows),
-                run(16, cold_rows), run(32, cold_rows), run(64, hot_rows), run(512, 2432));
+                run(16, cold_rows), run(32, cold_rows), run(64, hot_rows), run(512, prefill_rows));
   }
   return 0;
 }
