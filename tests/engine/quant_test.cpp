@@ -305,13 +305,14 @@ BOOST_AUTO_TEST_CASE(every_row_is_the_same_alone_or_in_a_batch_of_1_to_64) {
   // the float tiles' 4-row groups) and for weight-row counts that leave the 4- and 8-row tiles a tail. Every
   // type: the integer kernels, the float ones (also with K leaving 16- and 8-element tails, and K = 4108,
   // whose F32 rows go in L2 tiles of 12) and the types
-  // widened to float. The float rows of every table are also the AVX2 table's, bit for bit.
+  // widened to float; K = 24576 for the integer kernels, whose 64 rows then go in two blocks of 32 (2 MB
+  // of quantized rows at most). The float rows of every table are also the AVX2 table's, bit for bit.
   std::mt19937 rng(21);
   const int64_t N = 27;  // rows 1-26: three 8-row passes of the few-rows kernel and a tail
   const cpu::Kernels* avx2 = cpu::avx2_kernels();
   for (const cpu::Kernels* table : fast_tables())
     for (DType t : kAllDTypes)
-      for (int64_t K : is_float(t) ? std::vector<int64_t>{4108, 768, 100, 24, 7} : std::vector<int64_t>{768}) {
+      for (int64_t K : is_float(t) ? std::vector<int64_t>{4108, 768, 100, 24, 7} : std::vector<int64_t>{768, 24576}) {
         const int64_t nb = K / 32;  // K = 768: whole super-blocks for the K-quants
         std::vector<uint8_t> w = random_rows(t, N, K, rng);
         auto x = random_floats(size_t(64 * K), rng);
