@@ -1,4 +1,4 @@
-// Blocking for the float matmul kernels: a tile of weight rows stays in L2 while every group of activation
+// Blocking for the matmul kernels: a tile of weight rows stays in L2 while every group of activation
 // rows passes over it (prefill, batched decode); one activation row reads the weight rows in order (decode).
 // Each output's sum is the kernel's alone, so the blocking never changes a bit.
 #pragma once
