@@ -791,12 +791,11 @@ void matmul_q8(DType wt, const Q8Block* xq, int64_t M, int64_t K, const void* w,
   // Many activation rows in blocks (tiling.h), each of whole passes of 16 rows. Zen 3, one thread, 512
   // rows at K 18944 (14 MB of quantized rows), 3 alternated runs: Q4_0 55-65 -> 64-65, Q8_0 36-41 ->
   // 42-46, Q4_K 47-53 -> 57-59 Gweights/s (K 4864, two blocks: the same within noise).
-  const int64_t row_bytes = K / 32 * int64_t(sizeof(Q8Block)), most = std::max<int64_t>(16, kActivationBlockBytes / row_bytes);
-  if (M > most) {
-    const int64_t blocks = (M + most - 1) / most, rows = ((M + blocks - 1) / blocks + 15) / 16 * 16;
-    for (int64_t m = 0; m < M; m += rows) matmul_q8(wt, xq + m * (K / 32), std::min(rows, M - m), K, w, n0, n1, y + m * ldy, ldy);
-    return;
-  }
+  const int64_t row_bytes = K / 32 * int64_t(sizeof(Q8Block));
+  if (M * row_bytes > kActivationBlockBytes && M > 16)
+    return for_each_activation_block(M, row_bytes, 16, [&](int64_t m, int64_t rows) {
+      matmul_q8(wt, xq + m * (K / 32), rows, K, w, n0, n1, y + m * ldy, ldy);
+    });
   if (wt == DType::Q2_K || wt == DType::Q3_K || wt == DType::Q4_K || wt == DType::Q5_K || wt == DType::Q6_K)
     return matmul_k_quant(wt, xq, M, K, w, n0, n1, y, ldy);
   switch (wt) {

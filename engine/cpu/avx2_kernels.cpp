@@ -108,8 +108,9 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64
   }
   // Activation rows in blocks (tiling.h). Zen 3, one thread, F16, 512 rows: K 4864 (10 MB) 28 Gweights/s
   // in one block, 35 in blocks; K 18944 17.3 -> 30.
-  const int64_t block = std::max<int64_t>(2, (kActivationBlockBytes / (K * int64_t(sizeof(float)))) & ~int64_t(1));
-  for (int64_t m = 0; m < M; m += block) tiles<T>(x + m * K, std::min(block, M - m), K, w, n0, n1, y + m * ldy, ldy);
+  for_each_activation_block(M, K * int64_t(sizeof(float)), 2, [&](int64_t m, int64_t rows) {
+    tiles<T>(x + m * K, rows, K, w, n0, n1, y + m * ldy, ldy);
+  });
 }
 
 // Float weights, all summed alike. With AVX-512 every batch size goes to avx512_float_gemm.cpp.

@@ -15,6 +15,16 @@ namespace ftllm::cpu {
 // 7B shape's down projection (K 18944) read as one block ran at 0.55-0.85x the speed of blocks of 2 MB.
 constexpr int64_t kActivationBlockBytes = 2 << 20;
 
+// Activation rows [0, M) of `row_bytes` each in blocks of at most kActivationBlockBytes, every block a
+// whole number of `unit` rows (the kernel's row group) and the blocks as even as that allows:
+// block(m, rows) for rows m..m+rows-1.
+template <typename Block>
+inline void for_each_activation_block(int64_t M, int64_t row_bytes, int64_t unit, Block&& block) {
+  const int64_t most = std::max<int64_t>(unit, kActivationBlockBytes / std::max<int64_t>(row_bytes, 1) / unit * unit);
+  const int64_t blocks = (M + most - 1) / most, rows = ((M + blocks - 1) / blocks + unit - 1) / unit * unit;
+  for (int64_t m = 0; m < M; m += rows) block(m, std::min(rows, M - m));
+}
+
 // The float GEMMs' blocking: weight rows in tiles that stay in L2 while every group of up to R activation
 // rows passes over them, each group meeting the tile's weights up to W rows at a time (a register tile).
 // tile(m, r, n, w): activation rows m..m+r-1 against weight rows n..n+w-1, r <= R, w <= W.

@@ -90,7 +90,7 @@ BOOST_AUTO_TEST_CASE(matmul_all_dtypes_odd_shapes) {
 BOOST_AUTO_TEST_CASE(matmul_rows_are_bitwise_the_same_alone_or_batched) {
   // Continuous batching must not change a sequence's tokens: row m of a batch equals the row computed
   // alone, for every batch size the 2 x 3 tiles leave a tail in, and weight-row counts likewise; and
-  // across the blocks the AVX2 GEMM cuts the rows into (2 MB of activations: 12 rows of K = 40000).
+  // across the blocks the AVX2 GEMM cuts the rows into (2 MB of activations: at most 12 rows of K = 40000).
   const Kernels& fast = *cpu::avx2_kernels();
   std::mt19937 rng(9);
   for (DType t : {DType::F32, DType::F16, DType::BF16})
