@@ -74,7 +74,9 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
     }
 }
 
-// Several activation rows through the register tiles, weight rows in tiles that stay in L2.
+// Several activation rows through the register tiles, weight rows in tiles that stay in L2. Two activation
+// rows by three weight rows: three by two (fewer widenings) left GCC one register short and spilled (Zen 3,
+// one thread, F16, 16 and 512 rows: 21 against 34 Gweights/s).
 template <DType T>
 void tiles(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
