@@ -47,7 +47,7 @@ inline float load1(const void* row, int64_t k) {
 // half-chunk of an activation row is loaded once for all W weight rows and each weight half-chunk
 // widened once for all R activation rows.
 template <DType T, int R, int W>
-inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy) {
+inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy, SpreadPrefetch next = {}) {
   const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
   __m256 a[R][W][2];
   for (int r = 0; r < R; ++r)
@@ -63,6 +63,7 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
   for (int64_t k = 0; k < K16; k += 16) {
     if (ahead)  // the rows the next tile reads, at this place, into L2: streamed from memory for the first rows of x
       for (int i = 0; i < W; ++i) _mm_prefetch(rows[i] + ahead + size_t(k) * dtype_size(T), _MM_HINT_T1);
+    next.step();
     half(k, 0), half(k + 8, 1);
   }
   if (K8 > K16) half(K16, 0);
@@ -80,22 +81,22 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
 template <DType T>
 void tiles(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
-  for_each_register_tile<2, 3>(M, n0, n1, bytes, [&](int64_t m, int r, int64_t n, int count) {
+  for_each_register_tile<2, 3>(M, n0, n1, w, bytes, [&](int64_t m, int r, int64_t n, int count, bool cold, SpreadPrefetch next) {
     const char* rows[3];
     for (int i = 0; i < count; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
-    // The first group of activation rows meets the weights from memory: prefetch the next tile's rows (only
-    // rows this thread will read); later groups find them in L2, where prefetching only costs loads.
-    const size_t ahead = m == 0 && n + 2 * count <= n1 ? size_t(count) * bytes : 0;
+    // Weights from memory: prefetch the next register tile's rows (only rows this thread will read); from
+    // L2, prefetching only costs loads.
+    const size_t ahead = cold && n + 2 * count <= n1 ? size_t(count) * bytes : 0;
     const float* xm = x + m * K;
     float* ym = y + m * ldy + n;
     if (r == 2) {
-      if (count == 3) return tile<T, 2, 3>(xm, K, rows, ahead, ym, ldy);
-      if (count == 2) return tile<T, 2, 2>(xm, K, rows, ahead, ym, ldy);
-      return tile<T, 2, 1>(xm, K, rows, ahead, ym, ldy);
+      if (count == 3) return tile<T, 2, 3>(xm, K, rows, ahead, ym, ldy, next);
+      if (count == 2) return tile<T, 2, 2>(xm, K, rows, ahead, ym, ldy, next);
+      return tile<T, 2, 1>(xm, K, rows, ahead, ym, ldy, next);
     }
-    if (count == 3) return tile<T, 1, 3>(xm, K, rows, ahead, ym, ldy);
-    if (count == 2) return tile<T, 1, 2>(xm, K, rows, ahead, ym, ldy);
-    return tile<T, 1, 1>(xm, K, rows, ahead, ym, ldy);
+    if (count == 3) return tile<T, 1, 3>(xm, K, rows, ahead, ym, ldy, next);
+    if (count == 2) return tile<T, 1, 2>(xm, K, rows, ahead, ym, ldy, next);
+    return tile<T, 1, 1>(xm, K, rows, ahead, ym, ldy, next);
   });
 }
 

@@ -81,7 +81,7 @@ inline void reduce16(const __m512* s, float* y, int64_t ldy) {
 
 // R activation rows from x (rows K apart) against W weight rows: y[r * ldy + i] for r < R, i < W.
 template <DType T, int R, int W>
-inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy) {
+inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy, SpreadPrefetch next = {}) {
   const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
   __m512 acc[R][W];
   for (int r = 0; r < R; ++r)
@@ -92,6 +92,7 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
     // 8 rows: 16-42 Gweights/s with _MM_HINT_T0, 27-49 with T1).
     if (ahead)
       for (int i = 0; i < W; ++i) _mm_prefetch(rows[i] + ahead + size_t(k) * dtype_size(T), _MM_HINT_T1);
+    next.step();
     __m512 wv[W];
     for (int i = 0; i < W; ++i) wv[i] = load16<T>(rows[i], k);
     for (int r = 0; r < R; ++r) {
@@ -133,12 +134,12 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
 }
 
 template <DType T, int R>
-inline void tile_rows(const float* x, int64_t K, const char* const* rows, int w, size_t ahead, float* y, int64_t ldy) {
+inline void tile_rows(const float* x, int64_t K, const char* const* rows, int w, size_t ahead, float* y, int64_t ldy, SpreadPrefetch next) {
   switch (w) {
-    case 4: return tile<T, R, 4>(x, K, rows, ahead, y, ldy);
-    case 3: return tile<T, R, 3>(x, K, rows, ahead, y, ldy);
-    case 2: return tile<T, R, 2>(x, K, rows, ahead, y, ldy);
-    default: return tile<T, R, 1>(x, K, rows, ahead, y, ldy);
+    case 4: return tile<T, R, 4>(x, K, rows, ahead, y, ldy, next);
+    case 3: return tile<T, R, 3>(x, K, rows, ahead, y, ldy, next);
+    case 2: return tile<T, R, 2>(x, K, rows, ahead, y, ldy, next);
+    default: return tile<T, R, 1>(x, K, rows, ahead, y, ldy, next);
   }
 }
 
@@ -157,21 +158,21 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64
       tile<T, 1, 1>(x, K, &row, ahead, y + n, ldy);
     });
   }
-  for_each_register_tile<kTileRows, 4>(M, n0, n1, bytes, [&](int64_t m, int r, int64_t n, int count) {
+  for_each_register_tile<kTileRows, 4>(M, n0, n1, w, bytes, [&](int64_t m, int r, int64_t n, int count, bool cold, SpreadPrefetch next) {
     const char* rows[4];
     for (int i = 0; i < count; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
-    // The first group of activation rows meets the weights from memory: prefetch the next tile's rows (only
-    // rows this thread will read); later groups find them in L2, where prefetching only costs loads.
-    const size_t ahead = m == 0 && n + 2 * count <= n1 ? size_t(count) * bytes : 0;
+    // Weights from memory: prefetch the next register tile's rows (only rows this thread will read); from
+    // L2, prefetching only costs loads.
+    const size_t ahead = cold && n + 2 * count <= n1 ? size_t(count) * bytes : 0;
     const float* xm = x + m * K;
     float* ym = y + m * ldy + n;
     switch (r) {
-      case 6: return tile_rows<T, 6>(xm, K, rows, count, ahead, ym, ldy);
-      case 5: return tile_rows<T, 5>(xm, K, rows, count, ahead, ym, ldy);
-      case 4: return tile_rows<T, 4>(xm, K, rows, count, ahead, ym, ldy);
-      case 3: return tile_rows<T, 3>(xm, K, rows, count, ahead, ym, ldy);
-      case 2: return tile_rows<T, 2>(xm, K, rows, count, ahead, ym, ldy);
-      default: return tile_rows<T, 1>(xm, K, rows, count, ahead, ym, ldy);
+      case 6: return tile_rows<T, 6>(xm, K, rows, count, ahead, ym, ldy, next);
+      case 5: return tile_rows<T, 5>(xm, K, rows, count, ahead, ym, ldy, next);
+      case 4: return tile_rows<T, 4>(xm, K, rows, count, ahead, ym, ldy, next);
+      case 3: return tile_rows<T, 3>(xm, K, rows, count, ahead, ym, ldy, next);
+      case 2: return tile_rows<T, 2>(xm, K, rows, count, ahead, ym, ldy, next);
+      default: return tile_rows<T, 1>(xm, K, rows, count, ahead, ym, ldy, next);
     }
   });
 }

@@ -15,6 +15,9 @@ namespace ftllm::cpu {
 // 7B shape's down projection (K 18944) read as one block ran at 0.55-0.85x the speed of blocks of 2 MB.
 constexpr int64_t kActivationBlockBytes = 2 << 20;
 
+// The float GEMMs' weight tile: it and the next one, asked for while it is used, stay in a core's L2.
+constexpr size_t kWeightTileBytes = 128 << 10;
+
 // Activation rows [0, M) of `row_bytes` each in blocks of at most kActivationBlockBytes, every block a
 // whole number of `unit` rows (the kernel's row group) and the blocks as even as that allows:
 // block(m, rows) for rows m..m+rows-1.
@@ -25,16 +28,53 @@ inline void for_each_activation_block(int64_t M, int64_t row_bytes, int64_t unit
   for (int64_t m = 0; m < M; m += rows) block(m, std::min(rows, M - m));
 }
 
+// Cache lines [begin, end) asked into L2 one at each call of step(), then the last one again: an even
+// pace (two lines a step, or all at once, filled the queue of misses, and four activation rows ran no
+// faster) and neither a branch nor a count in the register tile's inner loop (a loop over a count there
+// spilled the tile's pointers and cost a 512-row prefill 25%).
+class SpreadPrefetch {
+ public:
+  SpreadPrefetch() : SpreadPrefetch(nullptr, nullptr) {}
+  SpreadPrefetch(const char* begin, const char* end)
+      : next_(begin < end ? begin : kIdleLine), last_(begin < end ? std::max(begin, end - 64) : kIdleLine) {}
+  [[gnu::always_inline]] void step() {
+    __builtin_prefetch(next_, 0, 2);
+    next_ = std::min(next_ + 64, last_);
+  }
+
+ private:
+  alignas(64) static constexpr char kIdleLine[64] = {};  // asked for when there is nothing to ask: in L1
+  const char* next_;
+  const char* last_;
+};
+
 // The float GEMMs' blocking: weight rows in tiles that stay in L2 while every group of up to R activation
 // rows passes over them, each group meeting the tile's weights up to W rows at a time (a register tile).
-// tile(m, r, n, w): activation rows m..m+r-1 against weight rows n..n+w-1, r <= R, w <= W.
+// tile(m, r, n, w, cold, next): activation rows m..m+r-1 against weight rows n..n+w-1, r <= R, w <= W.
+// cold: the weights come from memory (the first group on the first tile, or a lone group on every tile),
+// and the kernel asks for the rows it reads next itself. next: with several groups, the register tile's
+// share of the next weight tile, to ask for a line a step of its K loop, so that memory streams while
+// the groups go over the tile in L2, not only during the first (batched decode has too few groups to
+// hide a tile's wait behind: 0.5B F16 at 4 sequences decoded 20% faster with this, Zen 3).
 template <int R, int W, typename Tile>
-inline void for_each_register_tile(int64_t M, int64_t n0, int64_t n1, size_t w_row_bytes, Tile&& tile) {
-  const int64_t n_tile = std::max<int64_t>(W, int64_t((256 << 10) / std::max<size_t>(w_row_bytes, 1)) / W * W);
+inline void for_each_register_tile(int64_t M, int64_t n0, int64_t n1, const void* w, size_t w_row_bytes, Tile&& tile) {
+  const int64_t n_tile = std::max<int64_t>(W, int64_t(kWeightTileBytes / std::max<size_t>(w_row_bytes, 1)) / W * W);
+  const char* const base = static_cast<const char*>(w);
   for (int64_t nt = n0; nt < n1; nt += n_tile) {
     const int64_t nt_end = std::min(n1, nt + n_tile);
+    // The next tile's lines in even shares, one a register tile (worked out once a tile: a division a
+    // register tile cost a 512-row prefill 25%).
+    const char* next = base + size_t(nt_end) * w_row_bytes;
+    const char* const next_end = M > R ? base + size_t(std::min(n1, nt_end + n_tile)) * w_row_bytes : next;
+    const int64_t lines = (next_end - next + 63) / 64, calls = (M + R - 1) / R * ((nt_end - nt + W - 1) / W);
+    const int64_t per_call = (lines + calls - 1) / calls;
     for (int64_t m = 0; m < M; m += R)
-      for (int64_t n = nt; n < nt_end; n += W) tile(m, int(std::min<int64_t>(R, M - m)), n, int(std::min<int64_t>(W, nt_end - n)));
+      for (int64_t n = nt; n < nt_end; n += W) {
+        const char* const share_end = std::min(next + 64 * per_call, next_end);
+        tile(m, int(std::min<int64_t>(R, M - m)), n, int(std::min<int64_t>(W, nt_end - n)), m == 0 && (nt == n0 || M <= R),
+             SpreadPrefetch(next, share_end));
+        next = share_end;
+      }
   }
 }
 
