@@ -81,12 +81,9 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
 template <DType T>
 void tiles(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
-  for_each_register_tile<2, 3>(M, n0, n1, w, bytes, [&](int64_t m, int r, int64_t n, int count, bool cold, SpreadPrefetch next) {
+  for_each_register_tile<2, 3>(M, n0, n1, w, bytes, [&](int64_t m, int r, int64_t n, int count, size_t ahead, SpreadPrefetch next) {
     const char* rows[3];
     for (int i = 0; i < count; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
-    // Weights from memory: prefetch the next register tile's rows (only rows this thread will read); from
-    // L2, prefetching only costs loads.
-    const size_t ahead = cold && n + 2 * count <= n1 ? size_t(count) * bytes : 0;
     const float* xm = x + m * K;
     float* ym = y + m * ldy + n;
     if (r == 2) {

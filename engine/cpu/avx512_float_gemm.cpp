@@ -158,12 +158,9 @@ void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64
       tile<T, 1, 1>(x, K, &row, ahead, y + n, ldy);
     });
   }
-  for_each_register_tile<kTileRows, 4>(M, n0, n1, w, bytes, [&](int64_t m, int r, int64_t n, int count, bool cold, SpreadPrefetch next) {
+  for_each_register_tile<kTileRows, 4>(M, n0, n1, w, bytes, [&](int64_t m, int r, int64_t n, int count, size_t ahead, SpreadPrefetch next) {
     const char* rows[4];
     for (int i = 0; i < count; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
-    // Weights from memory: prefetch the next register tile's rows (only rows this thread will read); from
-    // L2, prefetching only costs loads.
-    const size_t ahead = cold && n + 2 * count <= n1 ? size_t(count) * bytes : 0;
     const float* xm = x + m * K;
     float* ym = y + m * ldy + n;
     switch (r) {

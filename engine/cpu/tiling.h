@@ -50,10 +50,11 @@ class SpreadPrefetch {
 
 // The float GEMMs' blocking: weight rows in tiles that stay in L2 while every group of up to R activation
 // rows passes over them, each group meeting the tile's weights up to W rows at a time (a register tile).
-// tile(m, r, n, w, cold, next): activation rows m..m+r-1 against weight rows n..n+w-1, r <= R, w <= W.
-// cold: the weights come from memory (the first group on the first tile, or a lone group on every tile),
-// and the kernel asks for the rows it reads next itself. next: with several groups, the register tile's
-// share of the next weight tile, to ask for a line a step of its K loop, so that memory streams while
+// tile(m, r, n, w, ahead, next): activation rows m..m+r-1 against weight rows n..n+w-1, r <= R, w <= W.
+// ahead: where the weights come from memory (the first group on the first tile, or a lone group on every
+// tile), the byte distance to the next register tile's rows, which the kernel asks for as it goes (only
+// rows this thread reads; 0: none, from L2 that only costs loads). next: with several groups, the
+// register tile's share of the next weight tile, to ask for a line a step of its K loop, so memory streams while
 // the groups go over the tile in L2, not only during the first (batched decode has too few groups to
 // hide a tile's wait behind: 0.5B F16 at 4 sequences decoded 20% faster with this, Zen 3).
 template <int R, int W, typename Tile>
@@ -71,7 +72,9 @@ inline void for_each_register_tile(int64_t M, int64_t n0, int64_t n1, const void
     for (int64_t m = 0; m < M; m += R)
       for (int64_t n = nt; n < nt_end; n += W) {
         const char* const share_end = std::min(next + 64 * per_call, next_end);
-        tile(m, int(std::min<int64_t>(R, M - m)), n, int(std::min<int64_t>(W, nt_end - n)), m == 0 && (nt == n0 || M <= R),
+        const int64_t count = std::min<int64_t>(W, nt_end - n);
+        const bool cold = m == 0 && (nt == n0 || M <= R);
+        tile(m, int(std::min<int64_t>(R, M - m)), n, int(count), cold && n + 2 * count <= n1 ? size_t(count) * w_row_bytes : 0,
              SpreadPrefetch(next, share_end));
         next = share_end;
       }
