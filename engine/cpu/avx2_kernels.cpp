@@ -77,7 +77,12 @@ inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahea
 
 // Several activation rows through the register tiles, weight rows in tiles that stay in L2. Two activation
 // rows by three weight rows: three by two (fewer widenings) left GCC one register short and spilled (Zen 3,
-// one thread, F16, 16 and 512 rows: 21 against 34 Gweights/s).
+// one thread, F16, 16 and 512 rows: 21 against 34 Gweights/s). Four by three with each output's two halves
+// summed one after the other (twelve sums in registers, K in blocks whose four rows stay in L1, the same
+// bits) was no faster: the 0.5B F16 512-token prefill ran 92-105 against 97-119 tokens/s (4 alternated
+// runs), and a one-thread loop over the kernel alone ran it 1.4x faster or 0.7x as fast depending only on
+// -fPIE or -fPIC (identical inner loops), so such loops are no guide: measure the model. One sum per
+// output (another order of sums, only a probe) reached 31-42 against 17-24 Gweights/s in the -fPIE loop.
 template <DType T>
 void tiles(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
