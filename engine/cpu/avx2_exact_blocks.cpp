@@ -1,8 +1,7 @@
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, int8 and int4 weights (blocks of 32 values, one integer dot each)
 // against int8 activations, summed as avx2_exact_blocks.h says. Each batch size takes its own shape:
 // - one activation row (decode): eight weight rows' block dots narrowed to int16 and added in pairs to
-//   eight lanes (weights of at most 31; four rows so on the AVX2 build for Q5_*, MXFP4), or four rows'
-//   side by side reduced by unpacks (Q8_0, int8);
+//   eight lanes (weights of at most 31), or four rows' side by side reduced by unpacks (Q8_0, int8);
 // - more, for the unsigned block types (4- and 5-bit, MXFP4): the lane kernels, each vector lane a
 //   weight row, a block of eight (sixteen on AVX-512) weight rows unpacked and turned once for up to
 //   sixteen activation rows (lane_kernel_rows says which types and batches);
@@ -278,14 +277,6 @@ template <DType T>
   return dots;
 }
 
-// Four rows' dots (eight int32 lanes each, every lane within int16) summed to one lane per row, a to d.
-inline __m128i sum_lanes4_narrow(__m256i a, __m256i b, __m256i c, __m256i d) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i ab = _mm256_madd_epi16(_mm256_packs_epi32(a, b), ones), cd = _mm256_madd_epi16(_mm256_packs_epi32(c, d), ones);
-  const __m256i abcd = _mm256_madd_epi16(_mm256_packs_epi32(ab, cd), ones);  // lanes 0-3 of each | lanes 4-7
-  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
-}
-
 // Weight rows [n0, n1) against R activation rows x (nb blocks each, rows R apart), into y (rows ldy apart):
 // each weight block is unpacked once for the R rows. For the few rows of a small decode batch, where
 // the GEMM below would leave most of its eight lanes empty.
@@ -335,12 +326,6 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
         for (int j = 0; j < 8; ++j) y[i * ldy + n + j] = finish<T>(r[j], out[j]);
       }
     }
-  // Unsigned weights of at most 31 (Q5_*, MXFP4 here): four rows' dots narrowed as sum_lanes8_narrow
-  // narrows eight, the offset added after: fewer shuffles than sum_lanes4's unpacks, the same integers.
-  // Zen 3, one thread, K 896, weights in cache: Q5_0 11.6 -> 15.5 Gweights/s (medians of 5, alternated);
-  // MXFP4 the same within noise. The 0.5B Q4_K_S file (half its weights Q5_0) decoded no faster there
-  // (memory sets that pace): 29.7 -> 30.7 tokens/s on two threads, 20.8 -> 20.6 on one (4 runs each).
-  constexpr bool kNarrow4 = !Weights<T>::kSigned && Weights<T>::kMaxByte * 128 * 8 <= 32767;
   for (; n + 4 <= n1; n += 4) {
     const uint8_t* r[4] = {w + size_t(n) * row_bytes, w + size_t(n + 1) * row_bytes, w + size_t(n + 2) * row_bytes,
                            w + size_t(n + 3) * row_bytes};
@@ -358,16 +343,9 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
       if constexpr (Wt::kHasMin && T != DType::I4) wmins = Wt::mins4(r, b);
       for (int i = 0; i < R; ++i) {
         const Q8Block& xb = x[i * nb + b];
-        const __m256i xv = load32(xb.q);
-        __m128i dots;
-        if constexpr (kNarrow4) {
-          const __m256i z = _mm256_setzero_si256();
-          dots = sum_lanes4_narrow(dot_u8s8(z, u[0], xv), dot_u8s8(z, u[1], xv), dot_u8s8(z, u[2], xv), dot_u8s8(z, u[3], xv));
-          if constexpr (Wt::kOffset != 0) dots = _mm_add_epi32(dots, _mm_set1_epi32(-Wt::kOffset * xb.sum));
-        } else {
-          const __m256i o = start(i, b);
-          dots = sum_lanes4(block_dot<T>(o, u[0], xv), block_dot<T>(o, u[1], xv), block_dot<T>(o, u[2], xv), block_dot<T>(o, u[3], xv));
-        }
+        const __m256i xv = load32(xb.q), o = start(i, b);
+        const __m128i dots = sum_lanes4(block_dot<T>(o, u[0], xv), block_dot<T>(o, u[1], xv), block_dot<T>(o, u[2], xv),
+                                        block_dot<T>(o, u[3], xv));
         const __m128 xd = _mm_set1_ps(xb.d);
         acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(dots), Wt::kHasScale ? _mm_mul_ps(wscales, xd) : xd, acc[i]);
         if constexpr (Wt::kHasMin) acc[i] = _mm_fmadd_ps(wmins, _mm_set1_ps(min_operand<T>(xb)), acc[i]);
