@@ -41,79 +41,83 @@ inline float load1(const void* row, int64_t k) {
 }
 
 // Float weights: a register tile of R activation rows by W weight rows. Every output is summed in the same
-// order whatever M is (two 8-lane accumulators over 16-element steps, 8 more elements into the first when
-// K leaves them, the halves added, hsum, the last K % 8 one fma at a time), so a sequence decodes to the
-// same bits alone or batched with others, and on either table (avx512_float_gemm.cpp adds alike). Each
-// half-chunk of an activation row is loaded once for all W weight rows and each weight half-chunk
-// widened once for all R activation rows.
+// order whatever M is (one 8-lane accumulator over 8-element steps, hsum, the last K % 8 one fma at a
+// time), so a sequence decodes to the same bits alone or batched with others. Each 8-element chunk of an
+// activation row is loaded once for all W weight rows and each weight chunk widened once for all R rows.
+// (The AVX-512 table sums in 16-lane steps, its own order: a table's bits are its own.)
 template <DType T, int R, int W>
 inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy, SpreadPrefetch next = {}) {
   const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
-  __m256 a[R][W][2];
+  __m256 a[R][W];
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < W; ++i) a[r][i][0] = a[r][i][1] = _mm256_setzero_ps();
-  auto half = [&](int64_t k, int h) {
-    __m256 xv[R];
-    for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_ps(x + r * K + k);
-    for (int i = 0; i < W; ++i) {
-      const __m256 wv = load8<T>(rows[i], k);
-      for (int r = 0; r < R; ++r) a[r][i][h] = _mm256_fmadd_ps(xv[r], wv, a[r][i][h]);
+    for (int i = 0; i < W; ++i) a[r][i] = _mm256_setzero_ps();
+  auto step = [&](int64_t k) {
+    __m256 wv[W];
+    for (int i = 0; i < W; ++i) wv[i] = load8<T>(rows[i], k);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * K + k);
+      for (int i = 0; i < W; ++i) a[r][i] = _mm256_fmadd_ps(xv, wv[i], a[r][i]);
     }
   };
-  for (int64_t k = 0; k < K16; k += 16) {
+  for (int64_t k = 0; k < K16; k += 16) {  // two steps per prefetch: one line of F32 weights, half of F16's
     if (ahead)  // the rows the next tile reads, at this place, into L2: streamed from memory for the first rows of x
       for (int i = 0; i < W; ++i) _mm_prefetch(rows[i] + ahead + size_t(k) * dtype_size(T), _MM_HINT_T1);
     next.step();
-    half(k, 0), half(k + 8, 1);
+    step(k), step(k + 8);
   }
-  if (K8 > K16) half(K16, 0);
+  if (K8 > K16) step(K16);
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < W; ++i) {
-      float s = hsum(_mm256_add_ps(a[r][i][0], a[r][i][1]));
+      float s = hsum(a[r][i]);
       for (int64_t k = K8; k < K; ++k) s = std::fma(x[r * K + k], load1<T>(rows[i], k), s);  // spelled out: no contraction choices
       y[r * ldy + i] = s;
     }
 }
 
-// Several activation rows through the register tiles, weight rows in tiles that stay in L2. Two activation
-// rows by three weight rows: three by two (fewer widenings) left GCC one register short and spilled (Zen 3,
-// one thread, F16, 16 and 512 rows: 21 against 34 Gweights/s). Four by three with each output's two halves
-// summed one after the other (twelve sums in registers, K in blocks whose four rows stay in L1, the same
-// bits) was no faster: the 0.5B F16 512-token prefill ran 92-105 against 97-119 tokens/s (4 alternated
-// runs), and a one-thread loop over the kernel alone ran it 1.4x faster or 0.7x as fast depending only on
-// -fPIE or -fPIC (identical inner loops), so such loops are no guide: measure the model. One sum per
-// output (another order of sums, only a probe) reached 31-42 against 17-24 Gweights/s in the -fPIE loop.
+// Several activation rows through the register tiles, weight rows in tiles that stay in L2. Four
+// activation rows by three weight rows: twelve sums and the three widened weight chunks in registers, each
+// activation chunk read by its fmas from L1 (loaded into a register first, GCC spilled two sums a step).
+// Zen 1 (EPYC 7001), 2 threads, 0.5B F16: 512-token prefill 48 -> 64 tokens/s, 16 sequences' decode 36 ->
+// 48 against the two-sums-an-output two-by-three tile this replaced; three by four ran 58 and 42.
+constexpr int kRows = 4, kCols = 3;
+
+template <DType T, int R, int W = kCols>
+inline void tile_of(int r, int count, const float* xm, int64_t K, const char* const* rows, size_t ahead, float* ym, int64_t ldy,
+                    SpreadPrefetch next) {
+  if (r < R) {
+    if constexpr (R > 1) return tile_of<T, R - 1, W>(r, count, xm, K, rows, ahead, ym, ldy, next);
+  } else if (count < W) {
+    if constexpr (W > 1) return tile_of<T, R, W - 1>(r, count, xm, K, rows, ahead, ym, ldy, next);
+  } else {
+    return tile<T, R, W>(xm, K, rows, ahead, ym, ldy, next);
+  }
+}
+
 template <DType T>
 void tiles(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const size_t bytes = row_bytes(T, K);
-  for_each_register_tile<2, 3>(M, n0, n1, w, bytes, [&](int64_t m, int r, int64_t n, int count, size_t ahead, SpreadPrefetch next) {
-    const char* rows[3];
+  for_each_register_tile<kRows, kCols>(M, n0, n1, w, bytes, [&](int64_t m, int r, int64_t n, int count, size_t ahead, SpreadPrefetch next) {
+    const char* rows[kCols];
     for (int i = 0; i < count; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
-    const float* xm = x + m * K;
-    float* ym = y + m * ldy + n;
-    if (r == 2) {
-      if (count == 3) return tile<T, 2, 3>(xm, K, rows, ahead, ym, ldy, next);
-      if (count == 2) return tile<T, 2, 2>(xm, K, rows, ahead, ym, ldy, next);
-      return tile<T, 2, 1>(xm, K, rows, ahead, ym, ldy, next);
-    }
-    if (count == 3) return tile<T, 1, 3>(xm, K, rows, ahead, ym, ldy, next);
-    if (count == 2) return tile<T, 1, 2>(xm, K, rows, ahead, ym, ldy, next);
-    return tile<T, 1, 1>(xm, K, rows, ahead, ym, ldy, next);
+    tile_of<T, kRows>(r, count, x + m * K, K, rows, ahead, y + m * ldy + n, ldy, next);
   });
 }
 
 template <DType T>
 void gemm(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  if (M == 1) {  // decode: every weight read once, from memory
+  // Decode: every weight read once, from memory; two rows side by side, so that two chains of fma are in
+  // flight (Zen 1, 2 threads, 0.5B F16: one row at a time 15.3 tokens/s, two 20.3, four 19-20).
+  if (M == 1) {
     const size_t bytes = row_bytes(T, K);
-    return for_each_weight_row(n0, n1, bytes, kAheadRows, [&](int64_t n, size_t ahead) {
-      const char* row = static_cast<const char*>(w) + size_t(n) * bytes;
-      tile<T, 1, 1>(x, K, &row, ahead, y + n, ldy);
+    return for_each_weight_rows<2>(n0, n1, bytes, kAheadRows, [&]<int W>(int64_t n, size_t ahead) {
+      const char* rows[W];
+      for (int i = 0; i < W; ++i) rows[i] = static_cast<const char*>(w) + size_t(n + i) * bytes;
+      tile<T, 1, W>(x, K, rows, ahead, y + n, ldy);
     });
   }
   // Activation rows in blocks (tiling.h). Zen 3, one thread, F16, 512 rows: K 4864 (10 MB) 28 Gweights/s
   // in one block, 35 in blocks; K 18944 17.3 -> 30.
-  for_each_activation_block(M, K * int64_t(sizeof(float)), 2, [&](int64_t m, int64_t rows) {
+  for_each_activation_block(M, K * int64_t(sizeof(float)), kRows, [&](int64_t m, int64_t rows) {
     tiles<T>(x + m * K, rows, K, w, n0, n1, y + m * ldy, ldy);
   });
 }
@@ -153,14 +157,14 @@ void widen_fp8_row(const uint8_t* row, float* out, int64_t k) {
   }
 }
 
-// fp8 weight rows [n0, n1) against one activation row, widened in registers and summed as tile<F32, 1, 1>
-// sums the widened rows (two accumulators taking alternate eights of values, added, hsum; a row is whole
-// blocks, so no tail): the same bits as widening them first. W rows at a time, so that 2W chains of fma
-// are in flight (one row's two wait on the fma latency), each block's scale read once a row.
+// fp8 weight rows [n0, n1) against one activation row, widened in registers and summed as tile<F32>
+// sums the widened rows (one accumulator over eights of values, hsum; a row is whole blocks, so no
+// tail): the same bits as widening them first. W rows at a time, so that W chains of fma are in flight,
+// each block's scale read once a row.
 template <int W>
 void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t bytes, float* y, size_t ahead) {
-  __m256 a0[W], a1[W];
-  for (int i = 0; i < W; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
+  __m256 a[W];
+  for (int i = 0; i < W; ++i) a[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < K / kFp8Block; ++b) {
     const uint8_t* block[W];
     __m256 scale[W];
@@ -170,12 +174,12 @@ void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t b
       for (int i = 0; i < W; ++i) {
         __m256 w0, w1;
         fp8_times_2_to_minus_8(block[i] + 4 + c, w0, w1);
-        a0[i] = _mm256_fmadd_ps(x0, _mm256_mul_ps(w0, scale[i]), a0[i]);
-        a1[i] = _mm256_fmadd_ps(x1, _mm256_mul_ps(w1, scale[i]), a1[i]);
+        a[i] = _mm256_fmadd_ps(x0, _mm256_mul_ps(w0, scale[i]), a[i]);
+        a[i] = _mm256_fmadd_ps(x1, _mm256_mul_ps(w1, scale[i]), a[i]);
       }
     }
   }
-  for (int i = 0; i < W; ++i) y[i] = hsum(_mm256_add_ps(a0[i], a1[i]));
+  for (int i = 0; i < W; ++i) y[i] = hsum(a[i]);
 }
 
 // fp8_rows_times_one's sums for R activation rows (ldx apart, R >= 2) against W weight rows: each pair of
@@ -184,9 +188,9 @@ void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t b
 // above, on Zen 5; hence two.)
 template <int R, int W>
 void fp8_rows_times_few(const float* x, int64_t ldx, int64_t K, const uint8_t* rows, size_t bytes, float* y, int64_t ldy, size_t ahead) {
-  __m256 a0[R][W], a1[R][W];
+  __m256 a[R][W];
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < W; ++i) a0[r][i] = a1[r][i] = _mm256_setzero_ps();
+    for (int i = 0; i < W; ++i) a[r][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < K / kFp8Block; ++b) {
     const uint8_t* block[W];
     __m256 scale[W];
@@ -196,14 +200,14 @@ void fp8_rows_times_few(const float* x, int64_t ldx, int64_t K, const uint8_t* r
         __m256 w0, w1;
         fp8_times_2_to_minus_8(block[i] + 4 + c, w0, w1);
         w0 = _mm256_mul_ps(w0, scale[i]);
-        for (int r = 0; r < R; ++r) a0[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + b * kFp8Block + c), w0, a0[r][i]);
+        for (int r = 0; r < R; ++r) a[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + b * kFp8Block + c), w0, a[r][i]);
         w1 = _mm256_mul_ps(w1, scale[i]);
-        for (int r = 0; r < R; ++r) a1[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + b * kFp8Block + c + 8), w1, a1[r][i]);
+        for (int r = 0; r < R; ++r) a[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + b * kFp8Block + c + 8), w1, a[r][i]);
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < W; ++i) y[r * ldy + i] = hsum(_mm256_add_ps(a0[r][i], a1[r][i]));
+    for (int i = 0; i < W; ++i) y[r * ldy + i] = hsum(a[r][i]);
 }
 
 void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y) {

@@ -107,11 +107,11 @@ struct AmxQ6Block {
 };
 void amx_pack_q6k_panel(const uint8_t* w, size_t row_bytes, int64_t n, int64_t super_blocks, AmxQ6Block* out);
 
-// avx512_float_gemm.cpp: F32, F16 or BF16 weight rows [n0, n1) against M float activation rows, summed as
-// the AVX2 kernel sums them (the same bits), four by four.
+// avx512_float_gemm.cpp: F32, F16 or BF16 weight rows [n0, n1) against M float activation rows, every
+// row summed alike (16-lane steps, not the AVX2 table's 8), four by four.
 void matmul_float(DType wt, const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y,
                   int64_t ldy);
-// fp8 weight rows [n0, n1) against one activation row, with the bits of the AVX2 build's fp8_gemv.
+// fp8 weight rows [n0, n1) against one activation row, with the bits of matmul_float on the widened rows.
 void fp8_gemv(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y);
 // The same for a few activation rows (a small decode batch), each row's bits fp8_gemv's.
 void fp8_few_rows(const float* x, int64_t M, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy);

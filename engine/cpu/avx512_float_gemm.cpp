@@ -3,10 +3,10 @@
 // six rows and each activation chunk loaded once for four weight rows. One row (decode): one weight row
 // after another.
 //
-// The sums are the AVX2 kernel's to the bit (avx2_kernels.cpp, tile): per output two 8-lane accumulators
-// over 16-element steps (here the low and high halves of one 16-lane register), then 8 more elements into
-// the first when K leaves them, the halves added, the same horizontal sum, the last K % 8 elements one fma
-// at a time. So a row's bits never depend on how many rows share its call, nor on the table.
+// Every output is summed alike: one 16-lane accumulator over 16-element steps, then 8 more elements into
+// its low half when K leaves them, the halves added, hsum's tree, the last K % 8 elements one fma at a
+// time. So a row's bits never depend on how many rows share its call. (The AVX2 table sums in 8-lane
+// steps, so the two tables' bits differ in the last places.)
 // GCC 12's AVX-512 headers pass _mm512_undefined_*() as the unused merge source of unmasked conversions,
 // which its own flow analysis then reports as uninitialized (a known false positive of those headers).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -184,7 +184,7 @@ inline __m512 fp8_times_2_to_minus_8(const uint8_t* bytes) {
 
 // fp8 rows (per 128 values a float32 scale, then 128 e4m3 bytes) against one activation row, widened in
 // registers as avx2_kernels.cpp's fp8_gemv widens them (each byte into a float16's fields, times the
-// scale and 2^8: dequantize_row's values) and summed as tile<F32, 1, 1> sums the widened row, sixteen
+// scale and 2^8: dequantize_row's values) and summed as matmul_float sums the widened row, sixteen
 // values a step, four weight rows at a time, each block's scale once a row.
 template <int W>
 void fp8_rows_times_one(const float* x, int64_t K, const uint8_t* rows, size_t bytes, float* y, size_t ahead) {

@@ -83,7 +83,8 @@ inline void for_each_register_tile(int64_t M, int64_t n0, int64_t n1, const void
 
 // Decode's float GEMV: one weight row after another, one sequential stream that the hardware prefetchers
 // follow (F16 0.5B decode on one Zen 4 thread, 21 tok/s reading four rows side by side: 27 one at a time
-// with AVX-512, 28 with the AVX2 table), while each row asks for the one `ahead_rows` on (into L2).
+// with AVX-512, 28 with the AVX2 table when it kept two sums a row; with one sum a row it reads two rows
+// side by side), while each row asks for the one `ahead_rows` on (into L2).
 // row(n, ahead): weight row n, and the byte distance to prefetch at (0: none, this thread's rows end first).
 template <typename Row>
 inline void for_each_weight_row(int64_t n0, int64_t n1, size_t w_row_bytes, int64_t ahead_rows, Row&& row) {

@@ -89,16 +89,16 @@ BOOST_AUTO_TEST_CASE(matmul_all_dtypes_odd_shapes) {
 
 BOOST_AUTO_TEST_CASE(matmul_rows_are_bitwise_the_same_alone_or_batched) {
   // Continuous batching must not change a sequence's tokens: row m of a batch equals the row computed
-  // alone, for every batch size the 2 x 3 tiles leave a tail in, and weight-row counts likewise; across
-  // the blocks the AVX2 GEMM cuts the rows into (2 MB of activations: at most 12 rows of K = 40000); and
-  // across its weight tiles, from a row other than the first (K 2060, rows 1 to 40: a 128 KB tile is 15
+  // alone (the M = 1 path reads two weight rows side by side), for every tail the 4 x 3 tiles leave in
+  // batch sizes and weight-row counts; across the blocks the AVX2 GEMM cuts the rows into (2 MB of
+  // activations: at most 12 rows of K = 40000); and across its weight tiles, from a row other than the first (K 2060, rows 1 to 40: a 128 KB tile is 15
   // float rows or 30 half rows; 2060 also leaves 12 values past the last whole 16).
   const Kernels& fast = *cpu::avx2_kernels();
   std::mt19937 rng(9);
   for (DType t : {DType::F32, DType::F16, DType::BF16})
     for (int64_t K : {24, 100, 576, 2060, 40000}) {
       const int64_t N = K == 2060 ? 41 : 7, n0 = K == 2060 ? 1 : 0;
-      for (int64_t M : {2, 3, 4, 5, 9, 29}) {
+      for (int64_t M : {2, 3, 4, 5, 6, 7, 9, 29}) {
         auto x = random_floats(size_t(M * K), rng);
         auto w32 = random_floats(size_t(N * K), rng);
         std::vector<uint16_t> half;
