@@ -42,9 +42,9 @@ inline float load1(const void* row, int64_t k) {
 
 // Float weights: a register tile of R activation rows by W weight rows. Every output is summed in the same
 // order whatever M is (one 8-lane accumulator over 8-element steps, hsum, the last K % 8 one fma at a
-// time), so a sequence decodes to the same bits alone or batched with others. Each 8-element chunk of an
-// activation row is loaded once for all W weight rows and each weight chunk widened once for all R rows.
-// (The AVX-512 table sums in 16-lane steps, its own order: a table's bits are its own.)
+// time), so a sequence decodes to the same bits alone or batched with others. Each weight chunk is
+// widened once for all R activation rows. (The AVX-512 table sums in 16-lane steps, its own order: a
+// table's bits are its own.)
 template <DType T, int R, int W>
 inline void tile(const float* x, int64_t K, const char* const* rows, size_t ahead, float* y, int64_t ldy, SpreadPrefetch next = {}) {
   const int64_t K16 = K & ~int64_t(15), K8 = K & ~int64_t(7);
