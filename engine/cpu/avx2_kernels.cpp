@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -33,11 +34,13 @@ inline __m256 load8(const void* row, int64_t k) {
   }
 }
 
+// One weight, widened in this file's own code: the shared inline f16_to_f32 and bf16_to_f32, if GCC
+// emitted them out of line here, would be weak symbols with VEX code that any caller may bind to.
 template <DType T>
 inline float load1(const void* row, int64_t k) {
   if constexpr (T == DType::F32) return static_cast<const float*>(row)[k];
-  else if constexpr (T == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(row)[k]);
-  else return bf16_to_f32(static_cast<const uint16_t*>(row)[k]);
+  else if constexpr (T == DType::F16) return _cvtsh_ss(static_cast<const uint16_t*>(row)[k]);
+  else return std::bit_cast<float>(uint32_t(static_cast<const uint16_t*>(row)[k]) << 16);
 }
 
 // Float weights: a register tile of R activation rows by W weight rows. Every output is summed in the same
