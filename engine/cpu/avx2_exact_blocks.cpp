@@ -43,9 +43,13 @@ inline __m256i nibbles(const uint8_t* qs) {
 // s being the activation block's d * sum(q) rounded to float16 as llama.cpp's q8_1 carries it).
 template <typename Block, int Offset, int MaxByte, bool HasMin, bool FifthBit>
 struct NibbleBlocks {
-  static constexpr bool kSigned = false, kPacked = true, kHasMin = HasMin, kHasScale = true;
+  static constexpr bool kSigned = false, kPacked = true, kHasMin = HasMin, kHasScale = true, kFifthBit = FifthBit;
   static constexpr int kOffset = Offset, kMaxByte = MaxByte;
   static const Block& block(const uint8_t* row, int64_t b) { return reinterpret_cast<const Block*>(row)[b]; }
+  static const uint8_t* fifth_bit_bytes(const uint8_t* row, int64_t b) {
+    if constexpr (FifthBit) return block(row, b).qh;
+    else return nullptr;
+  }
   static const void* at(const uint8_t* row, int64_t b) { return &block(row, b); }
   static uint16_t d16(const uint8_t* row, int64_t b) { return block(row, b).d; }
   static uint16_t m16(const uint8_t* row, int64_t b) {
@@ -131,7 +135,7 @@ struct Weights<DType::I8> {  // [float32 row scale] then K signed bytes: the blo
 // float16 min] then N nibbles. value = scale * q + min, so each block's step is Q4_1's with the group's
 // scale and minimum, the minimum times d * sum(q) of the activations unrounded (ds).
 struct I4Row {
-  static constexpr bool kSigned = false, kPacked = true, kHasMin = true, kHasScale = true;
+  static constexpr bool kSigned = false, kPacked = true, kHasMin = true, kHasScale = true, kFifthBit = false;
   static constexpr int kOffset = 0, kMaxByte = 15;
   static float scale(const uint8_t* row, int64_t) {
     float v;
@@ -152,7 +156,7 @@ struct I4Row {
 
 template <int N>
 struct I4Groups {
-  static constexpr bool kSigned = false, kPacked = true, kHasMin = true, kHasScale = true;
+  static constexpr bool kSigned = false, kPacked = true, kHasMin = true, kHasScale = true, kFifthBit = false;
   static constexpr int kOffset = 0, kMaxByte = 15;
   static const uint8_t* group(const uint8_t* row, int64_t b) { return row + size_t(b / (N / 32)) * size_t(4 + N / 2); }
   static uint16_t d16(const uint8_t* row, int64_t b) {
@@ -206,30 +210,34 @@ __m256i offset_lanes(const Q8Block& x) {
 // magnitude at most 128, where a lane of four products (or a pair of lanes) fits int16: their block dots
 // are reduced by narrowing to int16 and adding neighbours (vpackssdw, vpmaddwd), exact within that bound
 // and cheaper on the shuffle ports than sum_lanes4's unpacks, which set the one-row pace.
-// - kHalfRows (plain 4-bit nibbles, at most 15): a register holds two rows' 16 nibble bytes, [row j | row
-//   j + 4]; its low nibbles are values 0-15 of each row and meet activations 0-15 in both halves, its high
-//   ones values 16-31, so one dot chain leaves four lanes per row of eight products (at most 15360)
-//   and one narrowing round less to go;
+// - kHalfRows (nibbles, with the AVX2 table Q5_0's and Q5_1's fifth bits too): a register holds two rows'
+//   16 nibble bytes, [row j | row j + 4]; its low nibbles are values 0-15 of each row and meet activations
+//   0-15 in both halves, its high ones values 16-31 (each byte's fifth bit or'ed in), so one dot chain
+//   leaves four lanes per row of eight products (at most 31744) and one narrowing round less to go;
 // - otherwise each row's 32 values in a register of its own, eight lanes of four products.
-// Without AVX-512's 32 vector registers eight rows of 32 values spill, and the types that need them
-// (Q5_*, MXFP4) ran slower than on the four-row kernel (measured, Zen 4, the AVX2 table).
-template <DType T>
-constexpr bool kHalfRows = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::I4 || T == DType::I4G32 || T == DType::I4G64 ||
-                           T == DType::I4G128 || T == DType::I4G256;
+// Without AVX-512's 32 vector registers eight rows of 32 values spill, and MXFP4 ran slower so than on
+// the four-row kernel (measured, Zen 4, the AVX2 table); the five-bit types in half rows spill nothing.
 #ifdef FTLLM_VNNI
 constexpr bool kEightRowsOfBytes = true;
 #else
 constexpr bool kEightRowsOfBytes = false;
 #endif
 template <DType T>
+constexpr bool kHalfRows = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::I4 || T == DType::I4G32 || T == DType::I4G64 ||
+                           T == DType::I4G128 || T == DType::I4G256 || (!kEightRowsOfBytes && (T == DType::Q5_0 || T == DType::Q5_1));
+template <DType T>
 constexpr bool kNarrowLanes = !Weights<T>::kSigned && Weights<T>::kMaxByte * 128 * 8 <= 32767 && (kHalfRows<T> || kEightRowsOfBytes);
 
-// Rows i and i + 4 (d[i], i < 4) each as four int32 lanes in their own 128-bit half, summed to row i in lane i.
+// Rows i and i + 4 (d[i], i < 4) each as four int32 lanes in their own 128-bit half, summed to row i in
+// lane i. The last round narrows again where sixteen products fit int16 (4-bit weights: 30720), else
+// adds neighbours (vphaddd: five-bit weights' sixteen reach 63488).
+template <int MaxByte>
 inline __m256i sum_half_rows(const __m256i* d) {
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i rows01 = _mm256_madd_epi16(_mm256_packs_epi32(d[0], d[1]), ones);  // [0 0 1 1 | 4 4 5 5]
   const __m256i rows23 = _mm256_madd_epi16(_mm256_packs_epi32(d[2], d[3]), ones);  // [2 2 3 3 | 6 6 7 7]
-  return _mm256_madd_epi16(_mm256_packs_epi32(rows01, rows23), ones);
+  if constexpr (MaxByte * 128 * 16 <= 32767) return _mm256_madd_epi16(_mm256_packs_epi32(rows01, rows23), ones);
+  else return _mm256_hadd_epi32(rows01, rows23);
 }
 
 // Eight rows' dots d[0..7], eight int32 lanes each, summed to one lane per row, row i in lane i.
@@ -245,36 +253,61 @@ inline __m256i sum_lanes8_narrow(const __m256i* d) {
 
 inline __m256i broadcast16(const void* p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p))); }
 
-// Block b of eight weight rows, unpacked once for every activation row (the shapes above).
+// Fifth bits (ggml's qh, bit j for value j) of two rows as the half rows hold their values: bytes 0-15
+// of each half for values 0-15 (`low`, [row a | row b]), values 16-31 in `high`; 16 where set.
+inline void fifth_bits_half_rows(const uint8_t* qh_a, const uint8_t* qh_b, __m256i& low, __m256i& high) {
+  const __m256i both = _mm256_blend_epi32(broadcast4(qh_a), broadcast4(qh_b), 0xF0);
+  const __m256i mask = _mm256_set1_epi64x(int64_t(0x8040201008040201));  // byte j tests bit j % 8
+  auto spread = [&](__m256i source_bytes) {
+    const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(both, source_bytes), mask);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(bits, mask), _mm256_set1_epi8(16));
+  };
+  low = spread(_mm256_setr_epi64x(0, 0x0101010101010101, 0, 0x0101010101010101));
+  high = spread(_mm256_setr_epi64x(0x0202020202020202, 0x0303030303030303, 0x0202020202020202, 0x0303030303030303));
+}
+
+// kHalfRows: block b of weight rows j and j + 4, values 0-15 in u[0] and 16-31 in u[1] ([row j | row j + 4]).
 template <DType T>
-[[gnu::always_inline]] inline void unpack8(const uint8_t* const* r, int64_t b, __m256i* u) {
-  if constexpr (kHalfRows<T>) {
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    for (int j = 0; j < 4; ++j) {
-      const __m256i v = _mm256_blend_epi32(broadcast16(Weights<T>::nibble_bytes(r[j], b)), broadcast16(Weights<T>::nibble_bytes(r[j + 4], b)), 0xF0);
-      u[2 * j] = _mm256_and_si256(v, low);
-      u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-    }
-  } else {
-    for (int j = 0; j < 8; ++j) u[j] = Weights<T>::bytes(r[j], b);
+[[gnu::always_inline]] inline void unpack_half_rows(const uint8_t* const* r, int64_t b, int j, __m256i* u) {
+  using Wt = Weights<T>;
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i v = _mm256_blend_epi32(broadcast16(Wt::nibble_bytes(r[j], b)), broadcast16(Wt::nibble_bytes(r[j + 4], b)), 0xF0);
+  u[0] = _mm256_and_si256(v, low);
+  u[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+  if constexpr (Wt::kFifthBit) {
+    __m256i fifth_low, fifth_high;
+    fifth_bits_half_rows(Wt::fifth_bit_bytes(r[j], b), Wt::fifth_bit_bytes(r[j + 4], b), fifth_low, fifth_high);
+    u[0] = _mm256_or_si256(u[0], fifth_low);
+    u[1] = _mm256_or_si256(u[1], fifth_high);
   }
 }
 
-// The eight rows' exact block dots against activation block xb, row i in lane i (the offset included).
-template <DType T>
-[[gnu::always_inline]] inline __m256i dots8(const __m256i* u, const Q8Block& xb) {
-  __m256i d[8], dots;
+// Block b of eight weight rows against R activation blocks xb(i), into dots[i] (row j in lane j, the
+// offset included). Half rows go a pair at a time, each pair unpacked and dotted against every activation
+// row at once (unpacking all four first kept eight registers live and spilled the five-bit types' masks);
+// eight rows of bytes are unpacked whole, then dotted.
+template <DType T, int R, typename Block>
+[[gnu::always_inline]] inline void dots8(const uint8_t* const* r, int64_t b, Block xb, __m256i* dots) {
   if constexpr (kHalfRows<T>) {
-    const __m256i first = broadcast16(xb.q), second = broadcast16(xb.q + 16);
-    for (int j = 0; j < 4; ++j) d[j] = dot_u8s8_twice(u[2 * j], first, u[2 * j + 1], second);
-    dots = sum_half_rows(d);
+    __m256i d[R][4];
+    for (int j = 0; j < 4; ++j) {
+      __m256i u[2];
+      unpack_half_rows<T>(r, b, j, u);
+      for (int i = 0; i < R; ++i) d[i][j] = dot_u8s8_twice(u[0], broadcast16(xb(i).q), u[1], broadcast16(xb(i).q + 16));
+    }
+    for (int i = 0; i < R; ++i) dots[i] = sum_half_rows<Weights<T>::kMaxByte>(d[i]);
   } else {
-    const __m256i xv = load32(xb.q);
-    for (int j = 0; j < 8; ++j) d[j] = dot_u8s8(_mm256_setzero_si256(), u[j], xv);
-    dots = sum_lanes8_narrow(d);
+    __m256i u[8];
+    for (int j = 0; j < 8; ++j) u[j] = Weights<T>::bytes(r[j], b);
+    for (int i = 0; i < R; ++i) {
+      const __m256i xv = load32(xb(i).q);
+      __m256i d[8];
+      for (int j = 0; j < 8; ++j) d[j] = dot_u8s8(_mm256_setzero_si256(), u[j], xv);
+      dots[i] = sum_lanes8_narrow(d);
+    }
   }
-  if constexpr (Weights<T>::kOffset != 0) dots = _mm256_add_epi32(dots, _mm256_set1_epi32(-Weights<T>::kOffset * xb.sum));
-  return dots;
+  if constexpr (Weights<T>::kOffset != 0)
+    for (int i = 0; i < R; ++i) dots[i] = _mm256_add_epi32(dots[i], _mm256_set1_epi32(-Weights<T>::kOffset * xb(i).sum));
 }
 
 // Weight rows [n0, n1) against R activation rows x (nb blocks each, rows R apart), into y (rows ldy apart):
@@ -297,7 +330,7 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
   };
   int64_t n = n0;
   if constexpr (kNarrowLanes<T>)
-    for (; n + 8 <= n1; n += 8) {  // eight rows at a time (unpack8, dots8)
+    for (; n + 8 <= n1; n += 8) {  // eight rows at a time (dots8)
       using Wt = Weights<T>;
       const uint8_t* r[8];
       for (int i = 0; i < 8; ++i) r[i] = w + size_t(n + i) * row_bytes;
@@ -309,14 +342,13 @@ void rows_times_weights_few(const Q8Block* x, int64_t nb, const uint8_t* w, size
       if constexpr (T == DType::I4) wscales = eight(Wt::scales4, 0), wmins = eight(Wt::mins4, 0);
       for (int64_t b = 0; b < nb; ++b) {
         ahead.step();
-        __m256i u[8];
-        unpack8<T>(r, b, u);
+        __m256i dots[R];
+        dots8<T, R>(r, b, [&](int i) -> const Q8Block& { return x[i * nb + b]; }, dots);
         if constexpr (T != DType::I4) wscales = eight(Wt::scales4, b);
         if constexpr (Wt::kHasMin && T != DType::I4) wmins = eight(Wt::mins4, b);
         for (int i = 0; i < R; ++i) {
           const Q8Block& xb = x[i * nb + b];
-          const __m256i dots = dots8<T>(u, xb);
-          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(wscales, _mm256_set1_ps(xb.d)), acc[i]);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[i]), _mm256_mul_ps(wscales, _mm256_set1_ps(xb.d)), acc[i]);
           if constexpr (Wt::kHasMin) acc[i] = _mm256_fmadd_ps(wmins, _mm256_set1_ps(min_operand<T>(xb)), acc[i]);
         }
       }
