@@ -103,7 +103,7 @@ constexpr auto kHalfScales = [] {
 
 template <>
 struct Weights<DType::MXFP4> {
-  static constexpr bool kSigned = false, kPacked = true, kHasMin = false, kHasScale = true;
+  static constexpr bool kSigned = false, kPacked = true, kHasMin = false, kHasScale = true, kFifthBit = false;
   static constexpr int kOffset = 12, kMaxByte = 24;
   static const quant::BlockMXFP4& block(const uint8_t* row, int64_t b) { return reinterpret_cast<const quant::BlockMXFP4*>(row)[b]; }
   static const void* at(const uint8_t* row, int64_t b) { return &block(row, b); }
@@ -114,11 +114,13 @@ struct Weights<DType::MXFP4> {
     const __m128i subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);                   // e = 0, 1
     return _mm_castsi128_ps(_mm_blendv_epi8(normal, subnormal, _mm_cmplt_epi32(e, _mm_set1_epi32(2))));
   }
-  static __m256i bytes(const uint8_t* row, int64_t b) {
-    const __m256i values = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12,
-                                            11, 10, 9, 8, 6, 4, 0);
-    return _mm256_shuffle_epi8(values, nibbles(block(row, b).qs));
+  static const uint8_t* nibble_bytes(const uint8_t* row, int64_t b) { return block(row, b).qs; }
+  static __m256i values(__m256i nibbles) {  // each nibble (0-15 in a byte) looked up
+    const __m256i table = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12,
+                                           11, 10, 9, 8, 6, 4, 0);
+    return _mm256_shuffle_epi8(table, nibbles);
   }
+  static __m256i bytes(const uint8_t* row, int64_t b) { return values(nibbles(block(row, b).qs)); }
 };
 
 template <>
@@ -210,13 +212,15 @@ __m256i offset_lanes(const Q8Block& x) {
 // magnitude at most 128, where a lane of four products (or a pair of lanes) fits int16: their block dots
 // are reduced by narrowing to int16 and adding neighbours (vpackssdw, vpmaddwd), exact within that bound
 // and cheaper on the shuffle ports than sum_lanes4's unpacks, which set the one-row pace.
-// - kHalfRows (nibbles, with the AVX2 table Q5_0's and Q5_1's fifth bits too): a register holds two rows'
-//   16 nibble bytes, [row j | row j + 4]; its low nibbles are values 0-15 of each row and meet activations
-//   0-15 in both halves, its high ones values 16-31 (each byte's fifth bit or'ed in), so one dot chain
-//   leaves four lanes per row of eight products (at most 31744) and one narrowing round less to go;
-// - otherwise each row's 32 values in a register of its own, eight lanes of four products.
-// Without AVX-512's 32 vector registers eight rows of 32 values spill, and MXFP4 ran slower so than on
-// the four-row kernel (measured, Zen 4, the AVX2 table); the five-bit types in half rows spill nothing.
+// - kHalfRows (nibbles; with the AVX2 table also Q5_0's and Q5_1's, their fifth bits or'ed in, and
+//   MXFP4's, looked up): a register holds two rows' 16 nibble bytes, [row j | row j + 4]; its low nibbles
+//   are values 0-15 of each row and meet activations 0-15 in both halves, its high ones values 16-31, so
+//   one dot chain leaves four lanes per row of eight products (at most 31744) and one narrowing round
+//   less to go;
+// - otherwise (the AVX-512 tables' other types) each row's 32 values in a register of its own, eight
+//   lanes of four products. Without AVX-512's 32 vector registers eight such rows spill: the five-bit
+//   types and MXFP4 ran slower so than on the four-row kernel (Zen 4), and faster in half rows (Zen 1,
+//   one thread, K 2048: Q5_0 7.2 -> 9.5, MXFP4 8.7 -> 13.9 Gweights/s).
 #ifdef FTLLM_VNNI
 constexpr bool kEightRowsOfBytes = true;
 #else
@@ -224,7 +228,8 @@ constexpr bool kEightRowsOfBytes = false;
 #endif
 template <DType T>
 constexpr bool kHalfRows = T == DType::Q4_0 || T == DType::Q4_1 || T == DType::I4 || T == DType::I4G32 || T == DType::I4G64 ||
-                           T == DType::I4G128 || T == DType::I4G256 || (!kEightRowsOfBytes && (T == DType::Q5_0 || T == DType::Q5_1));
+                           T == DType::I4G128 || T == DType::I4G256 ||
+                           (!kEightRowsOfBytes && (T == DType::Q5_0 || T == DType::Q5_1 || T == DType::MXFP4));
 template <DType T>
 constexpr bool kNarrowLanes = !Weights<T>::kSigned && Weights<T>::kMaxByte * 128 * 8 <= 32767 && (kHalfRows<T> || kEightRowsOfBytes);
 
@@ -274,6 +279,7 @@ template <DType T>
   const __m256i v = _mm256_blend_epi32(broadcast16(Wt::nibble_bytes(r[j], b)), broadcast16(Wt::nibble_bytes(r[j + 4], b)), 0xF0);
   u[0] = _mm256_and_si256(v, low);
   u[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+  if constexpr (T == DType::MXFP4) u[0] = Wt::values(u[0]), u[1] = Wt::values(u[1]);
   if constexpr (Wt::kFifthBit) {
     __m256i fifth_low, fifth_high;
     fifth_bits_half_rows(Wt::fifth_bit_bytes(r[j], b), Wt::fifth_bit_bytes(r[j + 4], b), fifth_low, fifth_high);
