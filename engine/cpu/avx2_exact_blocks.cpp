@@ -18,6 +18,13 @@ namespace ftllm::cpu::FTLLM_QUANT_NS {
 
 namespace {
 
+// Bytes each holding a copy of the qh byte with its value's fifth bit, as 16 where bit j % 8 of byte j
+// is set, 0 elsewhere.
+inline __m256i sixteen_where_set(__m256i copies) {
+  const __m256i mask = _mm256_set1_epi64x(int64_t(0x8040201008040201));  // byte j tests bit j % 8
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(copies, mask), mask), _mm256_set1_epi8(16));
+}
+
 // ggml's fifth bits (bit j of 4 bytes for value j) as 16 in byte j where set, 0 elsewhere.
 inline __m256i fifth_bits(const uint8_t* qh) {
   uint32_t bits;
@@ -25,8 +32,7 @@ inline __m256i fifth_bits(const uint8_t* qh) {
   const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),  // byte j holds source byte j / 8
                                              _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
                                                               2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i mask = _mm256_set1_epi64x(int64_t(0x8040201008040201));  // byte j tests bit j % 8
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), _mm256_set1_epi8(16));
+  return sixteen_where_set(spread);
 }
 
 // 16 bytes of packed nibbles to 32 unsigned bytes: values 0-15 (low nibbles), then 16-31 (high ones).
@@ -219,7 +225,7 @@ __m256i offset_lanes(const Q8Block& x) {
 //   less to go;
 // - otherwise (the AVX-512 tables' other types) each row's 32 values in a register of its own, eight
 //   lanes of four products. Without AVX-512's 32 vector registers eight such rows spill: the five-bit
-//   types and MXFP4 ran slower so than on the four-row kernel (Zen 4), and faster in half rows (Zen 1,
+//   types and MXFP4 ran slower that way than on the four-row kernel (Zen 4), and faster in half rows (Zen 1,
 //   one thread, K 2048: Q5_0 7.2 -> 9.5, MXFP4 8.7 -> 13.9 Gweights/s).
 #ifdef FTLLM_VNNI
 constexpr bool kEightRowsOfBytes = true;
@@ -262,13 +268,9 @@ inline __m256i broadcast16(const void* p) { return _mm256_broadcastsi128_si256(_
 // of each half for values 0-15 (`low`, [row a | row b]), values 16-31 in `high`; 16 where set.
 inline void fifth_bits_half_rows(const uint8_t* qh_a, const uint8_t* qh_b, __m256i& low, __m256i& high) {
   const __m256i both = _mm256_blend_epi32(broadcast4(qh_a), broadcast4(qh_b), 0xF0);
-  const __m256i mask = _mm256_set1_epi64x(int64_t(0x8040201008040201));  // byte j tests bit j % 8
-  auto spread = [&](__m256i source_bytes) {
-    const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(both, source_bytes), mask);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(bits, mask), _mm256_set1_epi8(16));
-  };
-  low = spread(_mm256_setr_epi64x(0, 0x0101010101010101, 0, 0x0101010101010101));
-  high = spread(_mm256_setr_epi64x(0x0202020202020202, 0x0303030303030303, 0x0202020202020202, 0x0303030303030303));
+  low = sixteen_where_set(_mm256_shuffle_epi8(both, _mm256_setr_epi64x(0, 0x0101010101010101, 0, 0x0101010101010101)));
+  high = sixteen_where_set(_mm256_shuffle_epi8(
+      both, _mm256_setr_epi64x(0x0202020202020202, 0x0303030303030303, 0x0202020202020202, 0x0303030303030303)));
 }
 
 // kHalfRows: block b of weight rows j and j + 4, values 0-15 in u[0] and 16-31 in u[1] ([row j | row j + 4]).
